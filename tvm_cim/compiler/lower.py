@@ -1,0 +1,218 @@
+"""The CIM offload pass: partition, calibrate, quantise, map, generate, lower.
+
+:func:`OffloadToCIM` is a ``tvm.transform`` module pass.  After it, every
+offloaded region is a ``relax.call_dps_packed("tvm_cim.run_region", ...)``
+whose arguments are the region's inputs, its constants (int8 weights, scales,
+bias), the hardware description (JSON) and the meta-operator program (text).
+Both strings travel inside the built executable, so an exported library runs
+in a fresh process that imports :mod:`tvm_cim`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+import tvm
+import tvm_ffi
+from tvm import relax
+
+from ..hardware import loader
+from ..hardware.schema import CIMHardware
+from ..program import Program, print_program
+from . import codegen, mapping
+from .partition import PartitionForCIM, composite_name
+from .quantize import CalibrationConfig, calibrate, describe_composite, make_region
+from .region import Region
+
+RUN_REGION = "tvm_cim.run_region"
+
+
+@dataclass
+class CompileInfo:
+    """What the offload pass decided, for reports and ``--emit``.
+
+    Attributes
+    ----------
+    hw : CIMHardware
+    regions : list of Region
+    programs : list of Program
+    chip_map : mapping.ChipMap
+    host_ops : dict
+        Relax operator name -> count of operators left on the host.
+    """
+
+    hw: CIMHardware
+    regions: list[Region] = field(default_factory=list)
+    programs: list[Program] = field(default_factory=list)
+    chip_map: mapping.ChipMap | None = None
+    host_ops: dict[str, int] = field(default_factory=dict)
+
+    def program_text(self) -> str:
+        return "".join(print_program(p) for p in self.programs)
+
+
+_STATE = threading.local()
+
+
+def last_compile_info() -> CompileInfo | None:
+    """The :class:`CompileInfo` of the most recent CIM build in this thread."""
+    return getattr(_STATE, "info", None)
+
+
+def calibration_config() -> CalibrationConfig:
+    """The calibration settings in force (see :func:`tvm_cim.calibration`)."""
+    return getattr(_STATE, "calib", None) or CalibrationConfig()
+
+
+def set_calibration_config(cfg: CalibrationConfig | None) -> None:
+    _STATE.calib = cfg
+
+
+def _host_ops(mod: tvm.IRModule) -> dict[str, int]:
+    counts: Counter = Counter()
+
+    def visit(e):
+        if isinstance(e, relax.Call) and isinstance(e.op, tvm.ir.Op):
+            name = e.op.name
+            if name not in ("relax.call_dps_packed", "relax.call_tir", "relax.call_pure_packed"):
+                counts[name] += 1
+
+    for gv, f in mod.functions.items():
+        if isinstance(f, relax.Function) and not composite_name(f):
+            relax.analysis.post_order_visit(f.body, visit)
+    return dict(sorted(counts.items()))
+
+
+@relax.expr_functor.mutator
+class _LowerRegions(relax.PyExprMutator):
+    """Replace calls of ``cim.*`` composites with ``call_dps_packed`` of their programs."""
+
+    def __init__(self, mod, lowered: dict[str, relax.Expr]):
+        super().__init__(mod)
+        self.mod_ = mod
+        self.lowered = lowered  # composite name -> (program text, consts, hw json)
+
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        if isinstance(call.op, relax.GlobalVar) and call.op.name_hint in self.lowered:
+            text, consts, hw_json = self.lowered[call.op.name_hint]
+            args = list(call.args) + [relax.const(c) for c in consts]
+            args += [tvm.ir.StringImm(hw_json), tvm.ir.StringImm(text)]
+            return relax.call_dps_packed(RUN_REGION, args, call.ty)
+        return call
+
+
+def _call_order(mod: tvm.IRModule) -> list[str]:
+    """Composite function names in the order main calls them."""
+    order: list[str] = []
+
+    def visit(e):
+        if isinstance(e, relax.Call) and isinstance(e.op, relax.GlobalVar):
+            f = mod[e.op]
+            if composite_name(f) and e.op.name_hint not in order:
+                order.append(e.op.name_hint)
+
+    for gv, f in mod.functions.items():
+        if isinstance(f, relax.Function) and not composite_name(f):
+            relax.analysis.post_order_visit(f.body, visit)
+    return order
+
+
+def offload(mod: tvm.IRModule, hw: CIMHardware, calib: CalibrationConfig | None = None) -> tuple[tvm.IRModule, CompileInfo]:
+    """Run the whole CIM offload flow on a module.
+
+    Parameters
+    ----------
+    mod : tvm.IRModule
+        A float Relax module (e.g. from the ONNX frontend).
+    hw : CIMHardware
+        The target chip.
+    calib : CalibrationConfig, optional
+        Calibration settings; defaults to :func:`calibration_config`.
+
+    Returns
+    -------
+    tvm.IRModule
+        The module with offloaded regions lowered to ``call_dps_packed``.
+    CompileInfo
+    """
+    calib = calib or calibration_config()
+    mod = relax.transform.FoldBatchnormToConv2D()(mod) if _has_bn_after_conv(mod) else mod
+    mod = PartitionForCIM()(mod)
+    order = _call_order(mod)
+    uid = f"{tvm_ffi.structural_hash(mod) & 0xFFFFFFFF:08x}"
+    names = {gname: f"m{uid}.r{i:03d}_{str(composite_name(mod[gname])).split('.')[1]}" for i, gname in enumerate(order)}
+    info = CompileInfo(hw=hw)
+    if not order:
+        info.host_ops = _host_ops(mod)
+        _STATE.info = info
+        return mod, info
+    ranges = calibrate(mod, names, calib)
+    infos = {g: describe_composite(mod[g]) for g in order}
+    regions = [
+        make_region(names[g], infos[g], ranges, hw.crossbar.input_bits, hw.crossbar.weight_bits) for g in order
+    ]
+    cmap = mapping.allocate(regions, hw)
+    hw_json = loader.to_json(hw)
+    lowered = {}
+    for g, r in zip(order, regions):
+        prog = codegen.generate(r, cmap.placements[r.name], hw)
+        consts = codegen.region_constants(r)
+        const_names = [d.name for d in prog.decl("const")]
+        lowered[g] = (print_program(prog), [consts[n] for n in const_names], hw_json)
+        info.programs.append(prog)
+    info.regions, info.chip_map = regions, cmap
+    mutator = _LowerRegions(mod, lowered)
+    for gv, f in mod.functions.items():
+        if isinstance(f, relax.Function) and not composite_name(f):
+            mutator.builder_.update_func(gv, mutator.visit_expr(f))
+    mod = relax.transform.DeadCodeElimination()(mutator.builder_.get())
+    info.host_ops = _host_ops(mod)
+    _STATE.info = info
+    return mod, info
+
+
+def _has_bn_after_conv(mod: tvm.IRModule) -> bool:
+    found = []
+
+    def visit(e):
+        if isinstance(e, relax.Call) and isinstance(e.op, tvm.ir.Op) and e.op.name == "relax.nn.batch_norm":
+            found.append(e)
+
+    for _, f in mod.functions.items():
+        if isinstance(f, relax.Function):
+            relax.analysis.post_order_visit(f.body, visit)
+    return bool(found)
+
+
+def OffloadToCIM(hw: CIMHardware | str | None = None) -> tvm.transform.Pass:  # noqa: N802
+    """The CIM offload as a module pass.
+
+    Parameters
+    ----------
+    hw : CIMHardware or str, optional
+        The chip.  By default it is read from the current target
+        (``Target.current().attrs['model']``), which is how ``relax.build``
+        with a ``cim -hw=...`` target runs it.
+
+    Returns
+    -------
+    tvm.transform.Pass
+    """
+
+    @tvm.transform.module_pass(opt_level=0, name="OffloadToCIM")
+    def _pass(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        chip = hw
+        if chip is None:
+            from ..target import hardware_of
+
+            chip = hardware_of(tvm.target.Target.current())
+        if isinstance(chip, str):
+            chip = loader.load(chip, kind="cim")
+        out, _ = offload(mod, chip)
+        return out
+
+    return _pass

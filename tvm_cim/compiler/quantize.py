@@ -1,0 +1,220 @@
+"""Int8 quantisation of offloaded regions, calibrated on seeded sample inputs.
+
+* Weights: symmetric, per output channel, ``2^(weight_bits-1) - 1`` levels
+  each side.
+* Activations: per tensor, from the range observed on calibration inputs:
+  non-negative tensors (after ReLU) use unsigned codes ``[0, 2^b - 1]``;
+  signed tensors use codes with a zero point of ``2^(b-1)``, so the crossbar
+  DACs always see unsigned codes and the zero point is removed digitally.
+* The run-time right operand of a ``dmatmul`` is a signed per-tensor weight.
+
+Calibration runs the float model once per sample with TVM's ``llvm`` build:
+each input of an offloaded region passes through an observer
+(``tvm_cim.observe``) that records its range.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from .partition import composite_name
+from .region import CONV2D, DMATMUL, MATMUL, Region, unfold_conv_weight
+
+_OBSERVED: dict[str, list[float]] = {}
+_LOCK = threading.Lock()
+
+
+@tvm.register_global_func("tvm_cim.observe", override=True)
+def _observe(x, key, out):
+    a = x.numpy()
+    with _LOCK:
+        lo, hi = _OBSERVED.get(str(key), [np.inf, -np.inf])
+        _OBSERVED[str(key)] = [min(lo, float(a.min(initial=np.inf))), max(hi, float(a.max(initial=-np.inf)))]
+    out.copyfrom(a)
+
+
+@dataclass
+class CalibrationConfig:
+    """How activations are calibrated.
+
+    Attributes
+    ----------
+    samples : int
+        Number of seeded random input samples.
+    seed : int
+        Seed of the sample generator.
+    inputs : list of dict, optional
+        User-provided samples (name -> array); replaces the random ones.
+    """
+
+    samples: int = 2
+    seed: int = 0
+    inputs: list[dict[str, np.ndarray]] | None = None
+
+
+@dataclass
+class CompositeInfo:
+    """What a ``cim.*`` composite function computes."""
+
+    kind: str
+    in_shapes: list[tuple]
+    out_shape: tuple
+    weight: np.ndarray | None = None
+    bias: np.ndarray | None = None
+    conv: dict = field(default_factory=dict)
+
+
+def _np(const) -> np.ndarray:
+    return const.value.numpy()
+
+
+def _channel_vector(bias: np.ndarray | None, n: int) -> np.ndarray | None:
+    """A per-channel bias constant (checked by the pattern) as a length-n vector."""
+    if bias is None:
+        return None
+    return np.broadcast_to(bias.reshape(-1), (n,)).astype(np.float32)
+
+
+def describe_composite(func) -> CompositeInfo:
+    """Read the operator, attributes and constants out of a composite function."""
+    name = composite_name(func)
+    in_shapes = [tuple(int(s) for s in p.ty.shape) for p in func.params]
+    out_shape = tuple(int(s) for s in func.ret_ty.shape) if hasattr(func, "ret_ty") else None
+    bindings = [b for blk in func.body.blocks for b in blk.bindings]
+    calls = {b.value.op.name: b.value for b in bindings if isinstance(b.value, relax.Call) and hasattr(b.value.op, "name")}
+    if out_shape is None:
+        out_shape = tuple(int(s) for s in func.body.body.ty.shape)
+    bias = None
+    if "relax.add" in calls:
+        bias = _np(calls["relax.add"].args[1])
+    if name.startswith("cim.conv2d"):
+        c = calls["relax.nn.conv2d"]
+        a = c.attrs
+        w = _np(c.args[1])
+        bias = _channel_vector(bias, w.shape[0])
+        conv = dict(
+            kernel=tuple(int(k) for k in w.shape[2:]),
+            strides=tuple(int(s) for s in a.strides),
+            padding=tuple(int(p) for p in a.padding),
+            dilation=tuple(int(d) for d in a.dilation),
+            groups=int(a.groups),
+        )
+        return CompositeInfo(CONV2D, in_shapes, out_shape, w, bias, conv)
+    if name.startswith("cim.matmul"):
+        w = _np(calls["relax.matmul"].args[1])
+        bias = _channel_vector(bias, w.shape[1])
+        return CompositeInfo(MATMUL, in_shapes, out_shape, w, bias)
+    if name == "cim.dmatmul":
+        return CompositeInfo(DMATMUL, in_shapes, out_shape)
+    raise ValueError(f"unknown composite {name}")
+
+
+# --------------------------------------------------------------------------- calibration
+@relax.expr_functor.mutator
+class _InsertObservers(relax.PyExprMutator):
+    """Route every non-constant input of a ``cim.*`` call through an observer."""
+
+    def __init__(self, mod: tvm.IRModule):
+        super().__init__(mod)
+        self.mod_ = mod
+        self.names: dict[str, str] = {}
+
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        if isinstance(call.op, relax.GlobalVar) and composite_name(self.mod_[call.op]):
+            region = self.names[call.op.name_hint]
+            args = [
+                relax.call_dps_packed("tvm_cim.observe", [a, tvm.ir.StringImm(f"{region}:{i}")], a.ty)
+                for i, a in enumerate(call.args)
+            ]
+            return relax.Call(call.op, args, call.attrs, call.ty_args if hasattr(call, "ty_args") else None)
+        return call
+
+
+def calibrate(mod: tvm.IRModule, region_names: dict[str, str], config: CalibrationConfig) -> dict[str, tuple[float, float]]:
+    """Observe the range of every offloaded region's inputs on sample data.
+
+    Parameters
+    ----------
+    mod : tvm.IRModule
+        The partitioned module (``cim.*`` composite functions not yet lowered).
+    region_names : dict
+        Composite function name -> region name.
+    config : CalibrationConfig
+
+    Returns
+    -------
+    dict
+        ``"<region>:<input index>" -> (min, max)``.
+    """
+    mutator = _InsertObservers(mod)
+    mutator.names = region_names
+    for gv, f in mod.functions.items():
+        if isinstance(f, relax.Function) and not composite_name(f):
+            mutator.builder_.update_func(gv, mutator.visit_expr(f))
+    cmod = mutator.builder_.get()
+    ex = relax.build(cmod, target=tvm.target.Target("llvm"))
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    main = mod["main"]
+    params = list(main.params)
+    samples = config.inputs
+    if samples is None:
+        rng = np.random.default_rng(config.seed)
+        samples = [
+            {p.name: rng.standard_normal(tuple(int(s) for s in p.ty.shape)).astype(str(p.ty.dtype)) for p in params}
+            for _ in range(config.samples)
+        ]
+    with _LOCK:
+        _OBSERVED.clear()
+    for s in samples:
+        missing = [p.name for p in params if p.name not in s]
+        if missing:
+            raise ValueError(f"calibration sample lacks inputs {missing}; the model's inputs are {[p.name for p in params]}")
+        vm["main"](*[tvm.runtime.tensor(np.asarray(s[p.name], dtype=str(p.ty.dtype))) for p in params])
+    with _LOCK:
+        return {k: (v[0], v[1]) for k, v in _OBSERVED.items()}
+
+
+# --------------------------------------------------------------------------- quantisation
+def activation_params(lo: float, hi: float, bits: int) -> tuple[float, int]:
+    """Scale and zero point of an activation tensor with observed range [lo, hi]."""
+    if lo >= 0:
+        return max(hi, 1e-12) / (2**bits - 1), 0
+    return max(abs(lo), abs(hi), 1e-12) / (2 ** (bits - 1) - 1), 2 ** (bits - 1)
+
+
+def quantize_weights(w: np.ndarray, bits: int, axis: int) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric per-channel quantisation along ``axis`` (the output channels)."""
+    lim = 2 ** (bits - 1) - 1
+    red = tuple(i for i in range(w.ndim) if i != axis % w.ndim)
+    scale = np.abs(w).max(axis=red) / lim
+    scale = np.where(scale > 0, scale, 1.0).astype(np.float32)
+    shape = [1] * w.ndim
+    shape[axis] = -1
+    q = np.clip(np.rint(w / scale.reshape(shape)), -lim, lim).astype(np.int8)
+    return q, scale
+
+
+def make_region(name: str, info: CompositeInfo, ranges: dict, input_bits: int, weight_bits: int) -> Region:
+    """Quantise one composite into a :class:`Region`."""
+    lo, hi = ranges.get(f"{name}:0", (-1.0, 1.0))
+    x_scale, x_zero = activation_params(lo, hi, input_bits)
+    r = Region(name, info.kind, info.in_shapes, info.out_shape, x_scale=x_scale, x_zero=x_zero, conv=dict(info.conv))
+    if info.kind == CONV2D:
+        q, s = quantize_weights(info.weight, weight_bits, axis=0)
+        r.w_int = unfold_conv_weight(q, info.conv["groups"])
+        r.w_scale = s
+    elif info.kind == MATMUL:
+        q, s = quantize_weights(info.weight, weight_bits, axis=1)
+        r.w_int, r.w_scale = q, s
+    else:
+        lo2, hi2 = ranges.get(f"{name}:1", (-1.0, 1.0))
+        r.y_scale = max(abs(lo2), abs(hi2), 1e-12) / (2 ** (weight_bits - 1) - 1)
+    if info.bias is not None:
+        r.bias = info.bias.astype(np.float32)
+    return r

@@ -1,0 +1,132 @@
+"""The compiler's description of one offloaded region after quantisation.
+
+A :class:`Region` is what the Relax passes hand to the crossbar mapper and the
+code generator: the operator, its shapes, its quantisation parameters and, for
+operators with constant weights, the int8 weight matrix in the unfolded
+``K x N`` form that crossbars hold (convolutions are unfolded by im2col;
+grouped and depthwise convolutions become block-diagonal matrices whose
+all-zero crossbar tiles are never allocated).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+# Operators a crossbar region can implement.
+CONV2D = "conv2d"  # activation x constant kernel
+MATMUL = "matmul"  # activation x constant matrix (Gemm / dense / MatMul)
+DMATMUL = "dmatmul"  # activation x activation (attention): weights written at run time
+
+
+@dataclass
+class Region:
+    """One offloaded operator with its quantisation.
+
+    Attributes
+    ----------
+    name : str
+        Unique name in the module (used for program and report names).
+    kind : str
+        One of ``conv2d``, ``matmul``, ``dmatmul``.
+    in_shapes : list of tuple
+        Float input shapes (one, or two for ``dmatmul``).
+    out_shape : tuple
+        Float output shape.
+    x_scale, x_zero : float, int
+        Activation quantisation: ``q = clip(round(x / x_scale) + x_zero, 0, 2^bits - 1)``.
+    y_scale : float
+        Per-tensor scale of the second (run-time) operand of a ``dmatmul``.
+    w_int : np.ndarray or None
+        Constant int8 weights, shape ``(K, N)``.
+    w_scale : np.ndarray or None
+        Per-output-channel weight scales, shape ``(N,)``.
+    bias : np.ndarray or None
+        Float bias added after dequantisation, shape ``(N,)``.
+    conv : dict
+        ``kernel``, ``strides``, ``padding`` (top, left, bottom, right),
+        ``dilation``, ``groups`` for convolutions.
+    """
+
+    name: str
+    kind: str
+    in_shapes: list[tuple[int, ...]]
+    out_shape: tuple[int, ...]
+    x_scale: float = 1.0
+    x_zero: int = 0
+    y_scale: float = 1.0
+    w_int: np.ndarray | None = None
+    w_scale: np.ndarray | None = None
+    bias: np.ndarray | None = None
+    conv: dict = field(default_factory=dict)
+
+    # ------------------------------------------------------------------ shapes
+    @property
+    def batch(self) -> int:
+        """Independent matrices (``Bt``): 1 unless a ``dmatmul`` has batch dims."""
+        if self.kind != DMATMUL:
+            return 1
+        return int(np.prod(self.batch_shape, dtype=np.int64))
+
+    @property
+    def batch_shape(self) -> tuple[int, ...]:
+        if self.kind != DMATMUL:
+            return ()
+        a, b = self.in_shapes
+        return tuple(np.broadcast_shapes(tuple(a[:-2]), tuple(b[:-2])))
+
+    @property
+    def mkn(self) -> tuple[int, int, int]:
+        """The matrix problem: ``M`` vectors of length ``K`` times ``K x N``."""
+        if self.kind == CONV2D:
+            n, _, _, _ = self.in_shapes[0]
+            _, oc, oh, ow = self.out_shape
+            k = self.w_int.shape[0]
+            return n * oh * ow, k, oc
+        if self.kind == MATMUL:
+            x = self.in_shapes[0]
+            m = int(np.prod(x[:-1], dtype=np.int64))
+            return m, x[-1], self.w_int.shape[1]
+        a, b = self.in_shapes
+        return a[-2], a[-1], b[-1]
+
+    @property
+    def macs(self) -> int:
+        """Useful multiply-accumulates (zeros of block-diagonal groups excluded)."""
+        m, k, n = self.mkn
+        if self.kind == CONV2D:
+            g = self.conv.get("groups", 1)
+            return m * k * n // g
+        return self.batch * m * k * n
+
+
+def unfold_conv_weight(w: np.ndarray, groups: int) -> np.ndarray:
+    """Unfold an OIHW kernel into the ``K x N`` matrix a crossbar holds.
+
+    Row ``k`` is input channel ``c``, kernel row ``i`` and column ``j`` in the
+    order ``(c, i, j)`` (the order :func:`tvm_cim.simulator.functional.im2col`
+    produces); column ``n`` is output channel ``n``.  For ``groups > 1`` the
+    matrix is block diagonal: group ``g`` occupies rows
+    ``g*Cg*KH*KW : (g+1)*Cg*KH*KW`` and columns ``g*Og : (g+1)*Og``.
+
+    Parameters
+    ----------
+    w : np.ndarray
+        Kernel of shape ``(O, C/groups, KH, KW)``.
+    groups : int
+        Convolution groups.
+
+    Returns
+    -------
+    np.ndarray
+        Matrix of shape ``(C*KH*KW, O)`` with ``w``'s dtype.
+    """
+    o, cg, kh, kw = w.shape
+    og = o // groups
+    kg = cg * kh * kw
+    out = np.zeros((groups * kg, o), dtype=w.dtype)
+    for g in range(groups):
+        blk = w[g * og : (g + 1) * og].reshape(og, kg).T
+        out[g * kg : (g + 1) * kg, g * og : (g + 1) * og] = blk
+    return out

@@ -1,0 +1,379 @@
+"""Meta-operator programs: the format between the CIM compiler and the simulator.
+
+A program is what one offloaded region compiles to.  Its operations use the
+meta-operator vocabulary of CIM-MLC (paper 003, Fig. 10-16):
+
+``CIM.write_xb``  program a weight tile into a crossbar
+``CIM.read_xb``   bit-serial MVM on one crossbar (crossbar computing mode)
+``CIM.read_core`` MVM on all crossbars of a core at once (core computing mode)
+``CIM.read_row``  MVM on a group of wordlines of a crossbar (wordline mode)
+``DMOV``          data movement between buffer levels
+``DCOM``          digital computation on an ALU (quantise, im2col, add, ...)
+``parallel{}``    a block whose operations run concurrently
+
+The text form is meant to be read by people.  Example::
+
+    program "conv2d_0" {
+      attr hw = "prime"
+      input %x : float32[1, 3, 8, 8]
+      const %w : int8[27, 8]
+      output %y : float32[1, 8, 4, 4]
+      setup {
+        CIM.write_xb(xb=0, src=%w, rows=0:27, cols=0:8)
+      }
+      run {
+        DCOM(op="quantize", src=%x, dst=%xq, scale=0.02, bits=8)
+        parallel {
+          CIM.read_xb(xb=0, src=%cols, rows=0:27, dst=%p0)
+        }
+      }
+    }
+
+:func:`print_program` and :func:`parse_program` round-trip exactly:
+``parse_program(print_program(p)) == p``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Union
+
+# --------------------------------------------------------------------------- values
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A reference to a named tensor of the program (``%name``)."""
+
+    name: str
+
+    def __str__(self) -> str:
+        return f"%{self.name}"
+
+
+@dataclass(frozen=True)
+class Range:
+    """A half-open integer range ``start:stop``."""
+
+    start: int
+    stop: int
+
+    @property
+    def size(self) -> int:
+        return self.stop - self.start
+
+    def slice(self) -> slice:
+        return slice(self.start, self.stop)
+
+    def __str__(self) -> str:
+        return f"{self.start}:{self.stop}"
+
+
+Value = Union[int, float, str, bool, Ref, Range, tuple]
+
+
+@dataclass(frozen=True)
+class Op:
+    """One meta-operator: an opcode and keyword arguments (kept in order)."""
+
+    opcode: str
+    args: tuple[tuple[str, Value], ...] = ()
+
+    def __getitem__(self, key: str) -> Value:
+        for k, v in self.args:
+            if k == key:
+                return v
+        raise KeyError(f"{self.opcode} has no argument '{key}'")
+
+    def get(self, key: str, default=None):
+        for k, v in self.args:
+            if k == key:
+                return v
+        return default
+
+    @property
+    def kind(self) -> str:
+        """The meta-operator name, with DCOM's sub-operation: ``DCOM.add``."""
+        if self.opcode in ("DCOM", "DMOV"):
+            sub = self.get("op")
+            return f"{self.opcode}.{sub}" if sub else self.opcode
+        return self.opcode
+
+
+def op(opcode: str, **kwargs) -> Op:
+    """Build an :class:`Op` from keyword arguments (order preserved)."""
+    return Op(opcode, tuple(kwargs.items()))
+
+
+@dataclass(frozen=True)
+class Parallel:
+    """A ``parallel { ... }`` block: its statements run concurrently."""
+
+    body: tuple["Stmt", ...]
+
+
+Stmt = Union[Op, Parallel]
+
+
+@dataclass(frozen=True)
+class Decl:
+    """Declaration of an external tensor: an input, a constant or the output."""
+
+    role: str  # "input" | "const" | "output"
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Program:
+    """A meta-operator program for one offloaded region."""
+
+    name: str
+    attrs: tuple[tuple[str, Value], ...] = ()
+    decls: tuple[Decl, ...] = ()
+    setup: tuple[Stmt, ...] = ()
+    run: tuple[Stmt, ...] = ()
+
+    def attr(self, key: str, default=None):
+        for k, v in self.attrs:
+            if k == key:
+                return v
+        return default
+
+    def decl(self, role: str) -> list[Decl]:
+        return [d for d in self.decls if d.role == role]
+
+    def ops(self, section: str = "all"):
+        """Iterate over every :class:`Op`, flattening parallel blocks."""
+        sections = {"setup": [self.setup], "run": [self.run], "all": [self.setup, self.run]}[section]
+
+        def walk(stmts):
+            for s in stmts:
+                if isinstance(s, Parallel):
+                    yield from walk(s.body)
+                else:
+                    yield s
+
+        for sec in sections:
+            yield from walk(sec)
+
+    def count_ops(self) -> dict[str, int]:
+        """Number of meta-operators of each kind (``DCOM`` split by sub-op)."""
+        counts: dict[str, int] = {}
+        for o in self.ops():
+            counts[o.kind] = counts.get(o.kind, 0) + 1
+        return counts
+
+
+# --------------------------------------------------------------------------- printer
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
+
+
+def _fmt(v: Value) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        return repr(float(v))
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(v, (Ref, Range)):
+        return str(v)
+    if isinstance(v, tuple):
+        return "(" + ", ".join(_fmt(x) for x in v) + ("," if len(v) == 1 else "") + ")"
+    raise TypeError(f"cannot print value {v!r} of type {type(v).__name__}")
+
+
+def _fmt_op(o: Op) -> str:
+    return f"{o.opcode}(" + ", ".join(f"{k}={_fmt(v)}" for k, v in o.args) + ")"
+
+
+def _print_stmts(stmts, indent: int, out: list[str]) -> None:
+    pad = "  " * indent
+    for s in stmts:
+        if isinstance(s, Parallel):
+            out.append(f"{pad}parallel {{")
+            _print_stmts(s.body, indent + 1, out)
+            out.append(f"{pad}}}")
+        else:
+            out.append(pad + _fmt_op(s))
+
+
+def print_program(p: Program) -> str:
+    """Render a program as text (inverse of :func:`parse_program`)."""
+    out = [f"program {_fmt(p.name)} {{"]
+    for k, v in p.attrs:
+        out.append(f"  attr {k} = {_fmt(v)}")
+    for d in p.decls:
+        shape = ", ".join(str(s) for s in d.shape)
+        out.append(f"  {d.role} %{d.name} : {d.dtype}[{shape}]")
+    for sec in ("setup", "run"):
+        out.append(f"  {sec} {{")
+        _print_stmts(getattr(p, sec), 2, out)
+        out.append("  }")
+    out.append("}")
+    return "\n".join(out) + "\n"
+
+
+# --------------------------------------------------------------------------- parser
+class ProgramSyntaxError(ValueError):
+    """The text is not a valid meta-operator program."""
+
+
+_TOKEN = re.compile(
+    r"""
+    (?P<ws>\s+|\#[^\n]*)
+  | (?P<str>"(?:[^"\\]|\\.)*")
+  | (?P<range>-?\d+:-?\d+)
+  | (?P<num>[-+]?(?:\d+\.\d*(?:[eE][-+]?\d+)?|\d*\.\d+(?:[eE][-+]?\d+)?|\d+[eE][-+]?\d+|inf|nan|\d+))
+  | (?P<ref>%[A-Za-z_][A-Za-z0-9_.]*)
+  | (?P<ident>[A-Za-z_][A-Za-z0-9_.]*)
+  | (?P<punct>[{}()\[\]=,:])
+    """,
+    re.VERBOSE,
+)
+
+
+class _Parser:
+    def __init__(self, text: str):
+        self.toks: list[tuple[str, str, int]] = []
+        pos, line = 0, 1
+        while pos < len(text):
+            m = _TOKEN.match(text, pos)
+            if not m:
+                raise ProgramSyntaxError(f"line {line}: unexpected character {text[pos]!r}")
+            kind = m.lastgroup
+            if kind != "ws":
+                self.toks.append((kind, m.group(), line))
+            line += m.group().count("\n")
+            pos = m.end()
+        self.i = 0
+
+    def peek(self, k: int = 0):
+        j = self.i + k
+        return self.toks[j] if j < len(self.toks) else ("eof", "", -1)
+
+    def next(self):
+        t = self.peek()
+        self.i += 1
+        return t
+
+    def expect(self, value: str | None = None, kind: str | None = None) -> str:
+        k, v, line = self.next()
+        if (value is not None and v != value) or (kind is not None and k != kind):
+            want = repr(value) if value is not None else kind
+            raise ProgramSyntaxError(f"line {line}: expected {want}, got {v or 'end of text'!r}")
+        return v
+
+    def value(self) -> Value:
+        k, v, line = self.next()
+        if k == "str":
+            return re.sub(r"\\(.)", r"\1", v[1:-1])
+        if k == "range":
+            a, b = v.split(":")
+            return Range(int(a), int(b))
+        if k == "num":
+            if re.fullmatch(r"[-+]?\d+", v):
+                return int(v)
+            return float(v)
+        if k == "ref":
+            return Ref(v[1:])
+        if k == "ident":
+            if v in ("true", "false"):
+                return v == "true"
+            if v in ("inf", "nan"):
+                return float(v)
+            raise ProgramSyntaxError(f"line {line}: bare word {v!r} is not a value (quote strings)")
+        if v == "(":
+            items = []
+            while self.peek()[1] != ")":
+                items.append(self.value())
+                if self.peek()[1] == ",":
+                    self.next()
+            self.expect(")")
+            return tuple(items)
+        raise ProgramSyntaxError(f"line {line}: expected a value, got {v or 'end of text'!r}")
+
+    def op(self) -> Op:
+        opcode = self.expect(kind="ident")
+        self.expect("(")
+        args = []
+        while self.peek()[1] != ")":
+            key = self.expect(kind="ident")
+            self.expect("=")
+            args.append((key, self.value()))
+            if self.peek()[1] == ",":
+                self.next()
+        self.expect(")")
+        return Op(opcode, tuple(args))
+
+    def stmts(self) -> tuple[Stmt, ...]:
+        self.expect("{")
+        body: list[Stmt] = []
+        while self.peek()[1] != "}":
+            if self.peek()[0] == "eof":
+                raise ProgramSyntaxError("unexpected end of text: missing '}'")
+            if self.peek()[1] == "parallel" and self.peek(1)[1] == "{":
+                self.next()
+                body.append(Parallel(self.stmts()))
+            else:
+                body.append(self.op())
+        self.expect("}")
+        return tuple(body)
+
+    def program(self) -> Program:
+        self.expect("program")
+        name = self.value()
+        if not isinstance(name, str):
+            raise ProgramSyntaxError("program name must be a quoted string")
+        self.expect("{")
+        attrs, decls = [], []
+        sections = {"setup": (), "run": ()}
+        while self.peek()[1] != "}":
+            k, v, line = self.peek()
+            if v == "attr":
+                self.next()
+                key = self.expect(kind="ident")
+                self.expect("=")
+                attrs.append((key, self.value()))
+            elif v in ("input", "const", "output"):
+                self.next()
+                ref = self.expect(kind="ref")[1:]
+                self.expect(":")
+                dtype = self.expect(kind="ident")
+                self.expect("[")
+                shape = []
+                while self.peek()[1] != "]":
+                    shape.append(int(self.expect(kind="num")))
+                    if self.peek()[1] == ",":
+                        self.next()
+                self.expect("]")
+                decls.append(Decl(v, ref, dtype, tuple(shape)))
+            elif v in sections:
+                self.next()
+                sections[v] = self.stmts()
+            else:
+                raise ProgramSyntaxError(f"line {line}: unexpected {v or 'end of text'!r} in program body")
+        self.expect("}")
+        return Program(name, tuple(attrs), tuple(decls), sections["setup"], sections["run"])
+
+
+def parse_program(text: str) -> Program:
+    """Parse the text form of a program (inverse of :func:`print_program`)."""
+    p = _Parser(text)
+    prog = p.program()
+    if p.peek()[0] != "eof":
+        raise ProgramSyntaxError(f"line {p.peek()[2]}: text after the end of the program")
+    return prog
+
+
+def parse_programs(text: str) -> list[Program]:
+    """Parse several programs written one after another (``--emit`` files)."""
+    p = _Parser(text)
+    progs = []
+    while p.peek()[0] != "eof":
+        progs.append(p.program())
+    return progs

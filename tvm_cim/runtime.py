@@ -1,0 +1,88 @@
+"""The packed function through which the Relax VM runs regions on the simulator.
+
+``tvm_cim.run_region(*inputs, *consts, hw_json, program_text, out)`` parses
+the program (cached), finds the simulated chip for the hardware description
+(one per description, so weights written by ``setup`` stay between runs),
+executes it and writes the float output.  Per-region statistics are appended
+to every active :func:`collect` list.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from functools import lru_cache
+
+import numpy as np
+import tvm
+
+from .hardware import loader
+from .program import parse_program
+from .simulator.engine import Chip, Options
+
+_CHIPS: dict[str, Chip] = {}
+_LOCK = threading.Lock()
+_COLLECTORS: list[list] = []
+_OPTIONS = Options()
+
+
+@lru_cache(maxsize=4096)
+def _program(text: str):
+    return parse_program(text)
+
+
+def chip_for(hw_json: str) -> Chip:
+    """The simulated chip of a hardware description (created on first use)."""
+    with _LOCK:
+        chip = _CHIPS.get(hw_json)
+        if chip is None:
+            chip = _CHIPS[hw_json] = Chip(loader.from_json(hw_json), _OPTIONS)
+        return chip
+
+
+def set_options(**kwargs) -> None:
+    """Change simulator options (see :class:`tvm_cim.simulator.engine.Options`)."""
+    for k, v in kwargs.items():
+        if not hasattr(_OPTIONS, k):
+            raise ValueError(f"unknown simulator option {k!r}")
+        setattr(_OPTIONS, k, v)
+
+
+def reset() -> None:
+    """Forget every chip's crossbar contents (the next run rewrites weights)."""
+    with _LOCK:
+        _CHIPS.clear()
+
+
+@contextlib.contextmanager
+def collect():
+    """Collect the :class:`RegionStats` of every region run inside the block.
+
+    Yields
+    ------
+    list of RegionStats
+    """
+    stats: list = []
+    _COLLECTORS.append(stats)
+    try:
+        yield stats
+    finally:
+        _COLLECTORS.remove(stats)
+
+
+@tvm.register_global_func("tvm_cim.run_region", override=True)
+def _run_region(*args):
+    out = args[-1]
+    prog = _program(str(args[-2]))
+    chip = chip_for(str(args[-3]))
+    names = [d.name for d in prog.decls if d.role in ("input", "const")]
+    if len(names) != len(args) - 3:
+        raise RuntimeError(
+            f"program {prog.name} declares {len(names)} tensors but the call passes {len(args) - 3}"
+        )
+    tensors = {n: a.numpy() for n, a in zip(names, args[:-3])}
+    env, stats = chip.run(prog, tensors)
+    result = env["out"]
+    out.copyfrom(np.ascontiguousarray(result, dtype=np.float32))
+    for c in _COLLECTORS:
+        c.append(stats)

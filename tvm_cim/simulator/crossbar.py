@@ -1,0 +1,175 @@
+"""Bit-accurate model of crossbar arrays (the physics the simulator executes).
+
+Weights are stored as cell-level bit slices:
+
+* ``differential`` encoding: ``w = w+ - w-`` with magnitudes in
+  ``[0, 2^(b-1) - 1]`` on separate bitlines, ``ceil((b-1)/cell_bits)`` cells each;
+* ``offset`` encoding: ``u = w + 2^(b-1)`` in ``[0, 2^b - 1]`` on
+  ``ceil(b/cell_bits)`` cells, the offset removed digitally as
+  ``2^(b-1) * sum(x)``.
+
+Inputs are unsigned codes applied bit-serially, ``dac_bits`` at a time.  Each
+read step activates at most ``rows_active`` wordlines; every bitline's analogue
+sum over those rows is converted by an ADC of ``adc_bits``:
+
+* ``clip`` mode: LSB of one unit, sums above ``2^adc_bits - 1`` saturate;
+* ``scale`` mode: the LSB is the smallest power of two ``2^e`` with
+  ``(2^adc_bits - 1) * 2^e`` covering the largest possible sum; sums are
+  rounded to a multiple of it.
+
+Shift-and-add recombines input steps and weight slices.  When no conversion
+can be altered (the largest possible sum fits the ADC with an LSB of one), the
+result equals the integer matrix product exactly and :func:`mvm` computes it
+as one product (``exact_shortcut``); the bitwise path gives the same numbers
+and is what tests compare against the integer reference.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..hardware.schema import CIMHardware
+
+# Bound the working set of the bitwise path (bytes of float32 partial sums).
+_CHUNK_BYTES = 96 * 2**20
+
+
+def adc_lsb(hw: CIMHardware) -> int:
+    """ADC least significant bit in units of one cell-times-input-step product."""
+    xb = hw.crossbar
+    if xb.adc_mode == "clip":
+        return 1
+    full = max_partial_sum(hw)
+    levels = 2**xb.adc_bits - 1
+    return 1 << max(0, math.ceil(math.log2(max(1.0, full / levels))))
+
+
+def max_partial_sum(hw: CIMHardware) -> int:
+    """Largest value one bitline can accumulate in one read step."""
+    xb = hw.crossbar
+    return xb.rows_active * (2**xb.dac_bits - 1) * (2**xb.cell_bits - 1)
+
+
+def is_lossless(hw: CIMHardware) -> bool:
+    """True if the ADC can never alter a conversion (then MVMs are exact)."""
+    return adc_lsb(hw) == 1 and max_partial_sum(hw) <= 2**hw.crossbar.adc_bits - 1
+
+
+def encode(w: np.ndarray, hw: CIMHardware) -> np.ndarray:
+    """Program signed integer weights into cell values.
+
+    Parameters
+    ----------
+    w : np.ndarray
+        Integer weights of shape ``(..., rows, n)`` in ``[-(2^(b-1)-1), 2^(b-1)-1]``.
+    hw : CIMHardware
+
+    Returns
+    -------
+    np.ndarray
+        float32 cells of shape ``(..., rows, S, P, n)``: ``S`` slices (least
+        significant first), ``P`` = 2 (positive, negative) or 1 (offset).
+    """
+    xb = hw.crossbar
+    c, s_n = xb.cell_bits, hw.weight_slices
+    mask = (1 << c) - 1
+    w = w.astype(np.int32)
+    if xb.weight_encoding == "differential":
+        lim = 2 ** (xb.weight_bits - 1) - 1
+        w = np.clip(w, -lim, lim)
+        planes = np.stack([np.maximum(w, 0), np.maximum(-w, 0)], axis=-2)  # (..., rows, 2, n)
+    else:
+        planes = (w + 2 ** (xb.weight_bits - 1))[..., None, :]  # (..., rows, 1, n)
+    cells = np.stack([(planes >> (s * c)) & mask for s in range(s_n)], axis=-3)
+    return cells.astype(np.float32)
+
+
+def _slice_weights(hw: CIMHardware) -> np.ndarray:
+    """Recombination weight of each (slice, plane): ``±2^(s*cell_bits)``."""
+    xb = hw.crossbar
+    s = 2.0 ** (xb.cell_bits * np.arange(hw.weight_slices))
+    if xb.weight_encoding == "differential":
+        return np.stack([s, -s], axis=1)  # (S, 2)
+    return s[:, None]  # (S, 1)
+
+
+def decode(cells: np.ndarray, hw: CIMHardware) -> np.ndarray:
+    """Inverse of :func:`encode`: the signed integer weights the cells hold."""
+    w = np.einsum("...rspn,sp->...rn", cells.astype(np.float64), _slice_weights(hw))
+    if hw.crossbar.weight_encoding == "offset":
+        w = w - 2 ** (hw.crossbar.weight_bits - 1)
+    return np.rint(w).astype(np.int64)
+
+
+def _adc(part: np.ndarray, hw: CIMHardware, lsb: int) -> np.ndarray:
+    top = float(2**hw.crossbar.adc_bits - 1)
+    if lsb == 1:
+        return np.minimum(part, top, out=part)
+    q = np.floor(part / lsb + 0.5)
+    np.minimum(q, top, out=q)
+    q *= lsb
+    return q
+
+
+def mvm(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, exact_shortcut: bool = True,
+        weights: np.ndarray | None = None) -> np.ndarray:
+    """Bit-serial matrix-vector products on crossbars, vectorised over tiles.
+
+    Parameters
+    ----------
+    x : np.ndarray
+        Unsigned input codes, shape ``(T, Bt, V, R)``: ``T`` crossbar tiles,
+        ``Bt`` batch, ``V`` input vectors of ``R`` rows (zero-padded).
+    cells : np.ndarray
+        Cell values from :func:`encode`, shape ``(T, Bt, R, S, P, n)``.
+    hw : CIMHardware
+    exact_shortcut : bool
+        Use one integer product when the ADC provably cannot alter a
+        conversion (same result, much faster).
+    weights : np.ndarray, optional
+        ``decode(cells)`` if the caller has it cached (shortcut only).
+
+    Returns
+    -------
+    np.ndarray
+        int64 results of shape ``(T, Bt, V, n)``: what the shift-and-add
+        units produce after the ADCs.
+    """
+    xb = hw.crossbar
+    t_n, bt, v, r = x.shape
+    s_n, p_n, n = cells.shape[-3:]
+    if exact_shortcut and is_lossless(hw):
+        w = decode(cells, hw) if weights is None else weights
+        return np.rint(np.matmul(x.astype(np.float64), w.astype(np.float64))).astype(np.int64)
+
+    ra, d = xb.rows_active, xb.dac_bits
+    g_n = -(-r // ra)
+    pad = g_n * ra - r
+    xg = x if not pad else np.concatenate([x, np.zeros(x.shape[:-1] + (pad,), x.dtype)], axis=-1)
+    cg = cells.reshape(t_n, bt, r, s_n * p_n * n)
+    if pad:
+        cg = np.concatenate([cg, np.zeros((t_n, bt, pad, cg.shape[-1]), cg.dtype)], axis=2)
+    cg = cg.reshape(t_n, bt, g_n, ra, s_n * p_n * n)  # (T, Bt, G, ra, SPn)
+    sw = _slice_weights(hw).reshape(s_n * p_n, 1)
+    lsb = adc_lsb(hw)
+    mask = (1 << d) - 1
+    xi = xg.astype(np.int32)
+    out = np.zeros((t_n, bt, v, n), dtype=np.float64)
+    per_vec = t_n * bt * g_n * s_n * p_n * n * 4
+    chunk = max(1, _CHUNK_BYTES // max(1, per_vec))
+    for v0 in range(0, v, chunk):
+        v1 = min(v, v0 + chunk)
+        acc = np.zeros((t_n, bt, v1 - v0, n), dtype=np.float64)
+        for b in range(hw.input_steps):
+            xs = ((xi[:, :, v0:v1] >> (b * d)) & mask).astype(np.float32)
+            xs = xs.reshape(t_n, bt, v1 - v0, g_n, ra).transpose(0, 1, 3, 2, 4)  # (T,Bt,G,V,ra)
+            part = np.matmul(xs, cg)  # (T, Bt, G, V, SPn): one conversion per element
+            part = _adc(part, hw, lsb).sum(axis=2)  # (T, Bt, V, SPn)
+            part = part.reshape(t_n, bt, v1 - v0, s_n * p_n, n)
+            acc += np.einsum("tbvkn,kz->tbvn", part, sw, optimize=True) * float(1 << (b * d))
+        out[:, :, v0:v1] = acc
+    if xb.weight_encoding == "offset":
+        out -= float(2 ** (xb.weight_bits - 1)) * x.astype(np.float64).sum(axis=-1, keepdims=True)
+    return np.rint(out).astype(np.int64)

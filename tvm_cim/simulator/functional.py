@@ -1,0 +1,39 @@
+"""Data-layout helpers the chip's digital units implement (vectorised numpy)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def im2col(x: np.ndarray, kernel, strides, padding, dilation, pad_value: int = 0) -> np.ndarray:
+    """Unfold an NCHW tensor into convolution input vectors.
+
+    Parameters
+    ----------
+    x : np.ndarray
+        Input of shape ``(N, C, H, W)``.
+    kernel, strides, dilation : tuple of int
+        ``(KH, KW)``, ``(SH, SW)``, ``(DH, DW)``.
+    padding : tuple of int
+        ``(top, left, bottom, right)``.
+    pad_value : int
+        Value of padded positions (the quantisation zero point, so that
+        padding represents real zero).
+
+    Returns
+    -------
+    np.ndarray
+        Shape ``(N*OH*OW, C*KH*KW)``; column order ``(c, i, j)``, row order
+        ``(n, oh, ow)``.
+    """
+    n, c, h, w = x.shape
+    kh, kw = kernel
+    sh, sw = strides
+    dh, dw = dilation
+    top, left, bottom, right = padding
+    xp = np.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)), constant_values=pad_value)
+    oh = (h + top + bottom - dh * (kh - 1) - 1) // sh + 1
+    ow = (w + left + right - dw * (kw - 1) - 1) // sw + 1
+    win = np.lib.stride_tricks.sliding_window_view(xp, (dh * (kh - 1) + 1, dw * (kw - 1) + 1), axis=(2, 3))
+    win = win[:, :, : (oh - 1) * sh + 1 : sh, : (ow - 1) * sw + 1 : sw, ::dh, ::dw]  # (N,C,OH,OW,KH,KW)
+    return np.ascontiguousarray(win.transpose(0, 2, 3, 1, 4, 5)).reshape(n * oh * ow, c * kh * kw)
