@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 
 from . import runtime  # noqa: F401  (registers tvm_cim.run_region)
+from . import target  # noqa: F401
 from . import target as _target
 from .compiler.lower import OffloadToCIM, last_compile_info, offload
 from .compiler.quantize import CalibrationConfig

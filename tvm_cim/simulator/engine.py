@@ -147,7 +147,10 @@ class Chip:
             if o.opcode == "CIM.read_core":
                 xbs.update(o["xbs"])
         stats.crossbars = len(xbs)
-        stats.buffer_peak_bytes = int(sum(v.nbytes for v in env.values() if isinstance(v, np.ndarray)))
+        # working set in hardware formats: input codes (1 B each) + int32 outputs
+        outs = [d for d in prog.decls if d.role == "output"]
+        in_bytes = sum(int(np.prod(d.shape)) for d in prog.decls if d.role == "input") * ((self.hw.crossbar.input_bits + 7) // 8)
+        stats.buffer_peak_bytes = int(in_bytes + sum(int(np.prod(d.shape)) * 4 for d in outs))
         return env, stats
 
     def _leakage_mw(self) -> float:

@@ -1,0 +1,199 @@
+"""Turn simulator statistics into a report: JSON data and a terminal summary."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+import numpy as np
+
+from .compiler.lower import CompileInfo
+from .simulator import crossbar as xbar
+
+
+def compare(outputs: list[np.ndarray], reference: list[np.ndarray]) -> dict:
+    """Max absolute error and cosine similarity of outputs against a reference."""
+    a = np.concatenate([np.asarray(o, np.float64).ravel() for o in outputs])
+    b = np.concatenate([np.asarray(r, np.float64).ravel() for r in reference])
+    denom = float(np.linalg.norm(a) * np.linalg.norm(b))
+    cos = float(a @ b / denom) if denom > 0 else (1.0 if np.array_equal(a, b) else 0.0)
+    return {
+        "max_abs_err": float(np.abs(a - b).max(initial=0.0)),
+        "cosine": cos,
+        "ref_max_abs": float(np.abs(b).max(initial=0.0)),
+    }
+
+
+def build_report(info: CompileInfo, stats: list, hw_name: str) -> dict:
+    """Aggregate the per-region statistics of one inference.
+
+    Parameters
+    ----------
+    info : CompileInfo
+        From the build (regions, programs, placements, host operators).
+    stats : list of RegionStats
+        One entry per region executed (from :func:`tvm_cim.runtime.collect`).
+    hw_name : str
+
+    Returns
+    -------
+    dict
+        The JSON report (see the README for its fields).
+    """
+    hw = info.hw
+    cyc = hw.cycle_ns
+    regions = []
+    energy = defaultdict(float)
+    counts: Counter = Counter()
+    setup_ns = 0.0
+    adc_err_sq = adc_ref_sq = 0.0
+    by_name = {r.name: r for r in info.regions}
+    for s in stats:
+        pl = info.chip_map.placements.get(s.name) if info.chip_map else None
+        r = by_name.get(s.name)
+        run_energy = {k: v for k, v in s.energy_pj.items() if not k.startswith("setup_")}
+        for k, v in s.energy_pj.items():
+            energy[k] += v
+        counts.update(s.metaop_counts)
+        setup_ns += s.setup_ns
+        e = s.adc_error
+        if e:
+            adc_err_sq += e.get("sum_sq_err", 0.0)
+            adc_ref_sq += e.get("sum_sq_ref", 0.0)
+        regions.append(
+            {
+                "name": s.name,
+                "op": s.op,
+                "shape_mkn": list(r.mkn) if r else None,
+                "batch": r.batch if r else 1,
+                "latency_ns": s.latency_ns,
+                "latency_cycles": s.latency_ns / cyc,
+                "energy_pj": float(sum(run_energy.values())),
+                "setup_ns": s.setup_ns,
+                "setup_energy_pj": float(sum(v for k, v in s.energy_pj.items() if k.startswith("setup_"))),
+                "crossbars": s.crossbars,
+                "tiles": len(pl.tiles) if pl else 0,
+                "passes": len(pl.passes) if pl else 0,
+                "segment": pl.segment if pl else 0,
+                "weights_resident": pl.resident if pl else False,
+                "weight_writes": s.weight_writes,
+                "macs": s.macs,
+                "metaop_counts": dict(s.metaop_counts),
+                "adc_rel_rms_error": (
+                    float(np.sqrt(e["sum_sq_err"] / e["sum_sq_ref"])) if e and e.get("sum_sq_ref") else 0.0
+                ),
+                "adc_max_abs_error": float(e.get("max_abs", 0.0)) if e else 0.0,
+            }
+        )
+    latency_ns = float(sum(r["latency_ns"] for r in regions))
+    run_energy_total = float(sum(v for k, v in energy.items() if not k.startswith("setup_")))
+    # utilisation
+    used_cells = alloc_cells = 0
+    xbs_used: set[int] = set()
+    if info.chip_map:
+        for pl in info.chip_map.placements.values():
+            for t, xb in zip(pl.tiles, pl.xbs):
+                used_cells += t.rows * t.cols * hw.cols_per_weight
+                alloc_cells += hw.crossbar.rows * hw.crossbar.cols
+                xbs_used.add(xb)
+    peak = max((s.buffer_peak_bytes for s in stats), default=0)
+    gbuf = hw.chip.global_buffer.capacity_kb * 1024
+    return {
+        "hw": hw_name,
+        "hw_file": hw.source_path,
+        "computing_mode": hw.chip.computing_mode,
+        "latency_ns": latency_ns,
+        "latency_cycles": latency_ns / cyc,
+        "energy_pj": run_energy_total,
+        "energy_breakdown_pj": {k: float(v) for k, v in sorted(energy.items()) if not k.startswith("setup_")},
+        "average_power_mw": run_energy_total / latency_ns if latency_ns else 0.0,
+        "setup": {
+            "latency_ns": setup_ns,
+            "energy_pj": float(sum(v for k, v in energy.items() if k.startswith("setup_"))),
+            "note": "one-time weight programming of weight-stationary crossbars (not part of latency)",
+        },
+        "regions": regions,
+        "host_ops": dict(info.host_ops),
+        "metaop_counts": dict(sorted(counts.items())),
+        "mapping": {
+            "crossbars_needed": info.chip_map.crossbars_needed if info.chip_map else 0,
+            "crossbars_available": hw.total_crossbars,
+            "segments": info.chip_map.segments if info.chip_map else 0,
+            "weight_stationary": info.chip_map.weight_stationary if info.chip_map else True,
+        },
+        "utilisation": {
+            "crossbars_used": len(xbs_used),
+            "crossbars_total": hw.total_crossbars,
+            "crossbar_fraction": len(xbs_used) / hw.total_crossbars,
+            "cell_fraction_of_used_crossbars": used_cells / alloc_cells if alloc_cells else 0.0,
+            "buffer_peak_bytes": peak,
+            "global_buffer_bytes": gbuf,
+            "buffer_fraction": peak / gbuf if gbuf else 0.0,
+        },
+        "adc": {
+            "bits": hw.crossbar.adc_bits,
+            "mode": hw.crossbar.adc_mode,
+            "lossless": xbar.is_lossless(hw),
+            "max_partial_sum": xbar.max_partial_sum(hw),
+            "rel_rms_error": float(np.sqrt(adc_err_sq / adc_ref_sq)) if adc_ref_sq else 0.0,
+        },
+        "latency_scope": "CIM regions only; host operators are listed in host_ops and not timed",
+    }
+
+
+def _si(v: float, unit: str) -> str:
+    for f, p in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1, "")):
+        if abs(v) >= f:
+            return f"{v / f:.3g} {p}{unit}"
+    return f"{v:.3g} {unit}"
+
+
+def summary(rep: dict, top: int = 8) -> str:
+    """A readable multi-line summary of a report."""
+    lines = []
+    lines.append(f"hardware      {rep['hw']} ({rep['computing_mode']} mode)   {rep.get('hw_file', '')}")
+    if "model" in rep:
+        lines.append(f"model         {rep['model']}")
+    lines.append(
+        f"latency       {_si(rep['latency_ns'] * 1e-9, 's')}  ({rep['latency_cycles']:.4g} cycles)"
+    )
+    lines.append(
+        f"energy        {_si(rep['energy_pj'] * 1e-12, 'J')}   avg power {_si(rep['average_power_mw'] * 1e-3, 'W')}"
+    )
+    br = rep["energy_breakdown_pj"]
+    tot = sum(br.values()) or 1.0
+    lines.append("  breakdown   " + ", ".join(f"{k} {100 * v / tot:.1f}%" for k, v in sorted(br.items(), key=lambda kv: -kv[1])))
+    st = rep["setup"]
+    lines.append(f"weight setup {_si(st['latency_ns'] * 1e-9, 's')}, {_si(st['energy_pj'] * 1e-12, 'J')} (once)")
+    m, u = rep["mapping"], rep["utilisation"]
+    seg = "weight-stationary" if m["weight_stationary"] else f"{m['segments']} segments, weights rewritten per inference"
+    lines.append(
+        f"crossbars     {m['crossbars_needed']} needed / {m['crossbars_available']} on chip; "
+        f"{seg}; "
+        f"cell use {100 * u['cell_fraction_of_used_crossbars']:.1f}%; buffer peak {_si(u['buffer_peak_bytes'], 'B')} "
+        f"({100 * u['buffer_fraction']:.0f}% of global buffer{', spills off-chip' if u['buffer_fraction'] > 1 else ''})"
+    )
+    a = rep["adc"]
+    lines.append(
+        f"ADC           {a['bits']}-bit {a['mode']}, {'lossless' if a['lossless'] else 'lossy'} "
+        f"(max partial sum {a['max_partial_sum']}); accumulator rel. RMS error {a['rel_rms_error']:.3g}"
+    )
+    if "cosine" in rep:
+        lines.append(f"vs reference  cosine {rep['cosine']:.6f}   max |err| {rep['max_abs_err']:.4g}  ({rep.get('reference', 'llvm')})")
+    lines.append(f"regions       {len(rep['regions'])} on CIM; host ops: " + (", ".join(f"{k.removeprefix('relax.')}x{v}" for k, v in rep["host_ops"].items()) or "none"))
+    if rep.get("onnx_ops_on_host"):
+        lines.append(f"ONNX ops on host: {', '.join(rep['onnx_ops_on_host'])}")
+    lines.append("meta-ops      " + ", ".join(f"{k} {v}" for k, v in rep["metaop_counts"].items()))
+    regs = sorted(rep["regions"], key=lambda r: -r["latency_ns"])[:top]
+    if regs:
+        lines.append(f"slowest regions (of {len(rep['regions'])}):")
+        lines.append(f"  {'region':34s} {'op':8s} {'M x K x N':>20s} {'xbars':>6s} {'latency':>10s} {'energy':>10s} {'ADC err':>8s}")
+        for r in regs:
+            mkn = "x".join(str(v) for v in r["shape_mkn"]) if r["shape_mkn"] else ""
+            lines.append(
+                f"  {r['name'][-34:]:34s} {r['op']:8s} {mkn:>20s} {r['crossbars']:6d} "
+                f"{_si(r['latency_ns'] * 1e-9, 's'):>10s} {_si(r['energy_pj'] * 1e-12, 'J'):>10s} {r['adc_rel_rms_error']:8.2g}"
+            )
+    if "timing_s" in rep:
+        t = rep["timing_s"]
+        lines.append("wall time     " + ", ".join(f"{k} {v:.2f}s" for k, v in t.items()))
+    return "\n".join(lines)
