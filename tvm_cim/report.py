@@ -7,6 +7,7 @@ from collections import Counter, defaultdict
 import numpy as np
 
 from .compiler.lower import CompileInfo
+from .compiler.mapping import precision
 from .simulator import crossbar as xbar
 
 
@@ -92,7 +93,7 @@ def build_report(info: CompileInfo, stats: list, hw_name: str) -> dict:
     if info.chip_map:
         for pl in info.chip_map.placements.values():
             for t, xb in zip(pl.tiles, pl.xbs):
-                used_cells += t.rows * t.cols * hw.cols_per_weight
+                used_cells += t.rows * t.cols * hw.cols_per_weight(precision(hw)[0])
                 alloc_cells += hw.crossbar.rows * hw.crossbar.cols
                 xbs_used.add(xb)
     peak = max((s.buffer_peak_bytes for s in stats), default=0)

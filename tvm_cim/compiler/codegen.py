@@ -20,7 +20,7 @@ import numpy as np
 
 from ..hardware.schema import CIMHardware
 from ..program import Decl, Op, Parallel, Program, Range, Ref, op
-from .mapping import Placement
+from .mapping import Placement, precision
 from .region import CONV2D, DMATMUL, MATMUL, Region
 
 
@@ -117,7 +117,7 @@ def generate(region: Region, pl: Placement, hw: CIMHardware) -> Program:
     """
     m, k, n = region.mkn
     bt = region.batch
-    bits = hw.crossbar.input_bits
+    wbits, bits = precision(hw)
     decls = [Decl("input", "x", "float32", tuple(region.in_shapes[0]))]
     if region.kind == DMATMUL:
         decls.append(Decl("input", "y", "float32", tuple(region.in_shapes[1])))
@@ -139,6 +139,8 @@ def generate(region: Region, pl: Placement, hw: CIMHardware) -> Program:
         ("K", k),
         ("N", n),
         ("batch", bt),
+        ("weight_bits", wbits),
+        ("input_bits", bits),
         ("tiles", len(pl.tiles)),
         ("passes", len(pl.passes)),
         ("segment", pl.segment),
@@ -172,7 +174,7 @@ def generate(region: Region, pl: Placement, hw: CIMHardware) -> Program:
             run.append(op("DCOM", op="reshape", src=Ref("xq"), dst=Ref("xm"), shape=lead))
     if region.kind == DMATMUL:
         run.append(op("DMOV", op="load", src=Ref("y"), level="global", bytes=int(np.prod(region.in_shapes[1])) * 4))
-        run.append(op("DCOM", op="quantize", src=Ref("y"), dst=Ref("yq0"), scale=float(region.y_scale), zero=0, bits=hw.crossbar.weight_bits, signed=True))
+        run.append(op("DCOM", op="quantize", src=Ref("y"), dst=Ref("yq0"), scale=float(region.y_scale), zero=0, bits=wbits, signed=True))
         run.append(op("DCOM", op="reshape", src=Ref("yq0"), dst=Ref("yq"), shape=(bt, k, n), batch_shape=region.batch_shape))
         run.append(op("DCOM", op="colsum", src=Ref("yq"), dst=Ref("wsum")))
     run.append(op("DMOV", op="scatter", src=Ref("xm"), level="core", bytes=bt * m * k))

@@ -153,7 +153,7 @@ def offload(mod: tvm.IRModule, hw: CIMHardware, calib: CalibrationConfig | None 
     ranges = calibrate(mod, names, calib)
     infos = {g: describe_composite(mod[g]) for g in order}
     regions = [
-        make_region(names[g], infos[g], ranges, hw.crossbar.input_bits, hw.crossbar.weight_bits) for g in order
+        make_region(names[g], infos[g], ranges, mapping.precision(hw)[1], mapping.precision(hw)[0]) for g in order
     ]
     cmap = mapping.allocate(regions, hw)
     hw_json = loader.to_json(hw)

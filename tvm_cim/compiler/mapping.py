@@ -25,6 +25,8 @@ import numpy as np
 from ..hardware.schema import CIMHardware
 from .region import DMATMUL, Region
 
+QUANT_BITS = 8  # the compiler quantises weights and activations to int8
+
 
 @dataclass(frozen=True)
 class Tile:
@@ -44,6 +46,11 @@ class Tile:
         return self.n1 - self.n0
 
 
+def precision(hw: CIMHardware) -> tuple[int, int]:
+    """Weight and input bits the compiler quantises to: int8, capped by the chip."""
+    return min(QUANT_BITS, hw.crossbar.weight_bits), min(QUANT_BITS, hw.crossbar.input_bits)
+
+
 def tile_matrix(k: int, n: int, hw: CIMHardware, w: np.ndarray | None = None) -> list[Tile]:
     """Cut a ``k x n`` matrix into crossbar tiles, dropping all-zero tiles of ``w``.
 
@@ -61,7 +68,7 @@ def tile_matrix(k: int, n: int, hw: CIMHardware, w: np.ndarray | None = None) ->
     list of Tile
         In row-major order over (row block, column block).
     """
-    rows, cols = hw.crossbar.rows, hw.logical_cols
+    rows, cols = hw.crossbar.rows, hw.logical_cols(precision(hw)[0])
     tiles = []
     for k0 in range(0, k, rows):
         for n0 in range(0, n, cols):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import tomllib
 import typing
@@ -146,6 +147,8 @@ def _convert(tp, value: Any, key: str, where: str):
             fail("a positive integer" if leaf in _POSITIVE_HINT else "a non-negative integer")
         return value
     if tp is float:
+        if isinstance(value, float) and not math.isfinite(value):
+            fail("a finite number")
         if isinstance(value, bool) or not isinstance(value, int | float):
             fail("a positive number" if leaf in _POSITIVE_HINT else "a non-negative number")
         if value < 0 or (leaf in _POSITIVE_HINT and value <= 0):
@@ -209,6 +212,9 @@ def _check_consistency(hw, where: str) -> None:
         raise HardwareDescriptionError(f"{where}: key '{key}': expected {expected}, got {got!r}")
 
     if isinstance(hw, schema.CIMHardware):
+        unknown_ops = sorted(set(hw.ops) - set(schema.CIM_OPS))
+        if unknown_ops:
+            fail(f"ops.{unknown_ops[0]}", "an operation name, one of " + ", ".join(schema.CIM_OPS), unknown_ops[0])
         xb = hw.crossbar
         if xb.rows_active > xb.rows:
             fail("crossbar.rows_active", f"at most crossbar.rows ({xb.rows})", xb.rows_active)
@@ -258,6 +264,8 @@ def _load_file(path: str, mtime: float) -> schema.HardwareDescription:
         raise HardwareDescriptionError(f"{path}: cannot read hardware file: {e.strerror}") from None
     except tomllib.TOMLDecodeError as e:
         raise HardwareDescriptionError(f"{path}: not valid TOML: {e}") from None
+    except UnicodeDecodeError as e:
+        raise HardwareDescriptionError(f"{path}: not valid TOML: not UTF-8 text ({e.reason} at byte {e.start})") from None
     return parse(data, path)
 
 

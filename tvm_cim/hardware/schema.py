@@ -80,6 +80,9 @@ class Noc:
 
 
 # --------------------------------------------------------------------------- CIM
+# Digital operations whose per-element cost a CIM description may set in [ops].
+CIM_OPS = ("add", "colsum", "dmov", "im2col", "mul", "pool", "quantize", "relu", "shift_add", "sigmoid")
+
 @dataclass(frozen=True, kw_only=True)
 class Device:
     """The memory cell technology of the crossbars."""
@@ -178,10 +181,9 @@ class CIMHardware:
     dual_mode: DualMode = _f(factory=DualMode, doc="CMSwitch dual-mode arrays")
     ops: dict[str, OpCost] = _f(
         factory=dict,
-        doc="per-operation latency/energy for digital meta-operators: "
-        "shift_add, add, mul, relu, pool, dmov (per element)",
+        doc="per-element latency/energy of digital meta-operators; keys: " + ", ".join(CIM_OPS),
     )
-    source_path: str = ""
+    source_path: str = field(default="", compare=False)
 
     # ----------------------------------------------------------------- derived
     @property
@@ -198,28 +200,24 @@ class CIMHardware:
         """Length of one digital clock cycle in nanoseconds."""
         return 1e3 / self.chip.frequency_mhz
 
-    @property
-    def weight_slices(self) -> int:
-        """Cells that hold the magnitude bits of one weight (bit slicing)."""
+    def weight_slices(self, bits: int) -> int:
+        """Cells that hold the magnitude bits of one ``bits``-bit weight (bit slicing)."""
         xb = self.crossbar
-        mag = xb.weight_bits - 1 if xb.weight_encoding == "differential" else xb.weight_bits
+        mag = bits - 1 if xb.weight_encoding == "differential" else bits
         return -(-mag // xb.cell_bits)
 
-    @property
-    def cols_per_weight(self) -> int:
-        """Physical bitlines one logical weight column occupies."""
+    def cols_per_weight(self, bits: int) -> int:
+        """Physical bitlines one logical weight column of ``bits``-bit weights occupies."""
         diff = 2 if self.crossbar.weight_encoding == "differential" else 1
-        return self.weight_slices * diff
+        return self.weight_slices(bits) * diff
 
-    @property
-    def logical_cols(self) -> int:
-        """Weight-matrix columns one crossbar holds."""
-        return max(1, self.crossbar.cols // self.cols_per_weight)
+    def logical_cols(self, bits: int) -> int:
+        """Weight-matrix columns one crossbar holds at ``bits``-bit weights."""
+        return max(1, self.crossbar.cols // self.cols_per_weight(bits))
 
-    @property
-    def input_steps(self) -> int:
-        """Bit-serial input steps per MVM (``ceil(input_bits / dac_bits)``)."""
-        return -(-self.crossbar.input_bits // self.crossbar.dac_bits)
+    def input_steps(self, bits: int) -> int:
+        """Bit-serial input steps per MVM of ``bits``-bit inputs."""
+        return -(-bits // self.crossbar.dac_bits)
 
     def op(self, name: str) -> OpCost:
         """Cost of a digital operation, defaulting to one cycle and no energy."""
@@ -321,7 +319,7 @@ class PIMHardware:
     core: PimCore
     dram: PimDram
     commands: dict[str, PimCommand] = _f(factory=dict, doc="the device's PIM command set")
-    source_path: str = ""
+    source_path: str = field(default="", compare=False)
 
     @property
     def name(self) -> str:

@@ -57,7 +57,7 @@ def is_lossless(hw: CIMHardware) -> bool:
     return adc_lsb(hw) == 1 and max_partial_sum(hw) <= 2**hw.crossbar.adc_bits - 1
 
 
-def encode(w: np.ndarray, hw: CIMHardware) -> np.ndarray:
+def encode(w: np.ndarray, hw: CIMHardware, bits: int) -> np.ndarray:
     """Program signed integer weights into cell values.
 
     Parameters
@@ -65,6 +65,8 @@ def encode(w: np.ndarray, hw: CIMHardware) -> np.ndarray:
     w : np.ndarray
         Integer weights of shape ``(..., rows, n)`` in ``[-(2^(b-1)-1), 2^(b-1)-1]``.
     hw : CIMHardware
+    bits : int
+        Weight precision of the program (at most ``crossbar.weight_bits``).
 
     Returns
     -------
@@ -73,33 +75,33 @@ def encode(w: np.ndarray, hw: CIMHardware) -> np.ndarray:
         significant first), ``P`` = 2 (positive, negative) or 1 (offset).
     """
     xb = hw.crossbar
-    c, s_n = xb.cell_bits, hw.weight_slices
+    c, s_n = xb.cell_bits, hw.weight_slices(bits)
     mask = (1 << c) - 1
     w = w.astype(np.int32)
+    lim = 2 ** (bits - 1) - 1
+    w = np.clip(w, -lim, lim)
     if xb.weight_encoding == "differential":
-        lim = 2 ** (xb.weight_bits - 1) - 1
-        w = np.clip(w, -lim, lim)
         planes = np.stack([np.maximum(w, 0), np.maximum(-w, 0)], axis=-2)  # (..., rows, 2, n)
     else:
-        planes = (w + 2 ** (xb.weight_bits - 1))[..., None, :]  # (..., rows, 1, n)
+        planes = (w + 2 ** (bits - 1))[..., None, :]  # (..., rows, 1, n)
     cells = np.stack([(planes >> (s * c)) & mask for s in range(s_n)], axis=-3)
     return cells.astype(np.float32)
 
 
-def _slice_weights(hw: CIMHardware) -> np.ndarray:
+def _slice_weights(hw: CIMHardware, bits: int) -> np.ndarray:
     """Recombination weight of each (slice, plane): ``±2^(s*cell_bits)``."""
     xb = hw.crossbar
-    s = 2.0 ** (xb.cell_bits * np.arange(hw.weight_slices))
+    s = 2.0 ** (xb.cell_bits * np.arange(hw.weight_slices(bits)))
     if xb.weight_encoding == "differential":
         return np.stack([s, -s], axis=1)  # (S, 2)
     return s[:, None]  # (S, 1)
 
 
-def decode(cells: np.ndarray, hw: CIMHardware) -> np.ndarray:
+def decode(cells: np.ndarray, hw: CIMHardware, bits: int) -> np.ndarray:
     """Inverse of :func:`encode`: the signed integer weights the cells hold."""
-    w = np.einsum("...rspn,sp->...rn", cells.astype(np.float64), _slice_weights(hw))
+    w = np.einsum("...rspn,sp->...rn", cells.astype(np.float64), _slice_weights(hw, bits))
     if hw.crossbar.weight_encoding == "offset":
-        w = w - 2 ** (hw.crossbar.weight_bits - 1)
+        w = w - 2 ** (bits - 1)
     return np.rint(w).astype(np.int64)
 
 
@@ -113,8 +115,8 @@ def _adc(part: np.ndarray, hw: CIMHardware, lsb: int) -> np.ndarray:
     return q
 
 
-def mvm(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, exact_shortcut: bool = True,
-        weights: np.ndarray | None = None) -> np.ndarray:
+def mvm(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, weight_bits: int, input_bits: int,
+        exact_shortcut: bool = True, weights: np.ndarray | None = None) -> np.ndarray:
     """Bit-serial matrix-vector products on crossbars, vectorised over tiles.
 
     Parameters
@@ -125,6 +127,8 @@ def mvm(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, exact_shortcut: bool 
     cells : np.ndarray
         Cell values from :func:`encode`, shape ``(T, Bt, R, S, P, n)``.
     hw : CIMHardware
+    weight_bits, input_bits : int
+        Precision of the program's weights and input codes.
     exact_shortcut : bool
         Use one integer product when the ADC provably cannot alter a
         conversion (same result, much faster).
@@ -141,7 +145,7 @@ def mvm(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, exact_shortcut: bool 
     t_n, bt, v, r = x.shape
     s_n, p_n, n = cells.shape[-3:]
     if exact_shortcut and is_lossless(hw):
-        w = decode(cells, hw) if weights is None else weights
+        w = decode(cells, hw, weight_bits) if weights is None else weights
         return np.rint(np.matmul(x.astype(np.float64), w.astype(np.float64))).astype(np.int64)
 
     ra, d = xb.rows_active, xb.dac_bits
@@ -152,7 +156,7 @@ def mvm(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, exact_shortcut: bool 
     if pad:
         cg = np.concatenate([cg, np.zeros((t_n, bt, pad, cg.shape[-1]), cg.dtype)], axis=2)
     cg = cg.reshape(t_n, bt, g_n, ra, s_n * p_n * n)  # (T, Bt, G, ra, SPn)
-    sw = _slice_weights(hw).reshape(s_n * p_n, 1)
+    sw = _slice_weights(hw, weight_bits).reshape(s_n * p_n, 1)
     lsb = adc_lsb(hw)
     mask = (1 << d) - 1
     xi = xg.astype(np.int32)
@@ -162,7 +166,7 @@ def mvm(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, exact_shortcut: bool 
     for v0 in range(0, v, chunk):
         v1 = min(v, v0 + chunk)
         acc = np.zeros((t_n, bt, v1 - v0, n), dtype=np.float64)
-        for b in range(hw.input_steps):
+        for b in range(hw.input_steps(input_bits)):
             xs = ((xi[:, :, v0:v1] >> (b * d)) & mask).astype(np.float32)
             xs = xs.reshape(t_n, bt, v1 - v0, g_n, ra).transpose(0, 1, 3, 2, 4)  # (T,Bt,G,V,ra)
             part = np.matmul(xs, cg)  # (T, Bt, G, V, SPn): one conversion per element
@@ -171,5 +175,5 @@ def mvm(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, exact_shortcut: bool 
             acc += np.einsum("tbvkn,kz->tbvn", part, sw, optimize=True) * float(1 << (b * d))
         out[:, :, v0:v1] = acc
     if xb.weight_encoding == "offset":
-        out -= float(2 ** (xb.weight_bits - 1)) * x.astype(np.float64).sum(axis=-1, keepdims=True)
+        out -= float(2 ** (weight_bits - 1)) * x.astype(np.float64).sum(axis=-1, keepdims=True)
     return np.rint(out).astype(np.int64)

@@ -127,6 +127,13 @@ class Chip:
             if d.role in ("input", "const") and d.name not in env:
                 raise SimulationError(f"program '{prog.name}': missing {d.role} %{d.name}")
         stats = RegionStats(prog.name, str(prog.attr("op", "")))
+        self.wbits = int(prog.attr("weight_bits", self.hw.crossbar.weight_bits))
+        self.ibits = int(prog.attr("input_bits", self.hw.crossbar.input_bits))
+        if self.wbits > self.hw.crossbar.weight_bits or self.ibits > self.hw.crossbar.input_bits:
+            raise SimulationError(
+                f"program '{prog.name}' needs {self.wbits}-bit weights / {self.ibits}-bit inputs; "
+                f"the chip supports {self.hw.crossbar.weight_bits} / {self.hw.crossbar.input_bits}"
+            )
         key = prog.name
         if key not in self._setup_done or any(
             self.xb_owner.get(o["xb"]) != (prog.name,) for o in prog.ops("setup")
@@ -193,9 +200,9 @@ class Chip:
             if w.ndim == 2:
                 w = w[None]
             xb = o["xb"]
-            cells = X.encode(w, self.hw)
+            cells = X.encode(w, self.hw, self.wbits)
             self.xb_cells[xb] = cells
-            self.xb_weights[xb] = X.decode(cells, self.hw)
+            self.xb_weights[xb] = X.decode(cells, self.hw, self.wbits)
             self.xb_owner[xb] = (stats.name,)
             stats.weight_writes += 1
             return
@@ -287,7 +294,7 @@ class Chip:
                 wts.append(w)
             cells = np.stack(cells)
             wts = np.stack(wts)
-            res = X.mvm(xs, cells, self.hw, self.options.exact_shortcut, weights=wts)
+            res = X.mvm(xs, cells, self.hw, self.wbits, self.ibits, self.options.exact_shortcut, weights=wts)
             if self.options.measure_adc_error and not X.is_lossless(self.hw):
                 ideal = np.matmul(xs.astype(np.float64), wts.astype(np.float64))
                 err = np.abs(res - ideal)
@@ -316,13 +323,13 @@ class Chip:
     def _read_cost(self, rows: int, cols: int, vectors: int, steps_rows: int | None = None) -> Cost:
         hw, xb = self.hw, self.hw.crossbar
         groups = steps_rows if steps_rows is not None else -(-rows // xb.rows_active)
-        bitlines = cols * hw.cols_per_weight
+        bitlines = cols * hw.cols_per_weight(self.wbits)
         step_ns = max(xb.device.read_latency_ns, -(-bitlines // xb.adcs) * xb.adc_latency_ns)
-        steps = vectors * hw.input_steps * groups
+        steps = vectors * hw.input_steps(self.ibits) * groups
         c = Cost(ns=steps * step_ns)
         c.energy["crossbar"] += steps * xb.device.read_energy_pj * min(rows, xb.rows_active) / xb.rows
         c.energy["adc"] += steps * bitlines * xb.adc_energy_pj
-        c.energy["dac"] += vectors * hw.input_steps * rows * xb.dac_energy_pj
+        c.energy["dac"] += vectors * hw.input_steps(self.ibits) * rows * xb.dac_energy_pj
         sa = hw.op("shift_add")
         c.energy["alu"] += steps * cols * sa.energy_pj
         return c
@@ -334,7 +341,7 @@ class Chip:
         if o.opcode == "CIM.write_xb":
             rows, cols = o["rows"].size, o["cols"].size
             c = Cost(ns=batch * rows * hw.crossbar.device.write_latency_ns)
-            c.energy["write"] += batch * rows * cols * hw.cols_per_weight * hw.crossbar.device.write_energy_pj_per_cell
+            c.energy["write"] += batch * rows * cols * hw.cols_per_weight(self.wbits) * hw.crossbar.device.write_energy_pj_per_cell
             return c
         if o.opcode in ("CIM.read_xb", "CIM.read_row", "CIM.read_core"):
             src = env[o["src"].name]
