@@ -187,7 +187,9 @@ class _GraphBuilder:
             tensor.name = name
             tensor.data_type = helper.np_dtype_to_tensor_dtype(array.dtype)
             tensor.dims.extend(array.shape)
-            tensor.raw_data = np.ascontiguousarray(array).tobytes()
+            # raw_data is little-endian by the ONNX spec (no copy on LE hosts).
+            little = array.dtype.newbyteorder("<")
+            tensor.raw_data = np.ascontiguousarray(array, dtype=little).tobytes()
         opset = [helper.make_opsetid("", self.opset)]
         model = helper.make_model(
             graph,
