@@ -77,7 +77,9 @@ def _host_ops(mod: tvm.IRModule) -> dict[str, int]:
     def visit(e):
         if isinstance(e, relax.Call) and isinstance(e.op, tvm.ir.Op):
             name = e.op.name
-            if name not in ("relax.call_dps_packed", "relax.call_tir", "relax.call_pure_packed"):
+            if name == "relax.call_tir":  # operators the frontend lowered to TIR (e.g. Clip)
+                counts["tir." + str(e.args[0].name_hint).rstrip("0123456789")] += 1
+            elif name not in ("relax.call_dps_packed", "relax.call_pure_packed"):
                 counts[name] += 1
 
     for gv, f in mod.functions.items():
