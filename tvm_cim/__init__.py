@@ -33,7 +33,7 @@ _target.register_presets("cim")
 
 
 @contextlib.contextmanager
-def calibration(samples: int = 2, seed: int = 0, inputs=None):
+def calibration(samples: int = 1, seed: int = 0, inputs=None):
     """Set how builds inside the block calibrate activations.
 
     Parameters
@@ -55,7 +55,31 @@ def calibration(samples: int = 2, seed: int = 0, inputs=None):
         lower.set_calibration_config(prev)
 
 
+@contextlib.contextmanager
+def scheduling(strategy: str = "cim-mlc", options=None):
+    """Set the scheduling strategy of builds inside the block.
+
+    Parameters
+    ----------
+    strategy : {'none', 'greedy', 'puma', 'cim-mlc'}
+        ``cim-mlc`` (default) is the multi-level method of CIM-MLC; ``greedy``
+        the Poly-Schedule baseline; ``puma`` inter-layer pipeline without
+        duplication; ``none`` no optimisation.
+    options : tvm_cim.compiler.schedule.Options, optional
+        Switch individual techniques (ablations).
+    """
+    from .compiler import lower
+
+    prev = lower.scheduling()
+    lower.set_scheduling(strategy, options)
+    try:
+        yield
+    finally:
+        lower.set_scheduling(*prev)
+
+
 __all__ = [
+    "scheduling",
     "OffloadToCIM",
     "offload",
     "last_compile_info",

@@ -142,7 +142,7 @@ def cmd_run(args) -> int:
 
     target = tvm_cim.target.register_hardware("cim", args.hw)
     t1 = time.perf_counter()
-    with tvm_cim.calibration(samples=args.calib_samples, seed=args.seed + 1):
+    with tvm_cim.calibration(samples=args.calib_samples, seed=args.seed + 1), tvm_cim.scheduling(args.strategy):
         ex = relax.build(mod, target=target)
     info = tvm_cim.last_compile_info()
     t2 = time.perf_counter()
@@ -227,7 +227,14 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--outputs", help="save outputs to this .npz, keyed by graph output name")
     r.add_argument("--emit", help="write the meta-operator program text here")
     r.add_argument("--seed", type=int, default=0, help="seed of random inputs, zoo weights and calibration")
-    r.add_argument("--calib-samples", type=int, default=2, help="seeded calibration samples (default 2)")
+    r.add_argument(
+        "--strategy",
+        default="cim-mlc",
+        choices=["none", "greedy", "puma", "cim-mlc"],
+        help="scheduling: cim-mlc (multi-level duplication + pipelines, default), greedy "
+        "(Poly-Schedule's greedy duplication, batch pipeline), puma (inter-layer pipeline only), none",
+    )
+    r.add_argument("--calib-samples", type=int, default=1, help="seeded calibration samples (default 1)")
     r.add_argument(
         "--bitwise",
         action="store_true",

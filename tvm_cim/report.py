@@ -9,6 +9,7 @@ import numpy as np
 from .compiler.lower import CompileInfo
 from .compiler.mapping import precision
 from .simulator import crossbar as xbar
+from .simulator.timeline import schedule_graph
 
 
 def compare(outputs: list[np.ndarray], reference: list[np.ndarray]) -> dict:
@@ -42,6 +43,10 @@ def build_report(info: CompileInfo, stats: list, hw_name: str) -> dict:
     """
     hw = info.hw
     cyc = hw.cycle_ns
+    sched = info.schedule
+    pipeline = bool(sched.options.pipeline) if sched else False
+    tl = schedule_graph([(s.name, s.events, s.segment) for s in stats if s.events is not None],
+                        info.producers, pipeline)
     regions = []
     energy = defaultdict(float)
     counts: Counter = Counter()
@@ -51,9 +56,10 @@ def build_report(info: CompileInfo, stats: list, hw_name: str) -> dict:
     for s in stats:
         pl = info.chip_map.placements.get(s.name) if info.chip_map else None
         r = by_name.get(s.name)
-        run_energy = {k: v for k, v in s.energy_pj.items() if not k.startswith("setup_")}
+        run_energy = {k: v for k, v in s.energy_pj.items() if not k.startswith("setup_") and k != "leakage"}
         for k, v in s.energy_pj.items():
-            energy[k] += v
+            if k != "leakage":
+                energy[k] += v
         counts.update(s.metaop_counts)
         setup_ns += s.setup_ns
         e = s.adc_error
@@ -68,6 +74,10 @@ def build_report(info: CompileInfo, stats: list, hw_name: str) -> dict:
                 "batch": r.batch if r else 1,
                 "latency_ns": s.latency_ns,
                 "latency_cycles": s.latency_ns / cyc,
+                "estimate_ns": sched.estimate_regions_ns.get(s.name) if sched else None,
+                "start_ns": tl.region_span.get(s.name, (0.0, 0.0))[0],
+                "finish_ns": tl.region_span.get(s.name, (0.0, 0.0))[1],
+                "replicas": len(pl.replicas) if pl else 1,
                 "energy_pj": float(sum(run_energy.values())),
                 "setup_ns": s.setup_ns,
                 "setup_energy_pj": float(sum(v for k, v in s.energy_pj.items() if k.startswith("setup_"))),
@@ -85,7 +95,11 @@ def build_report(info: CompileInfo, stats: list, hw_name: str) -> dict:
                 "adc_max_abs_error": float(e.get("max_abs", 0.0)) if e else 0.0,
             }
         )
-    latency_ns = float(sum(r["latency_ns"] for r in regions))
+    latency_ns = tl.latency_ns
+    from .runtime import chip_for  # leakage of the whole chip over the inference
+    from .hardware import loader
+
+    energy["leakage"] = chip_for(loader.to_json(hw)).leakage_mw * latency_ns
     run_energy_total = float(sum(v for k, v in energy.items() if not k.startswith("setup_")))
     # utilisation
     used_cells = alloc_cells = 0
@@ -107,6 +121,16 @@ def build_report(info: CompileInfo, stats: list, hw_name: str) -> dict:
         "energy_pj": run_energy_total,
         "energy_breakdown_pj": {k: float(v) for k, v in sorted(energy.items()) if not k.startswith("setup_")},
         "average_power_mw": run_energy_total / latency_ns if latency_ns else 0.0,
+        "peak_power_mw": tl.peak_power_mw,
+        "peak_power_scope": "crossbar reads and writes with their DACs and ADCs active at once",
+        "strategy": sched.strategy if sched else "none",
+        "schedule": {
+            "options": dict(vars(sched.options)) if sched else {},
+            "segments": sched.segments if sched else 1,
+            "estimate_ns": sched.estimate_ns if sched else None,
+            "estimate_error": (sched.estimate_ns - latency_ns) / latency_ns if sched and latency_ns else None,
+        },
+        "resource_utilisation": tl.utilisation,
         "setup": {
             "latency_ns": setup_ns,
             "energy_pj": float(sum(v for k, v in energy.items() if k.startswith("setup_"))),
@@ -137,7 +161,7 @@ def build_report(info: CompileInfo, stats: list, hw_name: str) -> dict:
             "max_partial_sum": xbar.max_partial_sum(hw),
             "rel_rms_error": float(np.sqrt(adc_err_sq / adc_ref_sq)) if adc_ref_sq else 0.0,
         },
-        "latency_scope": "CIM regions only; host operators are listed in host_ops and not timed",
+        "latency_scope": "CIM regions on the simulator's resource timeline; host operators are listed in host_ops and not timed",
     }
 
 
@@ -157,8 +181,15 @@ def summary(rep: dict, top: int = 8) -> str:
     lines.append(
         f"latency       {_si(rep['latency_ns'] * 1e-9, 's')}  ({rep['latency_cycles']:.4g} cycles)"
     )
+    sc = rep.get("schedule", {})
+    if sc.get("estimate_ns"):
+        lines.append(
+            f"schedule      {rep.get('strategy')}: {sc.get('segments')} segment(s); analytical estimate "
+            f"{_si(sc['estimate_ns'] * 1e-9, 's')} ({100 * sc['estimate_error']:+.1f}% vs simulator)"
+        )
     lines.append(
         f"energy        {_si(rep['energy_pj'] * 1e-12, 'J')}   avg power {_si(rep['average_power_mw'] * 1e-3, 'W')}"
+        f"   peak analog power {_si(rep.get('peak_power_mw', 0.0) * 1e-3, 'W')}"
     )
     br = rep["energy_breakdown_pj"]
     tot = sum(br.values()) or 1.0
@@ -187,11 +218,11 @@ def summary(rep: dict, top: int = 8) -> str:
     regs = sorted(rep["regions"], key=lambda r: -r["latency_ns"])[:top]
     if regs:
         lines.append(f"slowest regions (of {len(rep['regions'])}):")
-        lines.append(f"  {'region':34s} {'op':8s} {'M x K x N':>20s} {'xbars':>6s} {'latency':>10s} {'energy':>10s} {'ADC err':>8s}")
+        lines.append(f"  {'region':34s} {'op':8s} {'M x K x N':>20s} {'reps':>5s} {'xbars':>6s} {'latency':>10s} {'energy':>10s} {'ADC err':>8s}")
         for r in regs:
             mkn = "x".join(str(v) for v in r["shape_mkn"]) if r["shape_mkn"] else ""
             lines.append(
-                f"  {r['name'][-34:]:34s} {r['op']:8s} {mkn:>20s} {r['crossbars']:6d} "
+                f"  {r['name'][-34:]:34s} {r['op']:8s} {mkn:>20s} {r.get('replicas', 1):5d} {r['crossbars']:6d} "
                 f"{_si(r['latency_ns'] * 1e-9, 's'):>10s} {_si(r['energy_pj'] * 1e-12, 'J'):>10s} {r['adc_rel_rms_error']:8.2g}"
             )
     if "timing_s" in rep:

@@ -1,102 +1,63 @@
 """Emit the meta-operator program of one region (CIM-MLC meta-operator flow).
 
+Each replica of the weights (duplication) is a *virtual crossbar*
+(``CIM.bind_vxb``): physical crossbars bound to row and column ranges of the
+weight matrix (dimension binding: the unfolded input dimension ``K`` on
+wordlines, output channels ``N`` on bitlines).  The input vectors are cut into
+chunks (output rows of a convolution); chunk ``c`` runs on replica
+``c mod replicas``, so replicas work in parallel and, with the inter-layer
+pipeline, the next region can start on the first chunks.
+
 The read meta-operator follows the preset's computing mode (paper 003 sec. 3.3):
 
-* ``crossbar`` mode: one ``CIM.read_xb`` per crossbar tile;
-* ``core`` mode: one ``CIM.read_core`` per core, covering the tiles held by
-  that core's crossbars;
+* ``core`` mode: ``CIM.read_core`` activates the cores of a replica;
+* ``crossbar`` mode: ``CIM.read_xb`` activates a replica's crossbars; with the
+  MVM-grained pipeline, each row block of crossbars gets its own input slice
+  (``DMOV scatter``) and read, so it starts as soon as its slice arrives;
 * ``wordline`` mode: one ``CIM.read_row`` per group of ``rows_active``
-  wordlines of each tile.
+  wordlines (a single group when rows are remapped).
 
-Tensor conventions inside a program (see :mod:`tvm_cim.simulator.engine`):
-``%x`` (and ``%y`` for a run-time second operand) are the float inputs, ``%xq``
-the quantised codes, ``%xm`` the ``(Bt, M, K)`` matrix of input vectors,
-``%acc`` the ``(Bt, M, N)`` integer accumulators and ``%out`` the float output.
+Tensor conventions (see :mod:`tvm_cim.simulator.engine`): ``%x`` (and ``%y``
+for a run-time second operand) float inputs, ``%xq`` quantised codes, ``%xm``
+the ``(Bt, M, K)`` input vectors, ``%acc`` the ``(Bt, M, N)`` integer
+accumulators, ``%yf`` float results, ``%out`` the output in its layout.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
 from ..hardware.schema import CIMHardware
 from ..program import Decl, Op, Parallel, Program, Range, Ref, op
 from .mapping import Placement, precision
-from .region import CONV2D, DMATMUL, MATMUL, Region
+from .region import CONV2D, DMATMUL, Region
+from .schedule import Options, chunk_count, halo_fraction
 
 
-def _reads(region: Region, pl: Placement, idx: list[int], hw: CIMHardware, src: str) -> list[Op]:
-    mode = hw.chip.computing_mode
-    batch = region.batch
-    extra = {"batch": batch} if batch > 1 else {}
-    out: list[Op] = []
-    if mode == "core":
-        per_core = hw.core.crossbars
-        by_core: dict[int, list[int]] = {}
-        for i in idx:
-            by_core.setdefault(pl.xbs[i] // per_core, []).append(i)
-        for core, ids in by_core.items():
-            out.append(
-                op(
-                    "CIM.read_core",
-                    core=core,
-                    xbs=tuple(pl.xbs[i] for i in ids),
-                    src=Ref(src),
-                    rows=tuple(Range(pl.tiles[i].k0, pl.tiles[i].k1) for i in ids),
-                    dst=Ref("acc"),
-                    cols=tuple(Range(pl.tiles[i].n0, pl.tiles[i].n1) for i in ids),
-                    **extra,
-                )
-            )
-        return out
-    for i in idx:
-        t = pl.tiles[i]
-        if mode == "wordline":
-            ra = hw.crossbar.rows_active
-            for r0 in range(t.k0, t.k1, ra):
-                out.append(
-                    op(
-                        "CIM.read_row",
-                        xb=pl.xbs[i],
-                        src=Ref(src),
-                        rows=Range(r0, min(t.k1, r0 + ra)),
-                        base=t.k0,
-                        dst=Ref("acc"),
-                        cols=Range(t.n0, t.n1),
-                        **extra,
-                    )
-                )
-        else:
-            out.append(
-                op(
-                    "CIM.read_xb",
-                    xb=pl.xbs[i],
-                    src=Ref(src),
-                    rows=Range(t.k0, t.k1),
-                    dst=Ref("acc"),
-                    cols=Range(t.n0, t.n1),
-                    **extra,
-                )
-            )
-    return out
+def _chunks(m_total: int, n: int) -> list[Range]:
+    edges = np.linspace(0, m_total, n + 1).round().astype(int)
+    return [Range(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:]) if b > a]
 
 
-def _writes(region: Region, pl: Placement, idx: list[int]) -> list[Op]:
-    src = "w" if region.kind != DMATMUL else "yq"
-    extra = {"batch": region.batch} if region.batch > 1 else {}
-    return [
-        op(
-            "CIM.write_xb",
-            xb=pl.xbs[i],
-            src=Ref(src),
-            rows=Range(pl.tiles[i].k0, pl.tiles[i].k1),
-            cols=Range(pl.tiles[i].n0, pl.tiles[i].n1),
-            **extra,
-        )
-        for i in idx
-    ]
+def _in_frac(region: Region, v: Range, m_total: int) -> tuple[float, float]:
+    """Share of the region input a chunk of output vectors needs (with halo)."""
+    if region.kind != CONV2D:
+        return (v.start / m_total, v.stop / m_total)
+    n, _, h, _ = region.in_shapes[0]
+    _, _, oh, ow = region.out_shape
+    s, d, k = region.conv["strides"][0], region.conv["dilation"][0], region.conv["kernel"][0]
+    pt = region.conv["padding"][0]
+    r0, r1 = v.start // ow, -(-v.stop // ow)  # global output rows (n*OH + oh)
+    i0 = (r0 // oh) * h + (r0 % oh) * s - pt
+    i1 = ((r1 - 1) // oh) * h + ((r1 - 1) % oh) * s - pt + (k - 1) * d + 1
+    tot = n * h
+    return (max(0.0, i0 / tot), min(1.0, i1 / tot))
 
 
-def generate(region: Region, pl: Placement, hw: CIMHardware) -> Program:
+def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | None = None,
+             strategy: str = "none") -> Program:
     """Generate the meta-operator program of a region.
 
     Parameters
@@ -104,9 +65,13 @@ def generate(region: Region, pl: Placement, hw: CIMHardware) -> Program:
     region : Region
         The quantised operator.
     pl : Placement
-        Its crossbar tiles and allocation (from :func:`mapping.allocate`).
+        Its tiles, replicas and passes (from :func:`mapping.allocate`).
     hw : CIMHardware
         The chip.
+    options : Options, optional
+        Scheduling techniques (pipeline flags); none by default.
+    strategy : str
+        Recorded in the program's attributes.
 
     Returns
     -------
@@ -115,9 +80,13 @@ def generate(region: Region, pl: Placement, hw: CIMHardware) -> Program:
         ``%w, %wscale, %wsum[, %bias]`` for constant-weight operators, and the
         output ``%out``.
     """
+    opts = options or Options()
     m, k, n = region.mkn
     bt = region.batch
-    wbits, bits = precision(hw)
+    wbits, ibits = precision(hw)
+    mode = hw.chip.computing_mode
+    per_core = hw.core.crossbars
+    in_elems = int(np.prod(region.in_shapes[0]))
     decls = [Decl("input", "x", "float32", tuple(region.in_shapes[0]))]
     if region.kind == DMATMUL:
         decls.append(Decl("input", "y", "float32", tuple(region.in_shapes[1])))
@@ -131,82 +100,161 @@ def generate(region: Region, pl: Placement, hw: CIMHardware) -> Program:
             decls.append(Decl("const", "bias", "float32", (n,)))
     decls.append(Decl("output", "out", "float32", tuple(region.out_shape)))
 
+    n_rep = len(pl.replicas)
+    m_total = m if region.kind != DMATMUL else m  # vectors per batch element; chunks cut M
+    chunks = _chunks(m_total, chunk_count(region, n_rep) if region.kind != DMATMUL else min(m_total, 16))
+    row_starts = sorted({t.k0 for t in pl.tiles})
     attrs = [
         ("hw", hw.name),
-        ("mode", hw.chip.computing_mode),
+        ("mode", mode),
         ("op", region.kind),
         ("M", m),
         ("K", k),
         ("N", n),
         ("batch", bt),
         ("weight_bits", wbits),
-        ("input_bits", bits),
+        ("input_bits", ibits),
         ("tiles", len(pl.tiles)),
+        ("replicas", n_rep),
+        ("tile_rows", max(t.rows for t in pl.tiles)),
+        ("chunks", len(chunks)),
         ("passes", len(pl.passes)),
         ("segment", pl.segment),
         ("resident", pl.resident),
+        ("strategy", strategy),
+        ("pipeline", bool(opts.pipeline)),
+        ("mvm_pipeline", bool(opts.mvm_pipeline and mode != "core")),
     ]
 
-    run: list = [op("DMOV", op="load", src=Ref("x"), level="global", bytes=int(np.prod(region.in_shapes[0])) * 4)]
-    run.append(
-        op("DCOM", op="quantize", src=Ref("x"), dst=Ref("xq"), scale=float(region.x_scale), zero=int(region.x_zero), bits=bits, signed=False)
-    )
-    if region.kind == CONV2D:
-        c = region.conv
-        run.append(
-            op(
-                "DCOM",
-                op="im2col",
-                src=Ref("xq"),
-                dst=Ref("xm"),
-                kernel=tuple(c["kernel"]),
-                strides=tuple(c["strides"]),
-                padding=tuple(c["padding"]),
-                dilation=tuple(c["dilation"]),
-                pad_value=int(region.x_zero),
-            )
-        )
-    else:
-        lead = (bt, m, k) if region.kind == DMATMUL else (1, m, k)
-        if region.kind == DMATMUL:
-            run.append(op("DCOM", op="reshape", src=Ref("xq"), dst=Ref("xm"), shape=lead, batch_shape=region.batch_shape))
-        else:
-            run.append(op("DCOM", op="reshape", src=Ref("xq"), dst=Ref("xm"), shape=lead))
-    if region.kind == DMATMUL:
-        run.append(op("DMOV", op="load", src=Ref("y"), level="global", bytes=int(np.prod(region.in_shapes[1])) * 4))
-        run.append(op("DCOM", op="quantize", src=Ref("y"), dst=Ref("yq0"), scale=float(region.y_scale), zero=0, bits=wbits, signed=True))
-        run.append(op("DCOM", op="reshape", src=Ref("yq0"), dst=Ref("yq"), shape=(bt, k, n), batch_shape=region.batch_shape))
-        run.append(op("DCOM", op="colsum", src=Ref("yq"), dst=Ref("wsum")))
-    run.append(op("DMOV", op="scatter", src=Ref("xm"), level="core", bytes=bt * m * k))
-    run.append(op("DCOM", op="zeros", dst=Ref("acc"), shape=(bt, m, n)))
-
+    # ---- virtual crossbars: one per (pass, replica)
     setup: list = []
-    for idx in pl.passes:
-        if pl.resident:
-            setup += _writes(region, pl, idx)
+    run: list = []
+    vxb_of: dict[tuple[int, int], int] = {}
+    binds = []
+    for p_idx, idx in enumerate(pl.passes):
+        for r_idx, xbs in enumerate(pl.replicas):
+            vid = len(vxb_of)
+            vxb_of[(p_idx, r_idx)] = vid
+            binds.append(op(
+                "CIM.bind_vxb", vxb=vid,
+                xbs=tuple(xbs[i] for i in idx),
+                rows=tuple(Range(pl.tiles[i].k0, pl.tiles[i].k1) for i in idx),
+                cols=tuple(Range(pl.tiles[i].n0, pl.tiles[i].n1) for i in idx),
+            ))
+    setup += binds
+
+    def writes(p_idx: int) -> list:
+        src = "w" if region.kind != DMATMUL else "yq"
+        extra = {"batch": bt} if (region.kind == DMATMUL and bt > 1) else {}
+        out = []
+        for r_idx, xbs in enumerate(pl.replicas):
+            for i in pl.passes[p_idx]:
+                t = pl.tiles[i]
+                out.append(op("CIM.write_xb", xb=xbs[i], src=Ref(src), rows=Range(t.k0, t.k1),
+                              cols=Range(t.n0, t.n1), **extra))
+        return out
+
+    # ---- operand preparation that is not per chunk
+    if region.kind == DMATMUL:
+        run.append(op("DMOV", op="load", src=Ref("y"), level="global", frac=(0.0, 1.0),
+                      bytes=int(np.prod(region.in_shapes[1])) * wbits // 8))
+        run.append(op("DCOM", op="quantize", src=Ref("y"), dst=Ref("yq0"), scale=float(region.y_scale), zero=0,
+                      bits=wbits, signed=True, elements=int(np.prod(region.in_shapes[1]))))
+        run.append(op("DCOM", op="reshape", src=Ref("yq0"), dst=Ref("yq"), shape=(bt, k, n), batch_shape=region.batch_shape))
+        run.append(op("DCOM", op="colsum", src=Ref("yq"), dst=Ref("wsum"), elements=bt * k * n))
+    run.append(op("DCOM", op="zeros", dst=Ref("acc"), shape=(bt, m, n)))
+    if pl.resident:
+        for p_idx in range(len(pl.passes)):
+            setup += writes(p_idx)
+
+    def prep(v: Range) -> list:
+        f0, f1 = _in_frac(region, v, m_total)
+        nb = max(1, math.ceil((f1 - f0) * in_elems * ibits / 8))
+        out = [op("DMOV", op="load", src=Ref("x"), vecs=v, level="global", frac=(f0, f1), bytes=nb)]
+        out.append(op("DCOM", op="quantize", src=Ref("x"), dst=Ref("xq"), vecs=v, scale=float(region.x_scale),
+                      zero=int(region.x_zero), bits=ibits, signed=False, elements=max(1, int((f1 - f0) * in_elems))))
+        if region.kind == CONV2D:
+            c = region.conv
+            out.append(op("DCOM", op="im2col", src=Ref("xq"), dst=Ref("xm"), vecs=v, kernel=tuple(c["kernel"]),
+                          strides=tuple(c["strides"]), padding=tuple(c["padding"]), dilation=tuple(c["dilation"]),
+                          pad_value=int(region.x_zero), elements=v.size * k))
+        elif region.kind == DMATMUL:
+            out.append(op("DCOM", op="reshape", src=Ref("xq"), dst=Ref("xm"), vecs=v, shape=(bt, m, k),
+                          batch_shape=region.batch_shape))
         else:
-            run += _writes(region, pl, idx)
-        run.append(Parallel(tuple(_reads(region, pl, idx, hw, "xm"))))
-    # partial sums of tiles that share output columns are added digitally
-    row_blocks = len({t.k0 for t in pl.tiles})
-    if row_blocks > 1:
-        run.append(op("DCOM", op="reduce", dst=Ref("acc"), terms=row_blocks, elements=bt * m * n))
-    if region.x_zero:
-        run.append(op("DCOM", op="zero_point", dst=Ref("acc"), zero=int(region.x_zero), wsum=Ref("wsum")))
-    deq = dict(
-        op="dequantize",
-        src=Ref("acc"),
-        dst=Ref("out"),
-        scale=float(region.x_scale * (region.y_scale if region.kind == DMATMUL else 1.0)),
-    )
-    if region.kind != DMATMUL:
-        deq["wscale"] = Ref("wscale")
-    if region.bias is not None:
-        deq["bias"] = Ref("bias")
-    deq["layout"] = "nchw" if region.kind == CONV2D else "rowmajor"
-    deq["shape"] = tuple(region.out_shape)
-    run.append(Op("DCOM", tuple(deq.items())))
-    run.append(op("DMOV", op="store", src=Ref("out"), level="global", bytes=int(np.prod(region.out_shape)) * 4))
+            out.append(op("DCOM", op="reshape", src=Ref("xq"), dst=Ref("xm"), vecs=v, shape=(1, m, k)))
+        return out
+
+    def reads(v: Range, p_idx: int, r_idx: int) -> list:
+        vid = vxb_of[(p_idx, r_idx)]
+        tiles = [pl.tiles[i] for i in pl.passes[p_idx]]
+        blocks = sorted({t.k0 for t in tiles})
+        extra = {"batch": bt} if bt > 1 else {}
+
+        def read_ops(blk: dict, max_rows: int) -> list:
+            if mode == "core":
+                return [op("CIM.read_core", vxb=vid, src=Ref("xm"), vecs=v, dst=Ref("acc"), **extra)]
+            if mode == "wordline":
+                return [
+                    op("CIM.read_row", vxb=vid, group=g, src=Ref("xm"), vecs=v, dst=Ref("acc"), **blk, **extra)
+                    for g in range(-(-max_rows // hw.crossbar.rows_active))
+                ]
+            return [op("CIM.read_xb", vxb=vid, src=Ref("xm"), vecs=v, dst=Ref("acc"), **blk, **extra)]
+
+        if opts.mvm_pipeline and mode != "core" and len(blocks) > 1:
+            out = []
+            for b0 in blocks:  # each row block starts as soon as its own input slice arrives
+                b1 = max(t.k1 for t in tiles if t.k0 == b0)
+                blk = {"block": Range(b0, b1)}
+                out.append(op("DMOV", op="scatter", src=Ref("xm"), vecs=v, vxb=vid, level="core",
+                              bytes=bt * v.size * (b1 - b0) * ibits // 8, **blk))
+                out.append(Parallel(tuple(read_ops(blk, b1 - b0))))
+            return out
+        return [
+            op("DMOV", op="scatter", src=Ref("xm"), vecs=v, vxb=vid, level="core", bytes=bt * v.size * k * ibits // 8),
+            Parallel(tuple(read_ops({}, max(t.rows for t in tiles)))),
+        ]
+
+    def post(v: Range, r_idx: int) -> list:
+        core = pl.replicas[r_idx][0] // per_core
+        out = []
+        if len(row_starts) > 1:
+            out.append(op("DCOM", op="reduce", dst=Ref("acc"), vecs=v, core=core, terms=len(row_starts),
+                          elements=bt * v.size * n * (len(row_starts) - 1)))
+        deq = dict(op="dequantize", src=Ref("acc"), dst=Ref("yf"), vecs=v, core=core,
+                   scale=float(region.x_scale * (region.y_scale if region.kind == DMATMUL else 1.0)))
+        if region.x_zero:
+            deq["zero"] = int(region.x_zero)
+            deq["wsum"] = Ref("wsum")
+        if region.kind != DMATMUL:
+            deq["wscale"] = Ref("wscale")
+        if region.bias is not None:
+            deq["bias"] = Ref("bias")
+        deq["elements"] = bt * v.size * n * 3
+        out.append(Op("DCOM", tuple(deq.items())))
+        out.append(op("DMOV", op="store", src=Ref("yf"), vecs=v, level="global",
+                      frac=(v.start / m_total, v.stop / m_total), bytes=bt * v.size * n))
+        return out
+
+    if len(pl.passes) == 1:
+        if not pl.resident:
+            run += writes(0)
+        for c_idx, v in enumerate(chunks):
+            r_idx = c_idx % n_rep
+            run += prep(v)
+            run += reads(v, 0, r_idx)
+            run += post(v, r_idx)
+    else:  # weights larger than the chip: every pass rewrites the crossbars
+        for v in chunks:
+            run += prep(v)
+        for p_idx in range(len(pl.passes)):
+            run += writes(p_idx)
+            for v in chunks:
+                run += reads(v, p_idx, 0)
+        for v in chunks:
+            run += post(v, 0)
+    run.append(op("DCOM", op="layout", src=Ref("yf"), dst=Ref("out"),
+                  layout="nchw" if region.kind == CONV2D else "rowmajor", shape=tuple(region.out_shape)))
     return Program(region.name, tuple(attrs), tuple(decls), tuple(setup), tuple(run))
 
 

@@ -22,7 +22,7 @@ from tvm import relax
 from ..hardware import loader
 from ..hardware.schema import CIMHardware
 from ..program import Program, print_program
-from . import codegen, mapping
+from . import codegen, mapping, schedule
 from .partition import PartitionForCIM, composite_name
 from .quantize import CalibrationConfig, calibrate, describe_composite, make_region
 from .region import Region
@@ -42,6 +42,10 @@ class CompileInfo:
     chip_map : mapping.ChipMap
     host_ops : dict
         Relax operator name -> count of operators left on the host.
+    schedule : schedule.Schedule
+        Replicas, segments, options and the analytical latency estimate.
+    producers : dict
+        Region name -> regions whose outputs feed its inputs (through host operators).
     """
 
     hw: CIMHardware
@@ -49,6 +53,8 @@ class CompileInfo:
     programs: list[Program] = field(default_factory=list)
     chip_map: mapping.ChipMap | None = None
     host_ops: dict[str, int] = field(default_factory=dict)
+    schedule: "schedule.Schedule | None" = None
+    producers: dict[str, list[str]] = field(default_factory=dict)
 
     def program_text(self) -> str:
         return "".join(print_program(p) for p in self.programs)
@@ -70,6 +76,42 @@ def calibration_config() -> CalibrationConfig:
 def set_calibration_config(cfg: CalibrationConfig | None) -> None:
     _STATE.calib = cfg
 
+
+def scheduling() -> tuple[str, "schedule.Options | None"]:
+    """The scheduling strategy (and technique overrides) in force."""
+    return getattr(_STATE, "sched", ("cim-mlc", None))
+
+
+def set_scheduling(strategy: str, options: "schedule.Options | None" = None) -> None:
+    if strategy not in schedule.STRATEGIES:
+        raise ValueError(f"unknown strategy {strategy!r}; choose one of {', '.join(schedule.STRATEGIES)}")
+    _STATE.sched = (strategy, options)
+
+
+def _producers(mod: tvm.IRModule, names: dict[str, str]) -> dict[str, list[str]]:
+    """For every region, the regions whose outputs reach its inputs through host operators."""
+    main = mod["main"]
+    reach: dict = {}
+    result: dict[str, list[str]] = {}
+
+    def vars_in(e):
+        found = []
+        relax.analysis.post_order_visit(e, lambda x: found.append(x) if isinstance(x, relax.Var) else None)
+        return found
+
+    for blk in main.body.blocks:
+        for b in blk.bindings:
+            val = b.value
+            src = set()
+            for v in vars_in(val):
+                src |= reach.get(v, set())
+            if isinstance(val, relax.Call) and isinstance(val.op, relax.GlobalVar) and val.op.name_hint in names:
+                region = names[val.op.name_hint]
+                result[region] = sorted(src)
+                reach[b.var] = {region}
+            else:
+                reach[b.var] = src
+    return result
 
 def _host_ops(mod: tvm.IRModule) -> dict[str, int]:
     counts: Counter = Counter()
@@ -123,7 +165,8 @@ def _call_order(mod: tvm.IRModule) -> list[str]:
     return order
 
 
-def offload(mod: tvm.IRModule, hw: CIMHardware, calib: CalibrationConfig | None = None) -> tuple[tvm.IRModule, CompileInfo]:
+def offload(mod: tvm.IRModule, hw: CIMHardware, calib: CalibrationConfig | None = None,
+            strategy: str | None = None, options: "schedule.Options | None" = None) -> tuple[tvm.IRModule, CompileInfo]:
     """Run the whole CIM offload flow on a module.
 
     Parameters
@@ -134,6 +177,11 @@ def offload(mod: tvm.IRModule, hw: CIMHardware, calib: CalibrationConfig | None 
         The target chip.
     calib : CalibrationConfig, optional
         Calibration settings; defaults to :func:`calibration_config`.
+    strategy : str, optional
+        Scheduling strategy (``none``, ``greedy``, ``puma``, ``cim-mlc``);
+        defaults to :func:`scheduling` (``cim-mlc``).
+    options : schedule.Options, optional
+        Technique overrides for ablations.
 
     Returns
     -------
@@ -142,6 +190,9 @@ def offload(mod: tvm.IRModule, hw: CIMHardware, calib: CalibrationConfig | None 
     CompileInfo
     """
     calib = calib or calibration_config()
+    if strategy is None:
+        strategy, default_opts = scheduling()
+        options = options or default_opts
     mod = relax.transform.FoldBatchnormToConv2D()(mod) if _has_bn_after_conv(mod) else mod
     mod = PartitionForCIM()(mod)
     order = _call_order(mod)
@@ -157,16 +208,19 @@ def offload(mod: tvm.IRModule, hw: CIMHardware, calib: CalibrationConfig | None 
     regions = [
         make_region(names[g], infos[g], ranges, mapping.precision(hw)[1], mapping.precision(hw)[0]) for g in order
     ]
-    cmap = mapping.allocate(regions, hw)
+    producers = _producers(mod, names)
+    wbits, ibits = mapping.precision(hw)
+    sched = schedule.schedule(regions, hw, strategy, options, producers, wbits, ibits)
+    cmap = mapping.allocate(regions, hw, sched)
     hw_json = loader.to_json(hw)
     lowered = {}
     for g, r in zip(order, regions):
-        prog = codegen.generate(r, cmap.placements[r.name], hw)
+        prog = codegen.generate(r, cmap.placements[r.name], hw, sched.options, strategy)
         consts = codegen.region_constants(r)
         const_names = [d.name for d in prog.decl("const")]
         lowered[g] = (print_program(prog), [consts[n] for n in const_names], hw_json)
         info.programs.append(prog)
-    info.regions, info.chip_map = regions, cmap
+    info.regions, info.chip_map, info.schedule, info.producers = regions, cmap, sched, producers
     mutator = _LowerRegions(mod, lowered)
     for gv, f in mod.functions.items():
         if isinstance(f, relax.Function) and not composite_name(f):

@@ -51,7 +51,8 @@ def precision(hw: CIMHardware) -> tuple[int, int]:
     return min(QUANT_BITS, hw.crossbar.weight_bits), min(QUANT_BITS, hw.crossbar.input_bits)
 
 
-def tile_matrix(k: int, n: int, hw: CIMHardware, w: np.ndarray | None = None) -> list[Tile]:
+def tile_matrix(k: int, n: int, hw: CIMHardware, w: np.ndarray | None = None,
+                tile_rows: int | None = None) -> list[Tile]:
     """Cut a ``k x n`` matrix into crossbar tiles, dropping all-zero tiles of ``w``.
 
     Parameters
@@ -62,13 +63,16 @@ def tile_matrix(k: int, n: int, hw: CIMHardware, w: np.ndarray | None = None) ->
         The chip; gives crossbar rows and logical columns.
     w : np.ndarray, optional
         The matrix; when given, tiles whose weights are all zero are skipped.
+    tile_rows : int, optional
+        Rows per tile; ``crossbar.rows`` by default, ``rows_active`` when rows
+        are remapped over crossbars (wordline level).
 
     Returns
     -------
     list of Tile
         In row-major order over (row block, column block).
     """
-    rows, cols = hw.crossbar.rows, hw.logical_cols(precision(hw)[0])
+    rows, cols = tile_rows or hw.crossbar.rows, hw.logical_cols(precision(hw)[0])
     tiles = []
     for k0 in range(0, k, rows):
         for n0 in range(0, n, cols):
@@ -88,10 +92,14 @@ class Placement:
     Attributes
     ----------
     tiles : list of Tile
+        The tiles of one copy of the weights.
+    replicas : list of list of int
+        Chip crossbar id of every tile, per replica (duplication).  Each
+        replica is a virtual crossbar: its physical crossbars bound to the
+        row and column ranges of the weight matrix given by ``tiles``.
     passes : list of list of int
-        Tile indices per pass; each pass uses crossbars ``xbs[i]`` of its tiles.
-    xbs : list of int
-        Chip crossbar id of each tile.
+        Tile indices per pass when one copy is larger than the chip (then
+        there is a single replica whose crossbars are reused between passes).
     resident : bool
         True if the weights are written once (``setup``) and stay; False if
         they are written every time the region runs.
@@ -100,10 +108,15 @@ class Placement:
     """
 
     tiles: list[Tile]
-    xbs: list[int]
+    replicas: list[list[int]]
     passes: list[list[int]]
     resident: bool
     segment: int = 0
+
+    @property
+    def xbs(self) -> list[int]:
+        """Crossbars of the first replica (one per tile)."""
+        return self.replicas[0]
 
 
 @dataclass
@@ -117,7 +130,7 @@ class ChipMap:
     crossbars_available: int = 0
 
 
-def allocate(regions: list[Region], hw: CIMHardware) -> ChipMap:
+def allocate(regions: list[Region], hw: CIMHardware, sched=None) -> ChipMap:
     """Assign chip crossbars to the tiles of all regions.
 
     Parameters
@@ -126,6 +139,9 @@ def allocate(regions: list[Region], hw: CIMHardware) -> ChipMap:
         In execution (topological) order.
     hw : CIMHardware
         The chip.
+    sched : tvm_cim.compiler.schedule.Schedule, optional
+        Replicas, tile rows and segments per region.  Without one, every
+        region gets one copy and segments are cut greedily.
 
     Returns
     -------
@@ -133,39 +149,65 @@ def allocate(regions: list[Region], hw: CIMHardware) -> ChipMap:
         Placements keyed by region name.
     """
     cap = hw.total_crossbars
-    tiles = {}
+    per_core = hw.core.crossbars
+    core_mode = hw.chip.computing_mode == "core"
+    plans = sched.plans if sched is not None else {}
+    tiles, reps, seg_of = {}, {}, {}
     for r in regions:
         m, k, n = r.mkn
-        tiles[r.name] = tile_matrix(k, n, hw, r.w_int if r.kind != DMATMUL else None)
-    need = sum(len(t) for t in tiles.values())
+        p = plans.get(r.name)
+        tr = p.tile_rows if p else None
+        tiles[r.name] = tile_matrix(k, n, hw, r.w_int if r.kind != DMATMUL else None, tile_rows=tr)
+        reps[r.name] = p.replicas if p else 1
+    need = sum(len(tiles[r.name]) for r in regions)
     cmap = ChipMap(crossbars_needed=need, crossbars_available=cap)
-    if need <= cap:
-        nxt = 0
-        for r in regions:
-            ts = tiles[r.name]
-            xbs = list(range(nxt, nxt + len(ts)))
-            nxt += len(ts)
-            cmap.placements[r.name] = Placement(
-                ts, xbs, [list(range(len(ts)))], resident=r.kind != DMATMUL
-            )
-        return cmap
 
-    # Segmentation: consecutive regions that fit together form a segment; the
-    # segment's weights are (re)written whenever it runs.
-    cmap.weight_stationary = False
-    seg, used = 0, 0
+    def footprint(r):
+        t = len(tiles[r.name])
+        if core_mode:  # a replica occupies whole cores
+            t = -(-t // per_core) * per_core
+        return t * reps[r.name]
+
+    if sched is not None:
+        for r in regions:
+            seg_of[r.name] = plans[r.name].segment
+    else:
+        seg, used = 0, 0
+        for r in regions:
+            f = footprint(r)
+            if used and used + f > cap:
+                seg, used = seg + 1, 0
+            seg_of[r.name] = seg
+            used += f
+            if f > cap:
+                seg, used = seg + 1, 0
+    n_segments = max(seg_of.values(), default=0) + 1
+    stationary = n_segments == 1 and sum(footprint(r) for r in regions) <= cap
+    cmap.weight_stationary = stationary
+    cmap.segments = n_segments
+    nxt, cur_seg = 0, 0
     for r in regions:
         ts = tiles[r.name]
-        if used and used + len(ts) > cap:
-            seg, used = seg + 1, 0
-        if len(ts) > cap:  # one region larger than the chip: several passes
+        if seg_of[r.name] != cur_seg:
+            cur_seg, nxt = seg_of[r.name], 0
+        if len(ts) > cap:  # one copy larger than the chip: passes over reused crossbars
             passes = [list(range(i, min(len(ts), i + cap))) for i in range(0, len(ts), cap)]
-            xbs = [i % cap for i in range(len(ts))]
-            cmap.placements[r.name] = Placement(ts, xbs, passes, resident=False, segment=seg)
-            seg, used = seg + 1, 0
+            cmap.placements[r.name] = Placement(ts, [[i % cap for i in range(len(ts))]], passes,
+                                                resident=False, segment=seg_of[r.name])
             continue
-        xbs = list(range(used, used + len(ts)))
-        used += len(ts)
-        cmap.placements[r.name] = Placement(ts, xbs, [list(range(len(ts)))], resident=False, segment=seg)
-    cmap.segments = seg + 1 if used else seg
+        d = reps[r.name]
+        while d > 1 and nxt + footprint(r) // reps[r.name] * d > cap:
+            d -= 1
+        replicas = []
+        for _ in range(d):
+            if core_mode and nxt % per_core:
+                nxt += per_core - nxt % per_core
+            if nxt + len(ts) > cap:  # wrap inside an over-full segment
+                nxt = 0
+            replicas.append(list(range(nxt, nxt + len(ts))))
+            nxt += len(ts)
+        cmap.placements[r.name] = Placement(
+            ts, replicas, [list(range(len(ts)))],
+            resident=stationary and r.kind != DMATMUL, segment=seg_of[r.name],
+        )
     return cmap

@@ -252,6 +252,33 @@ class DramTiming:
     twr: int = _f(12, doc="write recovery", unit="tCK")
 
 
+# What a PIM command does, as the bank-PIM code generator and simulator
+# (tvm_pim) understand it.  A device file tags every command with its roles, so
+# a new device that fits the abstraction needs only a new file.
+PIM_ROLES = (
+    "act",  # open a row (scope group: all banks of every core of the group)
+    "pre",  # precharge (close the open row)
+    "host_read",  # host reads columns (from banks, or from the group buffer)
+    "host_write",  # host writes columns into banks
+    "reg_write",  # host writes columns into core input registers (GRF / GEMV buffer)
+    "mac",  # lanewise multiply-accumulate: acc += bank * reg (one column per command)
+    "dot",  # dot product through an adder tree: scalar acc += sum(bank * reg)
+    "acc_add",  # lanewise accumulate: acc += bank
+    "load",  # reg <- bank (optionally with ReLU, see PimCommand.relu)
+    "add",  # reg <- bank + reg
+    "mul",  # reg <- bank * reg
+    "store",  # bank <- reg or accumulator (optionally with ReLU)
+    "to_group",  # core accumulators -> the group's buffer
+    "group_softmax",  # the group's softmax unit over its buffer
+    "from_group",  # group buffer -> core input registers
+    "mode",  # mode change (e.g. HBM-PIM SB / AB / AB-PIM)
+    "control",  # NOP, JUMP, EXIT, BARRIER, configuration
+    "refresh",
+    "other",
+)
+PimRole = Literal[PIM_ROLES]  # type: ignore[valid-type]
+
+
 @dataclass(frozen=True, kw_only=True)
 class PimCommand:
     """One command of the device's PIM command set."""
@@ -259,6 +286,13 @@ class PimCommand:
     latency_cycles: int = _f(doc="issue-to-issue latency", unit="tCK")
     energy_pj: float = _f(0.0, doc="dynamic energy", unit="pJ")
     description: str = _f("", doc="what it does")
+    roles: list[PimRole] = _f(factory=list, doc="what the command does for the code generator; each one of " + ", ".join(PIM_ROLES))
+    scope: Literal["group", "bank", "bank_group", "host"] = _f(
+        "group",
+        doc="who one issue addresses: every core of a PIM group (broadcast), one core's bank(s), "
+        "the same bank of every bank group, or the host side only",
+    )
+    relu: bool = _f(False, doc="whether the command can apply ReLU to the value it moves")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -294,6 +328,10 @@ class PimCore:
     srf_entries: int = _f(0, doc="scalar registers")
     register_bits: int = _f(256, doc="width of one vector register", unit="bit")
     crf_entries: int = _f(0, doc="command (instruction) register file entries")
+    acc_entries: int = _f(0, doc="accumulator registers (register_bits wide); 0 = the device cannot accumulate")
+    acc_in_grf: bool = _f(
+        False, doc="whether the accumulators are part of grf_entries (HBM-PIM GRF_B); otherwise they are extra"
+    )
     dtype: Literal["float16", "bfloat16", "int8"] = _f("float16", doc="arithmetic type")
 
 

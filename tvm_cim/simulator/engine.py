@@ -5,24 +5,30 @@ description.  A :class:`Chip` keeps crossbar contents between runs: a
 program's ``setup`` section runs the first time the program runs on the chip
 (weights stay, weight-stationary), its ``run`` section every time.
 
-Each meta-operator has a functional effect (numpy, vectorised over the
-crossbars of a ``parallel`` block) and a cost: latency in cycles and energy in
-pJ by component.  Statements of a ``parallel`` block overlap (the block lasts
-as long as its longest statement); other statements run one after another.
-Leakage power is charged over the elapsed time.
+Every meta-operator has
+
+* a functional effect, computed with numpy.  Crossbar reads are queued and
+  executed together (grouped by crossbar, vectorised over tiles, vectors and
+  bit steps) when an operation needs their results or a crossbar is rewritten;
+* a cost: a duration, the resources it occupies and its energy, recorded as a
+  row of :class:`tvm_cim.simulator.timeline.Events`.  Dependencies come from
+  the data: an operation depends on the operations that last wrote the vector
+  range of every tensor it reads (and a crossbar write on the reads before it).
 
 Cost formulas (all figures from the hardware file):
 
-* ``CIM.write_xb``: ``rows x write_latency_ns`` per matrix (row-serial
-  programming), ``rows x physical columns x write_energy_pj_per_cell``.
-* ``CIM.read_xb`` on ``V`` vectors: ``V x input_steps x ceil(rows / rows_active)``
-  read steps, each ``max(read_latency_ns, ceil(bitlines / adcs) x adc_latency_ns)``;
-  energy per step ``read_energy_pj x rows/crossbar.rows`` plus one ADC
-  conversion per bitline, plus DAC energy per driven row and input step.
-* ``CIM.read_row``: as ``read_xb`` for one group of ``rows_active`` rows.
-* ``CIM.read_core``: the core's crossbars operate in parallel.
-* ``DCOM``: elements / ALU ops per cycle; energy from ``ops.<name>`` or the ALU.
-* ``DMOV``: bytes x 8 / buffer bandwidth; energy per bit of the buffer.
+* ``CIM.write_xb``: ``rows x write_latency_ns``; energy ``rows x bitlines x
+  write_energy_pj_per_cell``.
+* ``CIM.read_xb`` / ``read_core`` / ``read_row`` on ``V`` vectors:
+  ``V x input_steps x ceil(rows / rows_active)`` read steps (one row group for
+  ``read_row``), each ``max(read_latency_ns, ceil(bitlines / adcs) x
+  adc_latency_ns)``; energy per step ``read_energy_pj x active rows / rows``
+  plus one ADC conversion per bitline, DAC energy per driven row and input step,
+  shift-and-add per output.
+* ``DCOM``: elements / ALU ops per cycle x ``ops.<name>.latency_cycles``.
+* ``DMOV``: bytes x 8 / bandwidth (global-buffer port for load/store, core
+  link for scatter); energy per bit of the buffers and NoC.
+* Leakage: the summed static power over the elapsed time.
 """
 
 from __future__ import annotations
@@ -34,25 +40,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..hardware.schema import CIMHardware
-from ..program import Op, Parallel, Program, Range
+from ..program import Op, Parallel, Program, Range, Ref
 from . import crossbar as X
 from .functional import im2col
+from .timeline import Events, schedule_graph
 
 
 class SimulationError(RuntimeError):
     """A program cannot be executed (missing tensor, unknown operator, bad shape)."""
-
-
-@dataclass
-class Cost:
-    """Latency and energy of a statement."""
-
-    ns: float = 0.0
-    energy: dict = field(default_factory=lambda: defaultdict(float))
-
-    def add_energy(self, other: "Cost") -> None:
-        for k, v in other.energy.items():
-            self.energy[k] += v
 
 
 @dataclass
@@ -65,12 +60,14 @@ class RegionStats:
     energy_pj: dict = field(default_factory=lambda: defaultdict(float))
     metaop_counts: dict = field(default_factory=lambda: defaultdict(int))
     crossbars: int = 0
-    cells_used: int = 0
     weight_writes: int = 0
     setup_ns: float = 0.0
     macs: int = 0
     buffer_peak_bytes: int = 0
     adc_error: dict = field(default_factory=dict)
+    events: Events | None = None
+    segment: int = 0
+    pipeline: bool = False
 
     def total_energy(self) -> float:
         return float(sum(self.energy_pj.values()))
@@ -95,6 +92,11 @@ class Options:
     measure_adc_error: bool = True
 
 
+def _vecs(o: Op, default: int) -> Range:
+    v = o.get("vecs")
+    return v if isinstance(v, Range) else Range(0, default)
+
+
 class Chip:
     """A simulated chip: crossbar contents plus the programs already set up."""
 
@@ -105,6 +107,17 @@ class Chip:
         self.xb_weights: dict[int, np.ndarray] = {}  # decoded, for the exact shortcut
         self.xb_owner: dict[int, tuple] = {}
         self._setup_done: set[str] = set()
+        self._leak_mw = (
+            hw.chip.leakage_mw
+            + hw.chip.global_buffer.leakage_mw
+            + hw.chip.alu.leakage_mw
+            + hw.chip.cores * (hw.core.local_buffer.leakage_mw + hw.core.alu.leakage_mw)
+        )
+
+    @property
+    def leakage_mw(self) -> float:
+        """Static power of the whole chip."""
+        return self._leak_mw
 
     # ------------------------------------------------------------------ public
     def run(self, prog: Program, tensors: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], RegionStats]:
@@ -119,14 +132,15 @@ class Chip:
         Returns
         -------
         env : dict
-            Every tensor of the program after execution (``env['out']`` is the output).
+            Every tensor of the program after execution (``env['out']`` is the
+            output, ``env['acc']`` the integer accumulators ``(Bt, M, N)``).
         stats : RegionStats
+            Counts, energy and the operations' :class:`Events` (timeline rows).
         """
         env = dict(tensors)
         for d in prog.decls:
             if d.role in ("input", "const") and d.name not in env:
                 raise SimulationError(f"program '{prog.name}': missing {d.role} %{d.name}")
-        stats = RegionStats(prog.name, str(prog.attr("op", "")))
         self.wbits = int(prog.attr("weight_bits", self.hw.crossbar.weight_bits))
         self.ibits = int(prog.attr("input_bits", self.hw.crossbar.input_bits))
         if self.wbits > self.hw.crossbar.weight_bits or self.ibits > self.hw.crossbar.input_bits:
@@ -134,164 +148,219 @@ class Chip:
                 f"program '{prog.name}' needs {self.wbits}-bit weights / {self.ibits}-bit inputs; "
                 f"the chip supports {self.hw.crossbar.weight_bits} / {self.hw.crossbar.input_bits}"
             )
-        key = prog.name
-        if key not in self._setup_done or any(
-            self.xb_owner.get(o["xb"]) != (prog.name,) for o in prog.ops("setup")
+        stats = RegionStats(prog.name, str(prog.attr("op", "")))
+        stats.segment = int(prog.attr("segment", 0))
+        stats.pipeline = bool(prog.attr("pipeline", False))
+        self.prog = prog
+        self.vxbs = self._bindings(prog)
+        self.M = int(prog.attr("M", 1)) * int(prog.attr("batch", 1))
+        self._pending: list = []
+        self._done_full: set[str] = set()
+        self._write_memo: dict = {}
+        if prog.name not in self._setup_done or any(
+            self.xb_owner.get(o["xb"]) != (prog.name,) for o in prog.ops("setup") if o.opcode == "CIM.write_xb"
         ):
-            c = self._block(prog.setup, env, stats, parallel=False)
-            stats.setup_ns = c.ns
-            for k, v in c.energy.items():
-                stats.energy_pj["setup_" + k] += v
-            self._setup_done.add(key)
-        c = self._block(prog.run, env, stats, parallel=False)
-        stats.latency_ns = c.ns
-        for k, v in c.energy.items():
-            stats.energy_pj[k] += v
-        # leakage over the run
-        stats.energy_pj["leakage"] += self._leakage_mw() * c.ns  # mW * ns = pJ
-        xbs = {o["xb"] for o in prog.ops() if "xb" in dict(o.args)}
-        for o in prog.ops():
-            if o.opcode == "CIM.read_core":
-                xbs.update(o["xbs"])
+            ev = Events()
+            self._board = defaultdict(list)
+            self._energy = defaultdict(float)
+            self._block(prog.setup, env, stats, ev)
+            self._flush(env, stats)
+            tl = schedule_graph([(prog.name, ev, 0)], {}, pipeline=False)
+            stats.setup_ns = tl.latency_ns
+            for k, e in self._energy.items():
+                stats.energy_pj["setup_" + k] += e
+            self._setup_done.add(prog.name)
+        ev = Events()
+        self._board = defaultdict(list)
+        self._energy = defaultdict(float)
+        self._block(prog.run, env, stats, ev)
+        self._flush(env, stats)
+        stats.events = ev
+        tl = schedule_graph([(prog.name, ev, 0)], {}, pipeline=True)
+        stats.latency_ns = tl.latency_ns
+        for k, e in self._energy.items():
+            stats.energy_pj[k] += e
+        stats.energy_pj["leakage"] += self._leak_mw * tl.latency_ns  # mW x ns = pJ
+        xbs = {xb for ent in self.vxbs.values() for xb, _, _ in ent}
+        xbs |= {o["xb"] for o in prog.ops() if o.opcode == "CIM.write_xb"}
         stats.crossbars = len(xbs)
-        # working set in hardware formats: input codes (1 B each) + int32 outputs
         outs = [d for d in prog.decls if d.role == "output"]
-        in_bytes = sum(int(np.prod(d.shape)) for d in prog.decls if d.role == "input") * ((self.hw.crossbar.input_bits + 7) // 8)
+        in_bytes = sum(int(np.prod(d.shape)) for d in prog.decls if d.role == "input") * ((self.ibits + 7) // 8)
         stats.buffer_peak_bytes = int(in_bytes + sum(int(np.prod(d.shape)) * 4 for d in outs))
         return env, stats
 
-    def _leakage_mw(self) -> float:
-        hw = self.hw
-        return (
-            hw.chip.leakage_mw
-            + hw.chip.global_buffer.leakage_mw
-            + hw.chip.alu.leakage_mw
-            + hw.chip.cores * (hw.core.local_buffer.leakage_mw + hw.core.alu.leakage_mw)
-        )
+    # ------------------------------------------------------------------ structure
+    @staticmethod
+    def _bindings(prog: Program) -> dict[int, list]:
+        """Virtual crossbars: vxb id -> [(xb, rows Range, cols Range)] from ``CIM.bind_vxb``."""
+        out = {}
+        for o in prog.ops():
+            if o.opcode == "CIM.bind_vxb":
+                out[o["vxb"]] = list(zip(o["xbs"], o["rows"], o["cols"]))
+        return out
 
-    # ------------------------------------------------------------------ blocks
-    def _block(self, stmts, env, stats, parallel: bool) -> Cost:
-        total = Cost()
-        reads = [s for s in stmts if isinstance(s, Op) and s.opcode.startswith("CIM.read")]
-        if parallel and reads:
-            self._exec_reads(reads, env, stats)
+    def _entries(self, o: Op) -> list:
+        """(xb, rows, cols, base row) of the crossbars a read activates."""
+        v = o["vxb"]
+        if v not in self.vxbs:
+            raise SimulationError(f"program '{self.prog.name}': read of unbound virtual crossbar {v}")
+        ents = self.vxbs[v]
+        blk = o.get("block")
+        if blk is not None:
+            ents = [e for e in ents if e[1].start == blk.start]
+        if o.opcode == "CIM.read_row":
+            ra = self.hw.crossbar.rows_active
+            g = int(o["group"])
+            out = []
+            for xb, rows, cols in ents:
+                r0 = rows.start + g * ra
+                if r0 < rows.stop:
+                    out.append((xb, Range(r0, min(rows.stop, r0 + ra)), cols, rows.start))
+            return out
+        return [(xb, rows, cols, rows.start) for xb, rows, cols in ents]
+
+    # ------------------------------------------------------------------ execution
+    def _block(self, stmts, env, stats, ev: Events) -> None:
         for s in stmts:
             if isinstance(s, Parallel):
-                c = self._block(s.body, env, stats, parallel=True)
+                self._block(s.body, env, stats, ev)
+                continue
+            stats.metaop_counts[s.kind] += 1
+            if s.opcode == "CIM.bind_vxb":
+                continue
+            if s.opcode.startswith("CIM.read"):
+                self._queue_read(s, env, stats)
             else:
-                stats.metaop_counts[s.kind] += 1
-                if not (parallel and s.opcode.startswith("CIM.read")):
-                    if s.opcode.startswith("CIM.read"):
-                        self._exec_reads([s], env, stats)
-                    else:
-                        self._exec(s, env, stats)
-                c = self._cost(s, env)
-            total.ns = max(total.ns, c.ns) if parallel else total.ns + c.ns
-            total.add_energy(c)
-        return total
+                self._exec(s, env, stats)
+            self._record(s, env, ev)
 
-    # ------------------------------------------------------------------ functional
+    def _touches_pending(self, o: Op) -> bool:
+        if not self._pending:
+            return False
+        if o.opcode == "CIM.write_xb":
+            return o["xb"] in {it[0] for it in self._pending}
+        names = {it[5] for it in self._pending}
+        return any(isinstance(v, Ref) and v.name in names for _, v in o.args)
+
     def _exec(self, o: Op, env, stats) -> None:
+        if self._touches_pending(o):
+            self._flush(env, stats)
         k = o.kind
         if o.opcode == "CIM.write_xb":
             src = env[o["src"].name]
-            r, c = o["rows"].slice(), o["cols"].slice()
-            w = src[..., r, c]
+            w = src[..., o["rows"].slice(), o["cols"].slice()]
             if w.ndim == 2:
                 w = w[None]
             xb = o["xb"]
-            cells = X.encode(w, self.hw, self.wbits)
-            self.xb_cells[xb] = cells
-            self.xb_weights[xb] = X.decode(cells, self.hw, self.wbits)
-            self.xb_owner[xb] = (stats.name,)
+            # replicas program identical tiles: encode each distinct tile once per run
+            key = (o["src"].name, id(src), o["rows"].start, o["rows"].stop, o["cols"].start, o["cols"].stop)
+            memo = self._write_memo.get(key)
+            if memo is None:
+                cells = X.encode(w, self.hw, self.wbits)
+                memo = self._write_memo[key] = (cells, X.decode(cells, self.hw, self.wbits))
+            self.xb_cells[xb], self.xb_weights[xb] = memo
+            self.xb_owner[xb] = (self.prog.name,)
             stats.weight_writes += 1
             return
         if o.opcode == "DMOV":
             return
-        if k == "DCOM.quantize":
-            x = env[o["src"].name]
-            bits, zero = o["bits"], o["zero"]
-            q = np.rint(x.astype(np.float64) / o["scale"])
-            if o.get("signed", False):
-                lim = 2 ** (bits - 1) - 1
-                q = np.clip(q, -lim, lim)
+        if k in ("DCOM.quantize", "DCOM.im2col", "DCOM.reshape", "DCOM.colsum", "DCOM.zeros"):
+            # whole-tensor layout/element-wise ops: computed once, later chunks only cost time
+            dst = o["dst"].name
+            if dst in self._done_full:
+                return
+            self._done_full.add(dst)
+            if k == "DCOM.quantize":
+                x = env[o["src"].name]
+                bits, zero = o["bits"], o["zero"]
+                q = np.rint(x.astype(np.float64) / o["scale"])
+                if o.get("signed", False):
+                    lim = 2 ** (bits - 1) - 1
+                    q = np.clip(q, -lim, lim)
+                else:
+                    q = np.clip(q + zero, 0, 2**bits - 1)
+                env[dst] = q.astype(np.int32)
+            elif k == "DCOM.im2col":
+                cols = im2col(env[o["src"].name], o["kernel"], o["strides"], o["padding"], o["dilation"], o["pad_value"])
+                env[dst] = cols[None]
+            elif k == "DCOM.reshape":
+                x = env[o["src"].name]
+                bs = o.get("batch_shape")
+                if bs is not None:
+                    x = np.broadcast_to(x, tuple(bs) + x.shape[-2:])
+                env[dst] = np.ascontiguousarray(x).reshape(tuple(o["shape"]))
+            elif k == "DCOM.colsum":
+                env[dst] = env[o["src"].name].astype(np.int64).sum(axis=-2)[:, None, :]
             else:
-                q = np.clip(q + zero, 0, 2**bits - 1)
-            env[o["dst"].name] = q.astype(np.int32)
-        elif k == "DCOM.im2col":
-            x = env[o["src"].name]
-            cols = im2col(x, o["kernel"], o["strides"], o["padding"], o["dilation"], o["pad_value"])
-            env[o["dst"].name] = cols[None]
-        elif k == "DCOM.reshape":
-            x = env[o["src"].name]
-            shape = tuple(o["shape"])
-            bs = o.get("batch_shape")
-            if bs is not None:
-                x = np.broadcast_to(x, tuple(bs) + x.shape[-2:])
-            env[o["dst"].name] = np.ascontiguousarray(x).reshape(shape)
-        elif k == "DCOM.colsum":
-            y = env[o["src"].name]
-            env[o["dst"].name] = y.astype(np.int64).sum(axis=-2)[:, None, :]
-        elif k == "DCOM.zeros":
-            env[o["dst"].name] = np.zeros(tuple(o["shape"]), dtype=np.int64)
+                env[dst] = np.zeros(tuple(o["shape"]), dtype=np.int64)
         elif k == "DCOM.reduce":
-            pass  # partial sums were accumulated by the reads; cost only
-        elif k == "DCOM.zero_point":
-            acc = env[o["dst"].name]
-            acc -= int(o["zero"]) * env[o["wsum"].name].astype(np.int64)
+            pass  # the reads accumulated the partial sums; cost only
         elif k == "DCOM.dequantize":
-            acc = env[o["src"].name].astype(np.float64) * o["scale"]
+            v = _vecs(o, self.M).slice()
+            acc = env[o["src"].name][:, v].astype(np.float64)
+            if o.get("zero"):
+                acc = acc - int(o["zero"]) * env[o["wsum"].name].astype(np.float64).reshape(-1, 1, acc.shape[-1])
+            acc = acc * o["scale"]
             if o.get("wscale") is not None:
                 acc = acc * env[o["wscale"].name].astype(np.float64)
             if o.get("bias") is not None:
                 acc = acc + env[o["bias"].name].astype(np.float64)
+            dst = o["dst"].name
+            if dst not in env:
+                env[dst] = np.zeros(env[o["src"].name].shape, dtype=np.float32)
+            env[dst][:, v] = acc
+        elif k == "DCOM.layout":
+            y = env[o["src"].name]
             shape = tuple(o["shape"])
             if o["layout"] == "nchw":
                 n, ch, h, w = shape
-                acc = acc.reshape(n, h, w, ch).transpose(0, 3, 1, 2)
-            env[o["dst"].name] = np.ascontiguousarray(acc.reshape(shape), dtype=np.float32)
+                y = y.reshape(n, h, w, ch).transpose(0, 3, 1, 2)
+            env[o["dst"].name] = np.ascontiguousarray(y.reshape(shape), dtype=np.float32)
         else:
             raise SimulationError(f"unknown meta-operator {k}")
 
-    def _exec_reads(self, reads: list[Op], env, stats) -> None:
-        """Execute the reads of one parallel block as one vectorised MVM."""
-        items = []  # (xb, rows Range, cols Range, src, dst)
-        for o in reads:
-            if o.opcode == "CIM.read_core":
-                items += [(xb, r, c, o["src"].name, o["dst"].name) for xb, r, c in zip(o["xbs"], o["rows"], o["cols"])]
-            elif o.opcode == "CIM.read_row":
-                base = o["base"]
-                items.append((o["xb"], o["rows"], o["cols"], o["src"].name, o["dst"].name, base))
-            else:
-                items.append((o["xb"], o["rows"], o["cols"], o["src"].name, o["dst"].name))
+    def _queue_read(self, o: Op, env, stats) -> None:
+        src, dst = o["src"].name, o["dst"].name
+        if src not in env:
+            raise SimulationError(f"program '{self.prog.name}': read of %{src} before it was computed")
+        v = _vecs(o, env[src].shape[1])
+        for xb, rows, cols, base in self._entries(o):
+            if xb not in self.xb_cells:
+                raise SimulationError(f"read of crossbar {xb} before it was written")
+            self._pending.append((xb, rows, cols, base, src, dst, v))
+
+    def _flush(self, env, stats) -> None:
+        """Execute the queued reads, grouped by (crossbar, rows) and vectorised."""
+        if not self._pending:
+            return
+        pend, self._pending = self._pending, []
         groups: dict[tuple, list] = defaultdict(list)
-        for it in items:
-            groups[(it[3], it[4])].append(it)
-        for (src, dst), its in groups.items():
-            x = env[src]
-            acc = env[dst]
-            bt, v, _ = x.shape
-            for it in its:
-                if it[0] not in self.xb_cells:
-                    raise SimulationError(f"read of crossbar {it[0]} before it was written")
-            r_max = max(it[1].size for it in its)
-            t_n = len(its)
-            xs = np.zeros((t_n, bt, v, r_max), dtype=np.int32)
+        for xb, rows, cols, base, src, dst, v in pend:
+            groups[(src, dst)].append((xb, rows, cols, base, v))
+        for (src, dst), items in groups.items():
+            x, acc = env[src], env[dst]
+            bt = x.shape[0]
+            by_key: dict[tuple, list] = defaultdict(list)
+            for xb, rows, cols, base, v in items:
+                by_key[(xb, rows.start, rows.stop, base, cols.start, cols.stop)].append(v)
+            keys = list(by_key)
+            t_n = len(keys)
+            r_max = max(k[2] - k[1] for k in keys)
+            n_max = max(k[5] - k[4] for k in keys)
+            v_tot = [sum(v.size for v in by_key[k]) for k in keys]
+            v_max = max(v_tot)
+            xs = np.zeros((t_n, bt, v_max, r_max), dtype=np.int32)
             cells, wts = [], []
-            n_max = max(it[2].size for it in its)
-            for t, it in enumerate(its):
-                xb, rows, cols = it[0], it[1], it[2]
-                xs[t, :, :, : rows.size] = x[:, :, rows.slice()]
-                c = self.xb_cells[xb]
-                w = self.xb_weights[xb]
-                if len(it) == 6:  # read_row: a row group of the crossbar
-                    off = rows.start - it[5]
-                    c = c[:, off : off + rows.size]
-                    w = w[:, off : off + rows.size]
-                c = self._fit(c, bt, r_max, n_max, axis_rows=1)
-                w = self._fit(w, bt, r_max, n_max, axis_rows=1)
-                cells.append(c)
-                wts.append(w)
+            for t, key in enumerate(keys):
+                xb, r0, r1, base, c0, c1 = key
+                off = 0
+                for v in by_key[key]:
+                    xs[t, :, off : off + v.size, : r1 - r0] = x[:, v.slice(), r0:r1]
+                    off += v.size
+                c = self.xb_cells[xb][:, r0 - base : r1 - base]
+                w = self.xb_weights[xb][:, r0 - base : r1 - base]
+                cells.append(self._fit(c, bt, r_max, n_max))
+                wts.append(self._fit(w, bt, r_max, n_max))
             cells = np.stack(cells)
             wts = np.stack(wts)
             res = X.mvm(xs, cells, self.hw, self.wbits, self.ibits, self.options.exact_shortcut, weights=wts)
@@ -302,14 +371,17 @@ class Chip:
                 e["max_abs"] = max(e.get("max_abs", 0.0), float(err.max(initial=0)))
                 e["sum_sq_err"] = e.get("sum_sq_err", 0.0) + float((err.astype(np.float64) ** 2).sum())
                 e["sum_sq_ref"] = e.get("sum_sq_ref", 0.0) + float((ideal**2).sum())
-            for t, it in enumerate(its):
-                cols = it[2]
-                acc[:, :, cols.slice()] += res[t, :, :, : cols.size]
-                stats.macs += bt * v * it[1].size * cols.size
+            for t, key in enumerate(keys):
+                xb, r0, r1, base, c0, c1 = key
+                off = 0
+                for v in by_key[key]:
+                    acc[:, v.slice(), c0:c1] += res[t, :, off : off + v.size, : c1 - c0]
+                    off += v.size
+                    stats.macs += bt * v.size * (r1 - r0) * (c1 - c0)
 
     @staticmethod
-    def _fit(a: np.ndarray, bt: int, r_max: int, n_max: int, axis_rows: int) -> np.ndarray:
-        """Pad a crossbar's contents to the block's common (Bt, rows, ..., n) shape."""
+    def _fit(a: np.ndarray, bt: int, r_max: int, n_max: int) -> np.ndarray:
+        """Pad a crossbar's contents to the common (Bt, rows, ..., n) shape."""
         if a.shape[0] != bt:
             a = np.broadcast_to(a, (bt,) + a.shape[1:])
         pad = [(0, 0)] * a.ndim
@@ -319,69 +391,128 @@ class Chip:
             a = np.pad(a, pad)
         return a
 
-    # ------------------------------------------------------------------ costs
-    def _read_cost(self, rows: int, cols: int, vectors: int, steps_rows: int | None = None) -> Cost:
+    # ------------------------------------------------------------------ costs / events
+    def _deps(self, key: str, v: Range, write: bool) -> list[int]:
+        """Scoreboard: events that last wrote (or, for a write, read) ``key`` over ``v``."""
+        out = []
+        for a, b, idx, is_write in self._board[key]:
+            if a < v.stop and b > v.start and (is_write or write):
+                out.append(idx)
+        return out
+
+    def _mark(self, key: str, v: Range, idx: int, write: bool) -> None:
+        self._board[key].append((v.start, v.stop, idx, write))
+
+    def _read_cost(self, rows: int, cols: int, vectors: int, groups: int) -> tuple[float, float, dict]:
         hw, xb = self.hw, self.hw.crossbar
-        groups = steps_rows if steps_rows is not None else -(-rows // xb.rows_active)
         bitlines = cols * hw.cols_per_weight(self.wbits)
         step_ns = max(xb.device.read_latency_ns, -(-bitlines // xb.adcs) * xb.adc_latency_ns)
         steps = vectors * hw.input_steps(self.ibits) * groups
-        c = Cost(ns=steps * step_ns)
-        c.energy["crossbar"] += steps * xb.device.read_energy_pj * min(rows, xb.rows_active) / xb.rows
-        c.energy["adc"] += steps * bitlines * xb.adc_energy_pj
-        c.energy["dac"] += vectors * hw.input_steps(self.ibits) * rows * xb.dac_energy_pj
-        sa = hw.op("shift_add")
-        c.energy["alu"] += steps * cols * sa.energy_pj
-        return c
+        e = {
+            "crossbar": steps * xb.device.read_energy_pj * min(rows, xb.rows_active) / xb.rows,
+            "adc": steps * bitlines * xb.adc_energy_pj,
+            "dac": vectors * hw.input_steps(self.ibits) * rows * xb.dac_energy_pj,
+            "alu": steps * cols * hw.op("shift_add").energy_pj,
+        }
+        return steps * step_ns, steps, e
 
-    def _cost(self, o: Op, env) -> Cost:
+    def _record(self, o: Op, env, ev: Events) -> None:
         hw = self.hw
         cyc = hw.cycle_ns
-        batch = int(o.get("batch", 1))
+        per_core = hw.core.crossbars
+        name = self.prog.name
+        M = self.M
+        v = _vecs(o, M)
         if o.opcode == "CIM.write_xb":
+            xb = o["xb"]
+            batch = int(o.get("batch", 1))
             rows, cols = o["rows"].size, o["cols"].size
-            c = Cost(ns=batch * rows * hw.crossbar.device.write_latency_ns)
-            c.energy["write"] += batch * rows * cols * hw.cols_per_weight(self.wbits) * hw.crossbar.device.write_energy_pj_per_cell
-            return c
-        if o.opcode in ("CIM.read_xb", "CIM.read_row", "CIM.read_core"):
-            src = env[o["src"].name]
-            vectors = src.shape[0] * src.shape[1]
-            if o.opcode == "CIM.read_core":
-                parts = [self._read_cost(r.size, c.size, vectors) for r, c in zip(o["rows"], o["cols"])]
-                c = Cost(ns=max(p.ns for p in parts))
-                for p in parts:
-                    c.add_energy(p)
-                return c
-            if o.opcode == "CIM.read_row":
-                return self._read_cost(o["rows"].size, o["cols"].size, vectors, steps_rows=1)
-            return self._read_cost(o["rows"].size, o["cols"].size, vectors)
+            dur = batch * rows * hw.crossbar.device.write_latency_ns
+            e = batch * rows * cols * hw.cols_per_weight(self.wbits) * hw.crossbar.device.write_energy_pj_per_cell
+            key = f"xb:{xb}"
+            deps = self._deps(key, Range(0, 1), write=True) + self._deps(o["src"].name, Range(0, M), write=False)
+            self._energy["write"] += e
+            i = ev.add(dur, (key,), deps, e, True, "CIM.write_xb")
+            self._mark(key, Range(0, 1), i, True)
+            return
+        if o.opcode.startswith("CIM.read"):
+            ents = self._entries(o)
+            vectors = v.size * (env[o["src"].name].shape[0])
+            durs, energy = [], defaultdict(float)
+            for xb, rows, cols, _ in ents:
+                groups = 1 if o.opcode == "CIM.read_row" else -(-rows.size // hw.crossbar.rows_active)
+                d, _, e = self._read_cost(rows.size, cols.size, vectors, groups)
+                durs.append(d)
+                for k2, val in e.items():
+                    energy[k2] += val
+            blk = o.get("block")
+            # row groups of one crossbar are sequential: they share the resource
+            tag = f"vxb:{name}:{o['vxb']}" + (f":{blk.start}" if blk is not None else "")
+            src_key = f"{o['src'].name}@{o['vxb']}" + (f":{blk.start}" if blk is not None else "")
+            deps = self._deps(src_key, v, False) + self._deps(o["src"].name, v, False)
+            for xb, _, _, _ in ents:
+                deps += self._deps(f"xb:{xb}", Range(0, 1), write=False)
+            for k2, val in energy.items():
+                self._energy[k2] += val
+            i = ev.add(max(durs, default=0.0), (tag,), deps, float(sum(energy.values())), True, o.opcode)
+            for xb, _, _, _ in ents:
+                self._mark(f"xb:{xb}", Range(0, 1), i, False)
+            self._mark(o["dst"].name, v, i, True)
+            return
         if o.opcode == "DMOV":
             nbytes = int(o.get("bytes", 0))
-            buf = hw.chip.global_buffer if o.get("level") == "global" else hw.core.local_buffer
-            ports = 1 if o.get("level") == "global" else hw.chip.cores
-            c = Cost(ns=math.ceil(nbytes * 8 / (buf.bandwidth_bits * ports)) * cyc)
+            sub = o.get("op")
+            if sub == "scatter":
+                cores = sorted({xb // per_core for xb, _, _, _ in self._entries(o)}) if "vxb" in dict(o.args) else [0]
+                bw = min(hw.chip.noc.link_bandwidth_bits, hw.core.local_buffer.bandwidth_bits)
+                dur = math.ceil(nbytes * 8 / bw) * cyc
+                e = nbytes * 8 * (hw.chip.noc.energy_pj_per_bit_hop + hw.core.local_buffer.write_energy_pj_per_bit
+                                  + hw.chip.global_buffer.read_energy_pj_per_bit)
+                src = o["src"].name
+                deps = self._deps(src, v, False)
+                self._energy["noc+buffer"] += e
+                i = ev.add(dur, tuple(f"link:{c}" for c in cores[:1]), deps, e, False, "DMOV.scatter")
+                blk = o.get("block")
+                self._mark(f"{src}@{o['vxb']}" + (f":{blk.start}" if blk is not None else ""), v, i, True)
+                return
+            buf = hw.chip.global_buffer
+            dur = math.ceil(nbytes * 8 / buf.bandwidth_bits) * cyc
             e = nbytes * 8 * (buf.read_energy_pj_per_bit + buf.write_energy_pj_per_bit)
-            if o.get("level") == "core":
-                e += nbytes * 8 * hw.chip.noc.energy_pj_per_bit_hop
-            c.energy["buffer"] += e
-            return c
+            self._energy["noc+buffer"] += e
+            src = o["src"].name
+            if sub == "load":
+                i = ev.add(dur, ("gbuf",), [], e, False, "DMOV.load")
+                f = o.get("frac", (0.0, 1.0))
+                ev.inputs.append((i, float(f[0]), float(f[1])))
+                self._mark(src, v, i, True)
+            else:  # store
+                deps = self._deps(src, v, False)
+                i = ev.add(dur, ("gbuf",), deps, e, False, "DMOV.store")
+                f = o.get("frac", (0.0, 1.0))
+                ev.outputs.append((i, float(f[0]), float(f[1])))
+            return
         # DCOM
         sub = o.get("op")
-        elements = {
-            "quantize": lambda: env[o["dst"].name].size,
-            "im2col": lambda: env[o["dst"].name].size,
-            "reshape": lambda: 0,
-            "zeros": lambda: 0,
-            "colsum": lambda: env[o["src"].name].size,
-            "reduce": lambda: int(o["elements"]) * (int(o["terms"]) - 1),
-            "zero_point": lambda: env[o["dst"].name].size,
-            "dequantize": lambda: env[o["src"].name].size * 2,
-        }.get(sub, lambda: 0)()
-        alu = hw.core.alu if sub in ("reduce", "zero_point") else hw.chip.alu
-        lanes = alu.ops_per_cycle * (hw.chip.cores if alu is hw.core.alu else 1)
-        cost_name = {"reduce": "add", "zero_point": "add", "dequantize": "mul"}.get(sub, sub)
+        dst = o.get("dst")
+        src = o.get("src")
+        elements = int(o.get("elements", 0))
+        core = o.get("core")
+        if core is not None:
+            alu, res = hw.core.alu, (f"alu:{core}",)
+        else:
+            alu, res = hw.chip.alu, ("chipalu",)
+        cost_name = {"reduce": "add", "dequantize": "mul"}.get(sub, sub)
         per = hw.ops.get(cost_name)
         lat = per.latency_cycles if per else 1.0
-        c = Cost(ns=math.ceil(elements / lanes) * lat * cyc if elements else 0.0)
-        c.energy["alu"] += elements * (per.energy_pj if per else alu.energy_pj_per_op)
-        return c
+        dur = math.ceil(elements / alu.ops_per_cycle) * lat * cyc if elements else 0.0
+        e = elements * (per.energy_pj if per else alu.energy_pj_per_op)
+        self._energy["alu"] += e
+        deps = []
+        rng_in = v if sub not in ("layout", "colsum") else Range(0, 1 << 60)
+        for _, val in o.args:
+            if isinstance(val, Ref) and (dst is None or val.name != dst.name or sub in ("reduce",)):
+                deps += self._deps(val.name, rng_in, False)
+        i = ev.add(dur, res if dur else (), deps, e, False, o.kind)
+        if dst is not None:
+            self._mark(dst.name, v if sub not in ("layout", "colsum", "zeros", "reshape") or o.get("vecs") else Range(0, 1 << 60), i, True)
+

@@ -1,0 +1,188 @@
+"""Resource timeline: when every meta-operator runs.
+
+Each executed meta-operator becomes an :class:`Events` row: a duration, the
+resources it occupies (crossbars, core ALUs and links, the global-buffer port,
+the chip ALU), its energy and power class, and the rows it depends on.  An
+operation starts when its inputs are ready and all of its resources are free
+(each resource keeps a sorted list of busy intervals, so a later operation can
+use an earlier gap).  ``parallel{}`` bodies overlap because they use different
+resources and do not depend on each other.
+
+:func:`schedule_graph` stitches the per-region event lists of one inference
+into a single timeline: a region's input loads depend on the output stores of
+the regions that produce its input (with the inter-layer pipeline, only on the
+share of the output they need; without it, on all of it and on the end of the
+previous region).  It returns start/finish times, the power profile (peak
+power of crossbars and ADCs active at once), and per-resource utilisation.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class Events:
+    """The operations of one region execution, in program order."""
+
+    dur: list = field(default_factory=list)  # ns
+    res: list = field(default_factory=list)  # tuple of resource names
+    deps: list = field(default_factory=list)  # tuple of local indices
+    energy: list = field(default_factory=list)  # pJ
+    analog: list = field(default_factory=list)  # True for crossbar/ADC activity (peak power)
+    kind: list = field(default_factory=list)  # meta-operator kind
+    inputs: list = field(default_factory=list)  # (index, frac0, frac1) region-input loads
+    outputs: list = field(default_factory=list)  # (index, frac0, frac1) region-output stores
+
+    def add(self, dur, res, deps, energy, analog, kind) -> int:
+        self.dur.append(float(dur))
+        self.res.append(tuple(res))
+        self.deps.append(tuple(deps))
+        self.energy.append(float(energy))
+        self.analog.append(bool(analog))
+        self.kind.append(kind)
+        return len(self.dur) - 1
+
+    def __len__(self) -> int:
+        return len(self.dur)
+
+
+class _Resource:
+    """Busy intervals of one resource, sorted by start."""
+
+    __slots__ = ("starts", "ends", "busy")
+
+    def __init__(self):
+        self.starts: list[float] = []
+        self.ends: list[float] = []
+        self.busy = 0.0
+
+    def earliest(self, t: float, dur: float) -> float:
+        """Earliest start >= t of a gap of length dur."""
+        i = bisect.bisect_right(self.ends, t)
+        while i < len(self.starts):
+            if self.starts[i] >= t + dur:
+                return t
+            t = max(t, self.ends[i])
+            i += 1
+        return t
+
+    def reserve(self, t: float, dur: float) -> None:
+        i = bisect.bisect_left(self.starts, t)
+        self.starts.insert(i, t)
+        self.ends.insert(i, t + dur)
+        self.busy += dur
+
+
+@dataclass
+class Timeline:
+    """The scheduled inference."""
+
+    latency_ns: float
+    region_span: dict  # name -> (start, finish)
+    region_busy: dict  # name -> summed durations of its events
+    peak_power_mw: float
+    analog_energy_pj: float
+    utilisation: dict  # resource class -> mean busy fraction
+    start: np.ndarray
+    finish: np.ndarray
+
+
+def schedule_graph(regions: list[tuple[str, Events, int]], producers: dict[str, list[str]],
+                   pipeline: bool) -> Timeline:
+    """Schedule the events of every region of one inference.
+
+    Parameters
+    ----------
+    regions : list of (name, Events, segment)
+        In execution order.  A region of a new segment starts after every
+        operation of the previous segment (the chip is reprogrammed).
+    producers : dict
+        Region name -> regions whose outputs its input is computed from.
+    pipeline : bool
+        Inter-layer pipeline on or off.
+
+    Returns
+    -------
+    Timeline
+    """
+    res: dict[str, _Resource] = defaultdict(_Resource)
+    starts, finishes, analog, energy, durs = [], [], [], [], []
+    span, busy = {}, {}
+    outs: dict[str, list] = {}
+    prev_end = 0.0
+    seg_floor, cur_seg = 0.0, None
+    for name, ev, seg in regions:
+        if seg != cur_seg:
+            cur_seg, seg_floor = seg, prev_end
+        base = len(starts)
+        st = np.zeros(len(ev))
+        fin = np.zeros(len(ev))
+        ext_ready = {}
+        prods = [p for p in producers.get(name, []) if p in outs]
+        for idx, f0, f1 in ev.inputs:
+            t = seg_floor if pipeline else prev_end
+            for p in prods:
+                for j, g0, g1 in outs[p]:
+                    if not pipeline or (g0 < f1 - 1e-12 and g1 > f0 + 1e-12):
+                        t = max(t, finishes[j])
+            ext_ready[idx] = t
+        floor = prev_end if not pipeline else seg_floor
+        for i in range(len(ev)):
+            t = max(floor, ext_ready.get(i, floor))
+            for d in ev.deps[i]:
+                t = max(t, fin[d])
+            dur = ev.dur[i]
+            if dur > 0:
+                rs = [res[r] for r in ev.res[i]]
+                while True:  # earliest time every resource is free
+                    t2 = t
+                    for r in rs:
+                        t2 = r.earliest(t2, dur)
+                    if t2 == t:
+                        break
+                    t = t2
+                for r in rs:
+                    r.reserve(t, dur)
+            st[i], fin[i] = t, t + dur
+        starts.extend(st)
+        finishes.extend(fin)
+        analog.extend(ev.analog)
+        energy.extend(ev.energy)
+        durs.extend(ev.dur)
+        outs[name] = [(base + j, g0, g1) for j, g0, g1 in ev.outputs]
+        span[name] = (float(st.min(initial=prev_end)) if len(ev) else prev_end, float(fin.max(initial=prev_end)))
+        busy[name] = float(np.sum(ev.dur))
+        prev_end = max(prev_end, span[name][1])
+    start = np.asarray(starts)
+    finish = np.asarray(finishes)
+    latency = float(finish.max(initial=0.0))
+    # peak power of analog activity (crossbar reads/writes with their DACs and ADCs)
+    a = np.asarray(analog, dtype=bool)
+    d = np.asarray(durs)
+    e = np.asarray(energy)
+    m = a & (d > 0)
+    peak = 0.0
+    if m.any():
+        p = e[m] / d[m]  # pJ/ns = mW
+        t = np.concatenate([start[m], finish[m]])
+        delta = np.concatenate([p, -p])
+        order = np.lexsort((delta, t))  # at equal times, ends (negative) first
+        peak = float(np.max(np.cumsum(delta[order]), initial=0.0))
+    util = defaultdict(list)
+    for rname, r in res.items():
+        util[rname.split(":")[0]].append(r.busy / latency if latency else 0.0)
+    return Timeline(
+        latency_ns=latency,
+        region_span=span,
+        region_busy=busy,
+        peak_power_mw=peak,
+        analog_energy_pj=float(e[a].sum()) if len(e) else 0.0,
+        utilisation={k: float(np.mean(v)) for k, v in util.items()},
+        start=start,
+        finish=finish,
+    )
