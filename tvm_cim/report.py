@@ -122,7 +122,8 @@ def build_report(info: CompileInfo, stats: list, hw_name: str) -> dict:
         "energy_breakdown_pj": {k: float(v) for k, v in sorted(energy.items()) if not k.startswith("setup_")},
         "average_power_mw": run_energy_total / latency_ns if latency_ns else 0.0,
         "peak_power_mw": tl.peak_power_mw,
-        "peak_power_scope": "crossbar reads and writes with their DACs and ADCs active at once",
+        "peak_power_scope": "computing: crossbar reads with their DACs and ADCs active at once",
+        "peak_write_power_mw": tl.peak_write_power_mw,
         "strategy": sched.strategy if sched else "none",
         "schedule": {
             "options": dict(vars(sched.options)) if sched else {},

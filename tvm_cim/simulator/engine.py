@@ -432,7 +432,7 @@ class Chip:
             key = f"xb:{xb}"
             deps = self._deps(key, Range(0, 1), write=True) + self._deps(o["src"].name, Range(0, M), write=False)
             self._energy["write"] += e
-            i = ev.add(dur, (key,), deps, e, True, "CIM.write_xb")
+            i = ev.add(dur, (key,), deps, e, False, "CIM.write_xb")
             self._mark(key, Range(0, 1), i, True)
             return
         if o.opcode.startswith("CIM.read"):

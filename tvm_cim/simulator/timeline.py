@@ -33,7 +33,7 @@ class Events:
     res: list = field(default_factory=list)  # tuple of resource names
     deps: list = field(default_factory=list)  # tuple of local indices
     energy: list = field(default_factory=list)  # pJ
-    analog: list = field(default_factory=list)  # True for crossbar/ADC activity (peak power)
+    analog: list = field(default_factory=list)  # True for crossbar reads with DACs/ADCs (peak compute power)
     kind: list = field(default_factory=list)  # meta-operator kind
     inputs: list = field(default_factory=list)  # (index, frac0, frac1) region-input loads
     outputs: list = field(default_factory=list)  # (index, frac0, frac1) region-output stores
@@ -86,6 +86,7 @@ class Timeline:
     region_span: dict  # name -> (start, finish)
     region_busy: dict  # name -> summed durations of its events
     peak_power_mw: float
+    peak_write_power_mw: float
     analog_energy_pj: float
     utilisation: dict  # resource class -> mean busy fraction
     start: np.ndarray
@@ -161,18 +162,12 @@ def schedule_graph(regions: list[tuple[str, Events, int]], producers: dict[str, 
     start = np.asarray(starts)
     finish = np.asarray(finishes)
     latency = float(finish.max(initial=0.0))
-    # peak power of analog activity (crossbar reads/writes with their DACs and ADCs)
     a = np.asarray(analog, dtype=bool)
     d = np.asarray(durs)
     e = np.asarray(energy)
-    m = a & (d > 0)
-    peak = 0.0
-    if m.any():
-        p = e[m] / d[m]  # pJ/ns = mW
-        t = np.concatenate([start[m], finish[m]])
-        delta = np.concatenate([p, -p])
-        order = np.lexsort((delta, t))  # at equal times, ends (negative) first
-        peak = float(np.max(np.cumsum(delta[order]), initial=0.0))
+    kinds = np.asarray([k for _, ev, _ in regions for k in ev.kind])
+    peak = _peak(start, finish, e, d, a)  # computing: crossbar reads with their DACs and ADCs
+    peak_write = _peak(start, finish, e, d, kinds == "CIM.write_xb") if len(kinds) else 0.0
     util = defaultdict(list)
     for rname, r in res.items():
         util[rname.split(":")[0]].append(r.busy / latency if latency else 0.0)
@@ -181,8 +176,21 @@ def schedule_graph(regions: list[tuple[str, Events, int]], producers: dict[str, 
         region_span=span,
         region_busy=busy,
         peak_power_mw=peak,
+        peak_write_power_mw=peak_write,
         analog_energy_pj=float(e[a].sum()) if len(e) else 0.0,
         utilisation={k: float(np.mean(v)) for k, v in util.items()},
         start=start,
         finish=finish,
     )
+
+
+def _peak(start: np.ndarray, finish: np.ndarray, energy: np.ndarray, dur: np.ndarray, mask: np.ndarray) -> float:
+    """Largest summed power (mW) of the masked operations active at one instant."""
+    m = mask & (dur > 0)
+    if not m.any():
+        return 0.0
+    p = energy[m] / dur[m]  # pJ/ns = mW
+    t = np.concatenate([start[m], finish[m]])
+    delta = np.concatenate([p, -p])
+    order = np.lexsort((delta, t))  # at equal times, ends (negative) first
+    return float(np.max(np.cumsum(delta[order]), initial=0.0))
