@@ -8,9 +8,10 @@
   DACs always see unsigned codes and the zero point is removed digitally.
 * The run-time right operand of a ``dmatmul`` is a signed per-tensor weight.
 
-Calibration runs the float model once per sample with TVM's ``llvm`` build:
-each input of an offloaded region passes through an observer
-(``tvm_cim.observe``) that records its range.
+Calibration runs the float model once per sample: host operators through
+TVM's ``llvm`` build, offloaded regions through a float observer
+(``tvm_cim.calibrate_region``, numpy im2col and BLAS) that records the range of
+their inputs.
 """
 
 from __future__ import annotations
@@ -30,13 +31,43 @@ _LOCK = threading.Lock()
 _CACHE: dict[tuple, dict] = {}  # (module hash, samples, seed) -> ranges, for seeded calibration
 
 
-@tvm.register_global_func("tvm_cim.observe", override=True)
-def _observe(x, key, out):
-    a = x.numpy()
+_FLOAT_REGIONS: dict[str, "CompositeInfo"] = {}
+
+
+def _record(key: str, a: np.ndarray) -> None:
     with _LOCK:
-        lo, hi = _OBSERVED.get(str(key), [np.inf, -np.inf])
-        _OBSERVED[str(key)] = [min(lo, float(a.min(initial=np.inf))), max(hi, float(a.max(initial=-np.inf)))]
-    out.copyfrom(a)
+        lo, hi = _OBSERVED.get(key, [np.inf, -np.inf])
+        _OBSERVED[key] = [min(lo, float(a.min(initial=np.inf))), max(hi, float(a.max(initial=-np.inf)))]
+
+
+def float_reference(info: "CompositeInfo", args: list[np.ndarray]) -> np.ndarray:
+    """The float result of a composite (numpy, float32 BLAS), used during calibration."""
+    if info.kind == CONV2D:
+        from ..simulator.functional import im2col
+
+        c = info.conv
+        x = args[0]
+        n = x.shape[0]
+        _, oc, oh, ow = info.out_shape
+        cols = im2col(x, c["kernel"], c["strides"], c["padding"], c["dilation"], 0)
+        y = cols @ unfold_conv_weight(info.weight, c["groups"])
+        if info.bias is not None:
+            y = y + info.bias
+        return y.reshape(n, oh, ow, oc).transpose(0, 3, 1, 2)
+    if info.kind == MATMUL:
+        y = np.matmul(args[0], info.weight)
+        return y + info.bias if info.bias is not None else y
+    return np.matmul(args[0], args[1])
+
+
+@tvm.register_global_func("tvm_cim.calibrate_region", override=True)
+def _calibrate_region(*args):
+    out, region = args[-1], str(args[-2])
+    xs = [a.numpy() for a in args[:-2]]
+    for i, a in enumerate(xs):
+        _record(f"{region}:{i}", a)
+    y = float_reference(_FLOAT_REGIONS[region], xs)
+    out.copyfrom(np.ascontiguousarray(y, dtype=np.float32))
 
 
 @dataclass
@@ -118,7 +149,7 @@ def describe_composite(func) -> CompositeInfo:
 # --------------------------------------------------------------------------- calibration
 @relax.expr_functor.mutator
 class _InsertObservers(relax.PyExprMutator):
-    """Route every non-constant input of a ``cim.*`` call through an observer."""
+    """Run every ``cim.*`` region through a float observer that records its inputs' range."""
 
     def __init__(self, mod: tvm.IRModule):
         super().__init__(mod)
@@ -129,11 +160,10 @@ class _InsertObservers(relax.PyExprMutator):
         call = super().visit_call_(call)
         if isinstance(call.op, relax.GlobalVar) and composite_name(self.mod_[call.op]):
             region = self.names[call.op.name_hint]
-            args = [
-                relax.call_dps_packed("tvm_cim.observe", [a, tvm.ir.StringImm(f"{region}:{i}")], a.ty)
-                for i, a in enumerate(call.args)
-            ]
-            return relax.Call(call.op, args, call.attrs, call.ty_args if hasattr(call, "ty_args") else None)
+            _FLOAT_REGIONS[region] = describe_composite(self.mod_[call.op])
+            return relax.call_dps_packed(
+                "tvm_cim.calibrate_region", list(call.args) + [tvm.ir.StringImm(region)], call.ty
+            )
         return call
 
 
@@ -165,7 +195,7 @@ def calibrate(mod: tvm.IRModule, region_names: dict[str, str], config: Calibrati
     for gv, f in mod.functions.items():
         if isinstance(f, relax.Function) and not composite_name(f):
             mutator.builder_.update_func(gv, mutator.visit_expr(f))
-    cmod = mutator.builder_.get()
+    cmod = relax.transform.DeadCodeElimination()(mutator.builder_.get())
     ex = relax.build(cmod, target=tvm.target.Target("llvm"))
     vm = relax.VirtualMachine(ex, tvm.cpu())
     main = mod["main"]

@@ -86,10 +86,14 @@ class Options:
     measure_adc_error : bool
         When the ADC is lossy, also compute the ideal result and report the
         error of the integer accumulators.
+    functional : bool
+        Compute values.  ``False`` only builds the timeline and energy (for
+        large design-space sweeps); the output is then all zeros.
     """
 
     exact_shortcut: bool = True
     measure_adc_error: bool = True
+    functional: bool = True
 
 
 def _vecs(o: Op, default: int) -> Range:
@@ -161,7 +165,7 @@ class Chip:
             self.xb_owner.get(o["xb"]) != (prog.name,) for o in prog.ops("setup") if o.opcode == "CIM.write_xb"
         ):
             ev = Events()
-            self._board = defaultdict(list)
+            self._reset_board()
             self._energy = defaultdict(float)
             self._block(prog.setup, env, stats, ev)
             self._flush(env, stats)
@@ -171,11 +175,14 @@ class Chip:
                 stats.energy_pj["setup_" + k] += e
             self._setup_done.add(prog.name)
         ev = Events()
-        self._board = defaultdict(list)
+        self._reset_board()
         self._energy = defaultdict(float)
         self._block(prog.run, env, stats, ev)
         self._flush(env, stats)
         stats.events = ev
+        if not self.options.functional:
+            out = prog.decl("output")[0]
+            env["out"] = np.zeros(out.shape, np.float32)
         tl = schedule_graph([(prog.name, ev, 0)], {}, pipeline=True)
         stats.latency_ns = tl.latency_ns
         for k, e in self._energy.items():
@@ -228,7 +235,11 @@ class Chip:
             stats.metaop_counts[s.kind] += 1
             if s.opcode == "CIM.bind_vxb":
                 continue
-            if s.opcode.startswith("CIM.read"):
+            if not self.options.functional:
+                if s.opcode == "CIM.write_xb":
+                    stats.weight_writes += 1
+                    self.xb_owner[s["xb"]] = (self.prog.name,)
+            elif s.opcode.startswith("CIM.read"):
                 self._queue_read(s, env, stats)
             else:
                 self._exec(s, env, stats)
@@ -392,16 +403,44 @@ class Chip:
         return a
 
     # ------------------------------------------------------------------ costs / events
-    def _deps(self, key: str, v: Range, write: bool) -> list[int]:
-        """Scoreboard: events that last wrote (or, for a write, read) ``key`` over ``v``."""
+    # Scoreboard.  Tensor keys: vector range -> operations that wrote it (all of
+    # them: reads accumulate partial sums into the same range).  Crossbar keys:
+    # the last write and the reads since (a write waits for them).
+    _FULL = Range(0, 1 << 60)
+
+    def _reset_board(self) -> None:
+        self._ranges: dict = defaultdict(dict)
+        self._xb_write: dict = {}
+        self._xb_readers: dict = defaultdict(list)
+
+    def _deps(self, key: str, v: Range, write: bool = False) -> list[int]:
+        """Operations the access of ``key`` over ``v`` must wait for."""
+        if key.startswith("xb:"):
+            last = self._xb_write.get(key)
+            deps = [] if last is None else [last]
+            return deps + self._xb_readers[key] if write else deps
+        table = self._ranges.get(key)
+        if not table:
+            return []
+        exact = table.get((v.start, v.stop))
+        full = table.get((0, 1 << 60), [])
+        if exact is not None:
+            return exact + full if full is not exact else exact
         out = []
-        for a, b, idx, is_write in self._board[key]:
-            if a < v.stop and b > v.start and (is_write or write):
-                out.append(idx)
+        for (a, b), idx in table.items():
+            if a < v.stop and b > v.start:
+                out += idx
         return out
 
     def _mark(self, key: str, v: Range, idx: int, write: bool) -> None:
-        self._board[key].append((v.start, v.stop, idx, write))
+        if key.startswith("xb:"):
+            if write:
+                self._xb_write[key] = idx
+                self._xb_readers[key] = []
+            else:
+                self._xb_readers[key].append(idx)
+            return
+        self._ranges[key].setdefault((v.start, v.stop), []).append(idx)
 
     def _read_cost(self, rows: int, cols: int, vectors: int, groups: int) -> tuple[float, float, dict]:
         hw, xb = self.hw, self.hw.crossbar
@@ -437,7 +476,7 @@ class Chip:
             return
         if o.opcode.startswith("CIM.read"):
             ents = self._entries(o)
-            vectors = v.size * (env[o["src"].name].shape[0])
+            vectors = v.size * int(self.prog.attr("batch", 1))
             durs, energy = [], defaultdict(float)
             for xb, rows, cols, _ in ents:
                 groups = 1 if o.opcode == "CIM.read_row" else -(-rows.size // hw.crossbar.rows_active)

@@ -1,0 +1,277 @@
+"""Multi-level scheduling experiments (CIM-MLC, paper 003 Fig. 20-22).
+
+1. ISAAC-like preset, ResNet-18/34/50/101: speedup over ``none`` of graph-level
+   duplication, pipeline, both, then adding the crossbar level, then the
+   wordline level (the preset run in wordline computing mode).
+2. PUMA preset, VGG-16: peak computing power with and without the MVM-grained
+   pipeline.
+3. ISAAC-like preset, ResNet-18: ``cim-mlc`` against ``greedy`` (Poly-Schedule).
+4. ViT-Base on the ISAAC-like preset with 128x256 crossbars: sensitivity to
+   cores, crossbars per core, crossbar size and parallel rows.
+5. Accuracy of the analytical estimate against the simulator's timeline,
+   layer by layer, for ResNet-18, ResNet-50 and VGG-16.
+6. Compile time of ResNet-50 on the ISAAC-like preset with every optimisation
+   (cold: calibration included).
+
+Latency and power come from the simulator's resource timeline run in
+timing-only mode (values are not computed; correctness of every strategy is
+covered by the test suite).  Prints tables, saves plots, ``--json`` writes the
+figures.
+
+    python benchmarks/cim_multilevel.py                   # full size (about 20-30 min)
+    python benchmarks/cim_multilevel.py --quick           # small inputs, a few minutes
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import tvm_cim  # noqa: E402
+from tvm_cim.cli import import_onnx  # noqa: E402
+from tvm_cim.compiler import codegen, quantize  # noqa: E402
+from tvm_cim.compiler.lower import offload  # noqa: E402
+from tvm_cim.compiler.schedule import Options  # noqa: E402
+from tvm_cim.models import zoo  # noqa: E402
+from tvm_cim.simulator.engine import Chip  # noqa: E402
+from tvm_cim.simulator.engine import Options as SimOptions  # noqa: E402
+from tvm_cim.simulator.timeline import schedule_graph  # noqa: E402
+
+R = dataclasses.replace
+CONFIGS = {
+    "none": Options(),
+    "graph-dup": Options(duplication="dp"),
+    "graph-pipe": Options(pipeline=True),
+    "graph-P&D": Options(duplication="dp", pipeline=True),
+    "+crossbar": Options(duplication="dp", pipeline=True, crossbar_dup=True, mvm_pipeline=True),
+    "+wordline": Options(duplication="dp", pipeline=True, crossbar_dup=True, mvm_pipeline=True, remap=True),
+}
+_MODS: dict = {}
+
+
+def relax_module(name: str, **kw):
+    key = (name, tuple(sorted(kw.items())))
+    if key not in _MODS:
+        _MODS[key] = import_onnx(zoo.build_model(name, seed=0, **kw), name)[0]
+    return _MODS[key]
+
+
+def measure(mod, hw, strategy: str, options: Options | None) -> dict:
+    """Compile with a strategy, run the programs on a timing-only chip, schedule the timeline."""
+    t0 = time.perf_counter()
+    _, info = offload(mod, hw, strategy=strategy, options=options)
+    compile_s = time.perf_counter() - t0
+    chip = Chip(hw, SimOptions(functional=False))
+    stats = []
+    for r, p in zip(info.regions, info.programs):
+        tensors = {d.name: np.zeros(d.shape, np.float32) for d in p.decl("input")}
+        tensors.update(codegen.region_constants(r))
+        stats.append(chip.run(p, tensors)[1])
+    tl = schedule_graph([(s.name, s.events, s.segment) for s in stats], info.producers, info.schedule.options.pipeline)
+    return {
+        "latency_ns": tl.latency_ns,
+        "estimate_ns": info.schedule.estimate_ns,
+        "peak_power_mw": tl.peak_power_mw,
+        "segments": info.schedule.segments,
+        "compile_s": compile_s,
+        "region_sim_ns": [s.latency_ns for s in stats],
+        "region_est_ns": [info.schedule.estimate_regions_ns[s.name] for s in stats],
+        "crossbars": sum(len(pl.tiles) * len(pl.replicas) for pl in info.chip_map.placements.values()),
+    }
+
+
+def exp1(nets, image, isaac) -> dict:
+    wl = R(isaac, chip=R(isaac.chip, computing_mode="wordline"))
+    out = {}
+    for net in tqdm(nets, desc="exp1 ResNets on ISAAC"):
+        mod = relax_module(net, image_size=image)
+        row = {}
+        for cfg, o in CONFIGS.items():
+            row[cfg] = measure(mod, wl if cfg == "+wordline" else isaac, "cim-mlc", o)
+        out[net] = row
+    print("\n[1] ISAAC-like preset: speedup over 'none' (simulated latency)")
+    print(f"{'network':10s} " + " ".join(f"{c:>11s}" for c in CONFIGS) + f" {'xbar/P&D':>9s} {'wl/xbar':>8s}")
+    for net, row in out.items():
+        base = row["none"]["latency_ns"]
+        sp = {c: base / row[c]["latency_ns"] for c in CONFIGS}
+        print(f"{net:10s} " + " ".join(f"{sp[c]:10.2f}x" for c in CONFIGS)
+              + f" {sp['+crossbar'] / sp['graph-P&D']:8.2f}x {sp['+wordline'] / sp['+crossbar']:7.2f}x")
+    print("  paper: up to 123x for P&D, ~1.8x more from the crossbar level on ResNet-50, ~10% more from the wordline level")
+    return out
+
+
+def exp2(image, puma) -> dict:
+    mod = relax_module("vgg16", image_size=image)
+    on = measure(mod, puma, "cim-mlc", None)
+    off = measure(mod, puma, "cim-mlc", R(Options.for_strategy("cim-mlc", puma), mvm_pipeline=False))
+    print("\n[2] PUMA preset, VGG-16: peak computing power")
+    print(f"  without MVM-grained pipeline {off['peak_power_mw'] / 1e3:9.3f} W   latency {off['latency_ns'] / 1e6:8.3f} ms")
+    print(f"  with MVM-grained pipeline    {on['peak_power_mw'] / 1e3:9.3f} W   latency {on['latency_ns'] / 1e6:8.3f} ms")
+    print(f"  change {100 * (on['peak_power_mw'] / off['peak_power_mw'] - 1):+.1f}%   (paper: -75%)")
+    return {"with": on, "without": off}
+
+
+def exp3(image, isaac) -> dict:
+    mod = relax_module("resnet18", image_size=image)
+    res = {s: measure(mod, isaac, s, None) for s in ("none", "greedy", "puma", "cim-mlc")}
+    base = res["none"]["latency_ns"]
+    print("\n[3] ISAAC-like preset, ResNet-18: strategies")
+    for s, r in res.items():
+        print(f"  {s:8s} latency {r['latency_ns'] / 1e6:9.3f} ms  speedup over none {base / r['latency_ns']:7.2f}x")
+    print(f"  cim-mlc over greedy: {res['greedy']['latency_ns'] / res['cim-mlc']['latency_ns']:.2f}x (paper: 3.2x)")
+    return res
+
+
+def exp4(isaac, vit_kw, quick: bool) -> dict:
+    base_hw = R(isaac, crossbar=R(isaac.crossbar, cols=256))
+    mod = relax_module("vit_base", **vit_kw)
+    sweeps = {
+        "cores": [("cores", v) for v in ([256, 512, 768, 1024] if not quick else [256, 768])],
+        "crossbars_per_core": [("crossbars", v) for v in ([8, 16, 32] if not quick else [8, 16])],
+        "crossbar_size": [("size", v) for v in ([(64, 512), (128, 256), (256, 128), (512, 64)] if not quick else [(128, 256), (256, 128)])],
+        "parallel_rows": [("rows_active", v) for v in ([8, 16, 32, 64, 128] if not quick else [8, 32])],
+    }
+    levels = {"none": CONFIGS["none"], "graph": CONFIGS["graph-P&D"], "+crossbar": CONFIGS["+crossbar"], "+wordline": CONFIGS["+wordline"]}
+    out = {}
+    jobs = [(k, p) for k, ps in sweeps.items() for p in ps]
+    for k, (field, val) in tqdm(jobs, desc="exp4 ViT sensitivity"):
+        hw = base_hw
+        if field == "cores":
+            hw = R(hw, chip=R(hw.chip, cores=val))
+        elif field == "crossbars":
+            hw = R(hw, core=R(hw.core, crossbars=val))
+        elif field == "size":
+            hw = R(hw, crossbar=R(hw.crossbar, rows=val[0], cols=val[1], rows_active=min(hw.crossbar.rows_active, val[0])))
+        else:
+            hw = R(hw, crossbar=R(hw.crossbar, rows_active=val))
+        row = {}
+        for lvl, o in levels.items():
+            h = R(hw, chip=R(hw.chip, computing_mode="wordline")) if lvl == "+wordline" else hw
+            row[lvl] = measure(mod, h, "cim-mlc", o)["latency_ns"]
+        out.setdefault(k, []).append({"value": val, **{lvl: row["none"] / row[lvl] for lvl in levels}})
+    print("\n[4] ViT-Base on ISAAC-like (128x256 crossbars): speedup over 'none'")
+    for k, rows in out.items():
+        print(f"  {k}:")
+        for r in rows:
+            print(f"    {str(r['value']):12s} graph {r['graph']:8.2f}x  +crossbar {r['+crossbar']:8.2f}x  +wordline {r['+wordline']:8.2f}x")
+    return out
+
+
+def exp5(image, isaac) -> dict:
+    out = {}
+    print("\n[5] analytical estimate vs simulator timeline, per layer (accuracy = 1 - |est - sim| / sim)")
+    for net in tqdm(["resnet18", "resnet50", "vgg16"], desc="exp5 estimate accuracy"):
+        mod = relax_module(net, image_size=image)
+        row = {}
+        for strat in ("none", "cim-mlc"):
+            m = measure(mod, isaac, strat, None)
+            sim, est = np.array(m["region_sim_ns"]), np.array(m["region_est_ns"])
+            acc = 1 - np.abs(est - sim) / sim
+            row[strat] = {
+                "layer_accuracy_mean": float(acc.mean()),
+                "layer_accuracy_min": float(acc.min()),
+                "end_to_end_accuracy": float(1 - abs(m["estimate_ns"] - m["latency_ns"]) / m["latency_ns"]),
+            }
+            print(f"  {net:9s} {strat:8s} per-layer mean {100 * acc.mean():5.1f}%  worst {100 * acc.min():5.1f}%  "
+                  f"end-to-end {100 * row[strat]['end_to_end_accuracy']:5.1f}%")
+        out[net] = row
+    print("  MIREDO reports 95.5% for its model")
+    return out
+
+
+def exp6(image, isaac) -> dict:
+    quantize._CACHE.clear()  # cold: calibration included
+    mod = relax_module("resnet50", image_size=image)
+    t0 = time.perf_counter()
+    offload(mod, isaac, strategy="cim-mlc")
+    s = time.perf_counter() - t0
+    print(f"\n[6] compile time, ResNet-50 ({image}x{image}) on ISAAC-like, cim-mlc, cold: {s:.1f} s (target < 30 s)")
+    return {"compile_s": s}
+
+
+def plots(res: dict, out_dir: Path) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    files = []
+    if "exp1" in res:
+        fig, ax = plt.subplots(figsize=(8, 4))
+        nets = list(res["exp1"])
+        cfgs = [c for c in CONFIGS if c != "none"]
+        w = 0.8 / len(cfgs)
+        for i, c in enumerate(cfgs):
+            ax.bar(np.arange(len(nets)) + i * w, [res["exp1"][n]["none"]["latency_ns"] / res["exp1"][n][c]["latency_ns"] for n in nets], w, label=c)
+        ax.set_xticks(np.arange(len(nets)) + 0.4 - w / 2, nets)
+        ax.set_yscale("log")
+        ax.set_ylabel("speedup over none")
+        ax.legend(fontsize=8)
+        ax.set_title("CIM-MLC levels on the ISAAC-like preset")
+        f = out_dir / "cim_multilevel_speedup.png"
+        fig.tight_layout()
+        fig.savefig(f, dpi=120)
+        files.append(str(f))
+    if "exp4" in res:
+        fig, axs = plt.subplots(1, len(res["exp4"]), figsize=(14, 3.5))
+        for ax, (k, rows) in zip(np.atleast_1d(axs), res["exp4"].items()):
+            xs = [str(r["value"]) for r in rows]
+            for lvl in ("graph", "+crossbar", "+wordline"):
+                ax.plot(xs, [r[lvl] for r in rows], marker="o", label=lvl)
+            ax.set_title(k)
+            ax.set_ylabel("speedup over none")
+            ax.tick_params(axis="x", labelrotation=30)
+        np.atleast_1d(axs)[0].legend(fontsize=8)
+        fig.tight_layout()
+        f = out_dir / "cim_multilevel_vit_sensitivity.png"
+        fig.savefig(f, dpi=120)
+        files.append(str(f))
+    return files
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small inputs and fewer sweep points")
+    ap.add_argument("--only", nargs="*", type=int, help="experiment numbers to run")
+    ap.add_argument("--json", help="write all figures to this file")
+    ap.add_argument("--plots", default=".", help="folder for the PNG plots")
+    args = ap.parse_args()
+    image = 64 if args.quick else 224
+    nets = ["resnet18", "resnet50"] if args.quick else ["resnet18", "resnet34", "resnet50", "resnet101"]
+    vit_kw = dict(image_size=64, patch_size=16, depth=4) if args.quick else {}
+    isaac, puma = tvm_cim.load("isaac"), tvm_cim.load("puma")
+    todo = set(args.only or range(1, 7))
+    res = {}
+    if 6 in todo:
+        res["exp6"] = exp6(image, isaac)
+    if 1 in todo:
+        res["exp1"] = exp1(nets, image, isaac)
+    if 2 in todo:
+        res["exp2"] = exp2(image, puma)
+    if 3 in todo:
+        res["exp3"] = exp3(image, isaac)
+    if 5 in todo:
+        res["exp5"] = exp5(image, isaac)
+    if 4 in todo:
+        res["exp4"] = exp4(isaac, vit_kw, args.quick)
+    out_dir = Path(args.plots)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for f in plots(res, out_dir):
+        print(f"plot: {f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(res, indent=2, default=str))
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
