@@ -114,6 +114,7 @@ def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | 
         ("batch", bt),
         ("weight_bits", wbits),
         ("input_bits", ibits),
+        ("signed_input", bool(region.x_signed)),
         ("tiles", len(pl.tiles)),
         ("replicas", n_rep),
         ("tile_rows", max(t.rows for t in pl.tiles)),
@@ -172,7 +173,8 @@ def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | 
         nb = max(1, math.ceil((f1 - f0) * in_elems * ibits / 8))
         out = [op("DMOV", op="load", src=Ref("x"), vecs=v, level="global", frac=(f0, f1), bytes=nb)]
         out.append(op("DCOM", op="quantize", src=Ref("x"), dst=Ref("xq"), vecs=v, scale=float(region.x_scale),
-                      zero=int(region.x_zero), bits=ibits, signed=False, elements=max(1, int((f1 - f0) * in_elems))))
+                      zero=int(region.x_zero), bits=ibits, signed=bool(region.x_signed),
+                      elements=max(1, int((f1 - f0) * in_elems))))
         if region.kind == CONV2D:
             c = region.conv
             out.append(op("DCOM", op="im2col", src=Ref("xq"), dst=Ref("xm"), vecs=v, kernel=tuple(c["kernel"]),

@@ -149,6 +149,41 @@ class _LowerRegions(relax.PyExprMutator):
         return call
 
 
+@relax.expr_functor.mutator
+class _UniqueCallSites(relax.PyExprMutator):
+    """Give every call of a ``cim.*`` composite its own function.
+
+    Structurally identical regions (e.g. attention's ``QK^T`` and ``x V`` at the
+    same shapes) share one composite after ``FuseOpsByPattern``; each call site
+    must be its own region with its own crossbars, program and statistics.
+    """
+
+    def __init__(self, mod):
+        super().__init__(mod)
+        self.mod_ = mod
+        self.seen: dict[str, int] = {}
+
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        if isinstance(call.op, relax.GlobalVar) and composite_name(self.mod_[call.op]):
+            name = call.op.name_hint
+            k = self.seen.get(name, 0)
+            self.seen[name] = k + 1
+            if k:
+                func = self.mod_[call.op].with_attr("cim.call_site", k)
+                gv = self.builder_.add_func(func, f"{name}_site{k}")
+                return relax.Call(gv, call.args, call.attrs)
+        return call
+
+
+def _unique_call_sites(mod: tvm.IRModule) -> tvm.IRModule:
+    mutator = _UniqueCallSites(mod)
+    for gv, f in mod.functions.items():
+        if isinstance(f, relax.Function) and not composite_name(f):
+            mutator.builder_.update_func(gv, mutator.visit_expr(f))
+    return mutator.builder_.get()
+
+
 def _call_order(mod: tvm.IRModule) -> list[str]:
     """Composite function names in the order main calls them."""
     order: list[str] = []
@@ -194,7 +229,7 @@ def offload(mod: tvm.IRModule, hw: CIMHardware, calib: CalibrationConfig | None 
         strategy, default_opts = scheduling()
         options = options or default_opts
     mod = relax.transform.FoldBatchnormToConv2D()(mod) if _has_bn_after_conv(mod) else mod
-    mod = PartitionForCIM()(mod)
+    mod = _unique_call_sites(PartitionForCIM()(mod))
     order = _call_order(mod)
     uid = f"{tvm_ffi.structural_hash(mod) & 0xFFFFFFFF:08x}"
     names = {gname: f"m{uid}.r{i:03d}_{str(composite_name(mod[gname])).split('.')[1]}" for i, gname in enumerate(order)}

@@ -4,8 +4,9 @@
   each side.
 * Activations: per tensor, from the range observed on calibration inputs:
   non-negative tensors (after ReLU) use unsigned codes ``[0, 2^b - 1]``;
-  signed tensors use codes with a zero point of ``2^(b-1)``, so the crossbar
-  DACs always see unsigned codes and the zero point is removed digitally.
+  signed tensors use symmetric codes whose positive and negative parts are
+  applied to the crossbars in two phases and subtracted (the DACs only drive
+  unsigned values, and small magnitudes keep bit-serial sums sparse).
 * The run-time right operand of a ``dmatmul`` is a signed per-tensor weight.
 
 Calibration runs the float model once per sample: host operators through
@@ -222,11 +223,15 @@ def calibrate(mod: tvm.IRModule, region_names: dict[str, str], config: Calibrati
 
 
 # --------------------------------------------------------------------------- quantisation
-def activation_params(lo: float, hi: float, bits: int) -> tuple[float, int]:
-    """Scale and zero point of an activation tensor with observed range [lo, hi]."""
+def activation_params(lo: float, hi: float, bits: int) -> tuple[float, bool]:
+    """Scale and signedness of an activation tensor with observed range [lo, hi].
+
+    Non-negative tensors use unsigned codes ``[0, 2^b - 1]``; others symmetric
+    signed codes, applied to the crossbars as two unsigned phases.
+    """
     if lo >= 0:
-        return max(hi, 1e-12) / (2**bits - 1), 0
-    return max(abs(lo), abs(hi), 1e-12) / (2 ** (bits - 1) - 1), 2 ** (bits - 1)
+        return max(hi, 1e-12) / (2**bits - 1), False
+    return max(abs(lo), abs(hi), 1e-12) / (2 ** (bits - 1) - 1), True
 
 
 def quantize_weights(w: np.ndarray, bits: int, axis: int) -> tuple[np.ndarray, np.ndarray]:
@@ -244,8 +249,8 @@ def quantize_weights(w: np.ndarray, bits: int, axis: int) -> tuple[np.ndarray, n
 def make_region(name: str, info: CompositeInfo, ranges: dict, input_bits: int, weight_bits: int) -> Region:
     """Quantise one composite into a :class:`Region`."""
     lo, hi = ranges.get(f"{name}:0", (-1.0, 1.0))
-    x_scale, x_zero = activation_params(lo, hi, input_bits)
-    r = Region(name, info.kind, info.in_shapes, info.out_shape, x_scale=x_scale, x_zero=x_zero, conv=dict(info.conv))
+    x_scale, x_signed = activation_params(lo, hi, input_bits)
+    r = Region(name, info.kind, info.in_shapes, info.out_shape, x_scale=x_scale, x_signed=x_signed, conv=dict(info.conv))
     if info.kind == CONV2D:
         q, s = quantize_weights(info.weight, weight_bits, axis=0)
         r.w_int = unfold_conv_weight(q, info.conv["groups"])

@@ -36,6 +36,9 @@ class Region:
         Float output shape.
     x_scale, x_zero : float, int
         Activation quantisation: ``q = clip(round(x / x_scale) + x_zero, 0, 2^bits - 1)``.
+    x_signed : bool
+        Signed activations: ``q = clip(round(x / x_scale), -(2^(bits-1)-1), 2^(bits-1)-1)``,
+        applied to the crossbars in two unsigned phases (positive and negative part).
     y_scale : float
         Per-tensor scale of the second (run-time) operand of a ``dmatmul``.
     w_int : np.ndarray or None
@@ -55,6 +58,7 @@ class Region:
     out_shape: tuple[int, ...]
     x_scale: float = 1.0
     x_zero: int = 0
+    x_signed: bool = False
     y_scale: float = 1.0
     w_int: np.ndarray | None = None
     w_scale: np.ndarray | None = None

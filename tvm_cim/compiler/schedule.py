@@ -162,7 +162,8 @@ class CostModel:
     def mvm_ns(self, r: Region, tile_rows: int) -> float:
         """One input vector through one replica (its tiles work in parallel)."""
         groups = math.ceil(min(tile_rows, r.mkn[1]) / self.hw.crossbar.rows_active)
-        return self.hw.input_steps(self.ibits) * groups * self.step_ns(min(self.logical_cols(), r.mkn[2]))
+        steps = 2 * self.hw.input_steps(self.ibits - 1) if r.x_signed else self.hw.input_steps(self.ibits)
+        return steps * groups * self.step_ns(min(self.logical_cols(), r.mkn[2]))
 
     def region_ns(self, r: Region, replicas: int, tile_rows: int, resident: bool = True, passes: int = 1) -> float:
         """Analytical latency of one region with ``replicas`` copies.

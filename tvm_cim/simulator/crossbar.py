@@ -36,20 +36,25 @@ from ..hardware.schema import CIMHardware
 _CHUNK_BYTES = 96 * 2**20
 
 
-def adc_lsb(hw: CIMHardware) -> int:
-    """ADC least significant bit in units of one cell-times-input-step product."""
+def adc_lsb(hw: CIMHardware, rows: int | None = None) -> int:
+    """ADC least significant bit in units of one cell-times-input-step product.
+
+    In ``scale`` mode the ADC's range is programmed for the largest sum the
+    driven rows can produce (``rows``, at most ``rows_active``).
+    """
     xb = hw.crossbar
     if xb.adc_mode == "clip":
         return 1
-    full = max_partial_sum(hw)
+    full = max_partial_sum(hw, rows)
     levels = 2**xb.adc_bits - 1
     return 1 << max(0, math.ceil(math.log2(max(1.0, full / levels))))
 
 
-def max_partial_sum(hw: CIMHardware) -> int:
-    """Largest value one bitline can accumulate in one read step."""
+def max_partial_sum(hw: CIMHardware, rows: int | None = None) -> int:
+    """Largest value one bitline can accumulate in one read step over ``rows`` driven rows."""
     xb = hw.crossbar
-    return xb.rows_active * (2**xb.dac_bits - 1) * (2**xb.cell_bits - 1)
+    r = xb.rows_active if rows is None else min(rows, xb.rows_active)
+    return r * (2**xb.dac_bits - 1) * (2**xb.cell_bits - 1)
 
 
 def is_lossless(hw: CIMHardware) -> bool:
@@ -157,7 +162,7 @@ def mvm(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, weight_bits: int, inp
         cg = np.concatenate([cg, np.zeros((t_n, bt, pad, cg.shape[-1]), cg.dtype)], axis=2)
     cg = cg.reshape(t_n, bt, g_n, ra, s_n * p_n * n)  # (T, Bt, G, ra, SPn)
     sw = _slice_weights(hw, weight_bits).reshape(s_n * p_n, 1)
-    lsb = adc_lsb(hw)
+    lsb = adc_lsb(hw, r)
     mask = (1 << d) - 1
     xi = xg.astype(np.int32)
     out = np.zeros((t_n, bt, v, n), dtype=np.float64)

@@ -156,6 +156,7 @@ class Chip:
         stats.segment = int(prog.attr("segment", 0))
         stats.pipeline = bool(prog.attr("pipeline", False))
         self.prog = prog
+        self.signed_input = bool(prog.attr("signed_input", False))
         self.vxbs = self._bindings(prog)
         self.M = int(prog.attr("M", 1)) * int(prog.attr("batch", 1))
         self._pending: list = []
@@ -374,7 +375,12 @@ class Chip:
                 wts.append(self._fit(w, bt, r_max, n_max))
             cells = np.stack(cells)
             wts = np.stack(wts)
-            res = X.mvm(xs, cells, self.hw, self.wbits, self.ibits, self.options.exact_shortcut, weights=wts)
+            if self.signed_input:  # two unsigned phases: positive and negative parts
+                mag_bits = self.ibits - 1
+                res = X.mvm(np.maximum(xs, 0), cells, self.hw, self.wbits, mag_bits, self.options.exact_shortcut, weights=wts)
+                res -= X.mvm(np.maximum(-xs, 0), cells, self.hw, self.wbits, mag_bits, self.options.exact_shortcut, weights=wts)
+            else:
+                res = X.mvm(xs, cells, self.hw, self.wbits, self.ibits, self.options.exact_shortcut, weights=wts)
             if self.options.measure_adc_error and not X.is_lossless(self.hw):
                 ideal = np.matmul(xs.astype(np.float64), wts.astype(np.float64))
                 err = np.abs(res - ideal)
@@ -446,11 +452,12 @@ class Chip:
         hw, xb = self.hw, self.hw.crossbar
         bitlines = cols * hw.cols_per_weight(self.wbits)
         step_ns = max(xb.device.read_latency_ns, -(-bitlines // xb.adcs) * xb.adc_latency_ns)
-        steps = vectors * hw.input_steps(self.ibits) * groups
+        in_steps = 2 * hw.input_steps(self.ibits - 1) if self.signed_input else hw.input_steps(self.ibits)
+        steps = vectors * in_steps * groups
         e = {
             "crossbar": steps * xb.device.read_energy_pj * min(rows, xb.rows_active) / xb.rows,
             "adc": steps * bitlines * xb.adc_energy_pj,
-            "dac": vectors * hw.input_steps(self.ibits) * rows * xb.dac_energy_pj,
+            "dac": vectors * in_steps * rows * xb.dac_energy_pj,
             "alu": steps * cols * hw.op("shift_add").energy_pj,
         }
         return steps * step_ns, steps, e
