@@ -160,6 +160,7 @@ class Chip:
         self.vxbs = self._bindings(prog)
         self.M = int(prog.attr("M", 1)) * int(prog.attr("batch", 1))
         self._pending: list = []
+        self._deferred: list = []
         self._done_full: set[str] = set()
         self._write_memo: dict = {}
         if prog.name not in self._setup_done or any(
@@ -247,16 +248,25 @@ class Chip:
             self._record(s, env, ev)
 
     def _touches_pending(self, o: Op) -> bool:
-        if not self._pending:
+        if not self._pending and not self._deferred:
             return False
         if o.opcode == "CIM.write_xb":
             return o["xb"] in {it[0] for it in self._pending}
-        names = {it[5] for it in self._pending}
+        names = {it[5] for it in self._pending} | {d["dst"].name for d in self._deferred}
         return any(isinstance(v, Ref) and v.name in names for _, v in o.args)
 
     def _exec(self, o: Op, env, stats) -> None:
+        k = o.kind
+        if k in ("DCOM.reduce", "DCOM.dequantize") and self._pending:
+            # post-processing waits for its chunk's reads: defer it so that the
+            # reads of all chunks execute as one vectorised batch
+            self._deferred.append(o)
+            return
         if self._touches_pending(o):
             self._flush(env, stats)
+        self._apply(o, env, stats)
+
+    def _apply(self, o: Op, env, stats) -> None:
         k = o.kind
         if o.opcode == "CIM.write_xb":
             src = env[o["src"].name]
@@ -342,7 +352,13 @@ class Chip:
             self._pending.append((xb, rows, cols, base, src, dst, v))
 
     def _flush(self, env, stats) -> None:
-        """Execute the queued reads, grouped by (crossbar, rows) and vectorised."""
+        """Execute the queued reads (grouped by crossbar, vectorised), then the deferred post-processing."""
+        self._flush_reads(env, stats)
+        deferred, self._deferred = self._deferred, []
+        for o in deferred:
+            self._apply(o, env, stats)
+
+    def _flush_reads(self, env, stats) -> None:
         if not self._pending:
             return
         pend, self._pending = self._pending, []
