@@ -190,7 +190,7 @@ def summary(rep: dict, top: int = 8) -> str:
         )
     lines.append(
         f"energy        {_si(rep['energy_pj'] * 1e-12, 'J')}   avg power {_si(rep['average_power_mw'] * 1e-3, 'W')}"
-        f"   peak analog power {_si(rep.get('peak_power_mw', 0.0) * 1e-3, 'W')}"
+        f"   peak compute power {_si(rep.get('peak_power_mw', 0.0) * 1e-3, 'W')}"
     )
     br = rep["energy_breakdown_pj"]
     tot = sum(br.values()) or 1.0
