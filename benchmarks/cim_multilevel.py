@@ -38,13 +38,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import tvm_cim  # noqa: E402
 from tvm_cim.cli import import_onnx  # noqa: E402
-from tvm_cim.compiler import codegen, quantize  # noqa: E402
+from tvm_cim.compiler import quantize  # noqa: E402
 from tvm_cim.compiler.lower import offload  # noqa: E402
 from tvm_cim.compiler.schedule import Options  # noqa: E402
 from tvm_cim.models import zoo  # noqa: E402
-from tvm_cim.simulator.engine import Chip  # noqa: E402
-from tvm_cim.simulator.engine import Options as SimOptions  # noqa: E402
-from tvm_cim.simulator.timeline import schedule_graph  # noqa: E402
+from tvm_cim.report import simulate_timing  # noqa: E402
 
 R = dataclasses.replace
 CONFIGS = {
@@ -70,13 +68,7 @@ def measure(mod, hw, strategy: str, options: Options | None) -> dict:
     t0 = time.perf_counter()
     _, info = offload(mod, hw, strategy=strategy, options=options)
     compile_s = time.perf_counter() - t0
-    chip = Chip(hw, SimOptions(functional=False))
-    stats = []
-    for r, p in zip(info.regions, info.programs):
-        tensors = {d.name: np.zeros(d.shape, np.float32) for d in p.decl("input")}
-        tensors.update(codegen.region_constants(r))
-        stats.append(chip.run(p, tensors)[1])
-    tl = schedule_graph([(s.name, s.events, s.segment) for s in stats], info.producers, info.schedule.options.pipeline)
+    stats, tl = simulate_timing(info)
     return {
         "latency_ns": tl.latency_ns,
         "estimate_ns": info.schedule.estimate_ns,

@@ -5,9 +5,8 @@ import pytest
 
 import tvm_cim
 from tvm_cim.cli import import_onnx
-from tvm_cim.compiler import codegen
 from tvm_cim.models import zoo
-from tvm_cim.simulator.engine import Chip, Options
+from tvm_cim.report import simulate_timing
 from tvm_cim.simulator.timeline import Events, schedule_graph
 
 
@@ -15,13 +14,7 @@ def timed_regions(hw_name, strategy, image=32):
     mod = import_onnx(zoo.build_model("resnet18", image_size=image), "r18")[0]
     hw = tvm_cim.load(hw_name)
     _, info = tvm_cim.offload(mod, hw, strategy=strategy)
-    chip = Chip(hw, Options(functional=False))
-    stats = []
-    for r, p in zip(info.regions, info.programs):
-        t = {d.name: np.zeros(d.shape, np.float32) for d in p.decl("input")}
-        t.update(codegen.region_constants(r))
-        stats.append(chip.run(p, t)[1])
-    return info, stats
+    return info, simulate_timing(info)[0]
 
 
 @pytest.mark.parametrize("hw_name,strategy", [("isaac", "cim-mlc"), ("isaac", "none"), ("jain21", "cim-mlc"), ("jia21", "puma")])

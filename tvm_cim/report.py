@@ -25,6 +25,30 @@ def compare(outputs: list[np.ndarray], reference: list[np.ndarray]) -> dict:
     }
 
 
+def simulate_timing(info: CompileInfo):
+    """Run the compiled programs on a timing-only chip (no values) and schedule the timeline.
+
+    For design-space sweeps: latency, energy and power without the numeric work.
+
+    Returns
+    -------
+    stats : list of RegionStats
+    timeline : tvm_cim.simulator.timeline.Timeline
+    """
+    from .compiler import codegen
+    from .simulator.engine import Chip
+    from .simulator.engine import Options as SimOptions
+
+    chip = Chip(info.hw, SimOptions(functional=False))
+    stats = []
+    for r, p in zip(info.regions, info.programs):
+        tensors = {d.name: np.zeros(d.shape, np.float32) for d in p.decl("input")}
+        tensors.update(codegen.region_constants(r))
+        stats.append(chip.run(p, tensors)[1])
+    pipeline = bool(info.schedule.options.pipeline) if info.schedule else False
+    return stats, schedule_graph([(s.name, s.events, s.segment) for s in stats], info.producers, pipeline)
+
+
 def build_report(info: CompileInfo, stats: list, hw_name: str) -> dict:
     """Aggregate the per-region statistics of one inference.
 

@@ -23,7 +23,7 @@ from ..hardware import loader
 from ..hardware.schema import CIMHardware
 from ..program import Program, print_program
 from . import codegen, mapping, schedule
-from .partition import PartitionForCIM, composite_name
+from .partition import PartitionForCIM, composite_name, rewrite_callers
 from .quantize import CalibrationConfig, calibrate, describe_composite, make_region
 from .region import Region
 
@@ -177,11 +177,7 @@ class _UniqueCallSites(relax.PyExprMutator):
 
 
 def _unique_call_sites(mod: tvm.IRModule) -> tvm.IRModule:
-    mutator = _UniqueCallSites(mod)
-    for gv, f in mod.functions.items():
-        if isinstance(f, relax.Function) and not composite_name(f):
-            mutator.builder_.update_func(gv, mutator.visit_expr(f))
-    return mutator.builder_.get()
+    return rewrite_callers(mod, _UniqueCallSites(mod))
 
 
 def _call_order(mod: tvm.IRModule) -> list[str]:
@@ -256,11 +252,7 @@ def offload(mod: tvm.IRModule, hw: CIMHardware, calib: CalibrationConfig | None 
         lowered[g] = (print_program(prog), [consts[n] for n in const_names], hw_json)
         info.programs.append(prog)
     info.regions, info.chip_map, info.schedule, info.producers = regions, cmap, sched, producers
-    mutator = _LowerRegions(mod, lowered)
-    for gv, f in mod.functions.items():
-        if isinstance(f, relax.Function) and not composite_name(f):
-            mutator.builder_.update_func(gv, mutator.visit_expr(f))
-    mod = relax.transform.DeadCodeElimination()(mutator.builder_.get())
+    mod = relax.transform.DeadCodeElimination()(rewrite_callers(mod, _LowerRegions(mod, lowered)))
     info.host_ops = _host_ops(mod)
     _STATE.info = info
     return mod, info

@@ -139,3 +139,17 @@ def composite_name(func) -> str | None:
         return None
     name = str(attrs["Composite"])
     return name if name.startswith(PREFIX) else None
+
+
+def rewrite_callers(mod, mutator):
+    """Apply a ``PyExprMutator`` to every function that is not a ``cim.*`` composite.
+
+    Returns
+    -------
+    tvm.IRModule
+        The mutator's builder module after the rewrite.
+    """
+    for gv, f in mod.functions.items():
+        if isinstance(f, relax.Function) and not composite_name(f):
+            mutator.builder_.update_func(gv, mutator.visit_expr(f))
+    return mutator.builder_.get()

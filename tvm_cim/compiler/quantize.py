@@ -24,7 +24,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from .partition import composite_name
+from .partition import composite_name, rewrite_callers
 from .region import CONV2D, DMATMUL, MATMUL, Region, unfold_conv_weight
 
 _OBSERVED: dict[str, list[float]] = {}
@@ -193,10 +193,7 @@ def calibrate(mod: tvm.IRModule, region_names: dict[str, str], config: Calibrati
             return dict(_CACHE[key])
     mutator = _InsertObservers(mod)
     mutator.names = region_names
-    for gv, f in mod.functions.items():
-        if isinstance(f, relax.Function) and not composite_name(f):
-            mutator.builder_.update_func(gv, mutator.visit_expr(f))
-    cmod = relax.transform.DeadCodeElimination()(mutator.builder_.get())
+    cmod = relax.transform.DeadCodeElimination()(rewrite_callers(mod, mutator))
     ex = relax.build(cmod, target=tvm.target.Target("llvm"))
     vm = relax.VirtualMachine(ex, tvm.cpu())
     main = mod["main"]

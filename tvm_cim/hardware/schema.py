@@ -315,6 +315,9 @@ class PimGroup:
     banks_per_bank_group: int = _f(doc="banks per bank group")
     broadcast: bool = _f(True, doc="whether one command can address every core of the group")
     softmax_unit: bool = _f(False, doc="whether the group has a softmax / reduction unit (AttAcc)")
+    accumulator: bool = _f(
+        False, doc="whether results moved into the group buffer can be summed across its cores (AttAcc's accumulator)"
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
