@@ -1,0 +1,438 @@
+"""Bank-PIM kernel and LLM-decode performance (DCC, paper 002 Fig. 6, 7, 8, 10).
+
+Experiments (``--experiment``):
+
+``kernels``   for every kernel of each device (GEMV, RED, VA, RELU on HBM-PIM;
+              GEMV, RED, ATTN on AttAcc) over batch and tensor sizes: the
+              simulated time of DCC's best draft (exhaustive simulation of the
+              pruned space, DCC code optimiser on), of the backend's default
+              fixed tiling (AttAcc's distribution, the backend's plain copy)
+              and the GPU-only roofline; speedups, the Fig. 10 breakdown into
+              data rearrangement and compute, and how far pruning shrinks the
+              space.
+``decode``    one decode step of GPT3-13B and LLaMA2-33B on AttAcc, end to
+              end (all layers), for GPU only, AttAcc-Base (attention on PIM,
+              default tiling), AttAcc-Full (attention and FFN on PIM, default
+              tiling) and DCC (every PIM-capable operator where DCC's draft
+              beats the GPU).
+``simspeed``  wall time of simulating one 4096x4096 GEMV draft.
+
+RED, VA and RELU run in two residency scenarios: inputs already in PIM
+memory (``resident``; what the paper's speedups require, see the README) and
+inputs produced by the host in host layout (``streamed``, rearranged on every
+call).  GEMV matrices and ATTN's KV cache are resident in both.
+
+Every time includes the host's kernel-launch overhead (5 us in the hardware
+files) on both sides; the ``excl. launch`` columns subtract it from both.
+
+Usage::
+
+    python benchmarks/pim_kernels.py [--experiment all] [--scale small|full]
+                                     [--json out.json] [--plots out/pim]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tqdm import tqdm  # noqa: E402
+
+import tvm_pim  # noqa: E402
+from tvm_pim import abstraction as ab  # noqa: E402
+from tvm_pim.codegen import DCC, CodegenOptions, generate  # noqa: E402
+from tvm_pim.host import kernel_time, roofline  # noqa: E402
+from tvm_pim.kernels import KernelSpec  # noqa: E402
+from tvm_pim.models import LLMS, decode_ops  # noqa: E402
+from tvm_pim.schedule import best_by_simulation  # noqa: E402
+from tvm_pim.simulator import simulator_for  # noqa: E402
+from tvm_pim.space import default_draft, enumerate_drafts  # noqa: E402
+
+BASELINE = CodegenOptions(staging=False, hierarchical=True)  # the backend's plain copy, native broadcast
+
+
+def _sim(spec, view, draft, opts):
+    return simulator_for(view.hw).run(generate(spec, draft, view, opts), functional=False)
+
+
+def kernel_workloads(scale: str) -> dict[str, list[tuple[str, KernelSpec, str]]]:
+    """(device -> [(kernel label, spec, scenario)])."""
+    batches = [1, 4, 16] if scale == "small" else [1, 2, 4, 8, 16]
+    sizes = [1024, 2048, 4096] if scale == "small" else [512, 1024, 2048, 4096]
+    heads = 32
+    out: dict[str, list] = {"hbm-pim": [], "attacc": []}
+    for dev in out:
+        for bt in batches:
+            for n in sizes:
+                out[dev].append(("GEMV", KernelSpec.make("gemv", b=heads * bt, m=1, n=n, k=128), "resident"))
+                for scen in ("resident", "streamed"):
+                    res = ("A",) if scen == "resident" else ()
+                    out[dev].append(("RED", KernelSpec.make("red", b=bt, n=n, k=n, resident=res), scen))
+                    if dev == "hbm-pim":
+                        out[dev].append(("VA", KernelSpec.make("va", b=bt, i=n * n, resident=("A", "B") if res else ()), scen))
+                        out[dev].append(("RELU", KernelSpec.make("relu", b=bt, i=n * n, resident=res), scen))
+                if dev == "attacc":
+                    out[dev].append(("ATTN", KernelSpec.make("attn", b=heads * bt, n=n, k=128), "resident"))
+    return out
+
+
+def run_kernels(scale: str) -> dict:
+    rows = []
+    work = kernel_workloads(scale)
+    jobs = [(dev, lab, spec, scen) for dev, lst in work.items() for lab, spec, scen in lst]
+    for dev, lab, spec, scen in tqdm(jobs, desc="kernels (exhaustive over pruned drafts)", unit="workload"):
+        view = ab.PimView(tvm_pim.load(dev))
+        launch = view.hw.system.host.launch_overhead_us * 1e3
+        drafts, st = enumerate_drafts(spec, view)
+        t0 = time.perf_counter()
+        best_d, _, best_ns = best_by_simulation(spec, view, drafts)
+        search_s = time.perf_counter() - t0
+        dcc = _sim(spec, view, best_d, DCC)
+        d0 = default_draft(spec, view)
+        base = _sim(spec, view, d0, BASELINE)
+        base_opt = _sim(spec, view, d0, DCC)
+        gpu = kernel_time(view, spec).ns
+        rows.append(
+            {
+                "device": dev,
+                "kernel": lab,
+                "scenario": scen,
+                "workload": spec.name,
+                "sizes": dict(spec.sizes),
+                "gpu_ns": gpu,
+                "default_ns": base.latency_ns,
+                "default_with_dcc_optimiser_ns": base_opt.latency_ns,
+                "dcc_ns": dcc.latency_ns,
+                "dcc_draft": str(best_d),
+                "default_draft": str(d0),
+                "speedup_dcc_vs_gpu": gpu / dcc.latency_ns,
+                "speedup_default_vs_gpu": gpu / base.latency_ns,
+                "speedup_dcc_vs_default": base.latency_ns / dcc.latency_ns,
+                "speedup_dcc_vs_gpu_excl_launch": (gpu - launch) / (dcc.latency_ns - launch),
+                "speedup_default_vs_gpu_excl_launch": (gpu - launch) / (base.latency_ns - launch),
+                "breakdown": {
+                    "default": {"rearrangement_ns": base.rearrangement_ns, "compute_ns": base.compute_ns, "host_ns": base.host_ns},
+                    "dcc": {"rearrangement_ns": dcc.rearrangement_ns, "compute_ns": dcc.compute_ns, "host_ns": dcc.host_ns},
+                },
+                "space": st.as_dict(),
+                "search_s": search_s,
+            }
+        )
+    return {"rows": rows, "summary": summarise(rows)}
+
+
+def _stats(vals):
+    v = np.asarray(vals, float)
+    return {"mean": float(v.mean()), "geomean": float(np.exp(np.log(v).mean())), "max": float(v.max()), "min": float(v.min()), "n": int(v.size)}
+
+
+def summarise(rows):
+    out = {}
+    keys = sorted({(r["device"], r["kernel"], r["scenario"]) for r in rows})
+    for dev, k, scen in keys:
+        sel = [r for r in rows if (r["device"], r["kernel"], r["scenario"]) == (dev, k, scen)]
+        out[f"{dev}/{k}/{scen}"] = {
+            m: _stats([r[m] for r in sel])
+            for m in ("speedup_dcc_vs_gpu", "speedup_default_vs_gpu", "speedup_dcc_vs_default", "speedup_dcc_vs_gpu_excl_launch")
+        }
+    for dev in ("hbm-pim", "attacc"):
+        for scen in ("resident", "streamed"):
+            sel = [r for r in rows if r["device"] == dev and (r["scenario"] == scen or r["kernel"] in ("GEMV", "ATTN"))]
+            out[f"{dev}/ALL/{scen}"] = {
+                m: _stats([r[m] for r in sel])
+                for m in ("speedup_dcc_vs_gpu", "speedup_default_vs_gpu", "speedup_dcc_vs_default", "speedup_dcc_vs_gpu_excl_launch")
+            }
+    return out
+
+
+def print_kernels(res):
+    rows = res["rows"]
+    print("\n== Kernels: DCC (best simulated draft of the pruned space) vs default tiling vs GPU roofline ==")
+    print("(default = the backend's fixed tiling and plain copy; def+opt = the same tiling with DCC's code optimiser)")
+    print(f"{'device':8s} {'kernel':5s} {'scen':9s} {'workload':34s} {'GPU':>9s} {'default':>9s} {'def+opt':>9s} {'DCC':>9s} "
+          f"{'DCC/GPU':>8s} {'def/GPU':>8s} {'DCC/def':>8s} {'excl.launch':>11s}  DCC draft")
+    for r in rows:
+        print(
+            f"{r['device']:8s} {r['kernel']:5s} {r['scenario']:9s} {r['workload'][:34]:34s} {r['gpu_ns'] / 1e3:8.1f}u "
+            f"{r['default_ns'] / 1e3:8.1f}u {r['default_with_dcc_optimiser_ns'] / 1e3:8.1f}u {r['dcc_ns'] / 1e3:8.1f}u {r['speedup_dcc_vs_gpu']:7.2f}x "
+            f"{r['speedup_default_vs_gpu']:7.2f}x {r['speedup_dcc_vs_default']:7.2f}x {r['speedup_dcc_vs_gpu_excl_launch']:10.2f}x  {r['dcc_draft']}"
+        )
+    print("\n== Summary (arithmetic mean / max over workloads; paper: HBM-PIM 2.7x avg, 7.68x max; AttAcc 5.75x avg, 13.17x max over GPU) ==")
+    print(f"{'device/kernel/scenario':28s} {'DCC/GPU':>16s} {'default/GPU':>16s} {'DCC/default':>16s} {'DCC/GPU excl.launch':>20s}")
+    for k, s in res["summary"].items():
+        f = lambda m: f"{s[m]['mean']:6.2f} / {s[m]['max']:6.2f}"  # noqa: E731
+        print(f"{k:28s} {f('speedup_dcc_vs_gpu'):>16s} {f('speedup_default_vs_gpu'):>16s} {f('speedup_dcc_vs_default'):>16s} "
+              f"{f('speedup_dcc_vs_gpu_excl_launch'):>20s}")
+    print("\n== Fig. 10: time breakdown (normalised to the default implementation) ==")
+    print(f"{'device':8s} {'kernel':5s} {'scen':9s} {'workload':30s} {'def rearr':>9s} {'def comp':>9s} {'DCC rearr':>9s} {'DCC comp':>9s} {'speedup':>8s}")
+    for r in rows:
+        sz = r["sizes"]
+        big = max(sz.get("n", 0), int(math.isqrt(sz.get("i", 0))))
+        if big != 4096:
+            continue
+        b = r["breakdown"]
+        tot = r["default_ns"]
+        print(
+            f"{r['device']:8s} {r['kernel']:5s} {r['scenario']:9s} {r['workload'][:30]:30s} "
+            f"{b['default']['rearrangement_ns'] / tot:9.3f} {b['default']['compute_ns'] / tot:9.3f} "
+            f"{b['dcc']['rearrangement_ns'] / tot:9.3f} {b['dcc']['compute_ns'] / tot:9.3f} {r['speedup_dcc_vs_default']:7.2f}x"
+        )
+    print("\n== Pruning (DCC's three rules) ==")
+    seen = set()
+    print(f"{'device':8s} {'workload':34s} {'total':>9s} {'rule 1':>8s} {'rule 2':>8s} {'rule 3':>8s} {'kept':>8s}")
+    for r in rows:
+        key = (r["device"], r["workload"])
+        if key in seen:
+            continue
+        seen.add(key)
+        s = r["space"]
+        print(f"{r['device']:8s} {r['workload'][:34]:34s} {s['total']:9d} {s['after_rule1']:8d} {s['after_rule2']:8d} "
+              f"{s['after_rule3']:8d} {100 * s['kept_fraction']:7.3f}%")
+
+
+# ============================================================================ decode
+def run_decode(scale: str) -> dict:
+    view = ab.PimView(tvm_pim.load("attacc"))
+    batches = [1, 4, 16]
+    ctxs = [512, 1024, 2048] if scale == "small" else [256, 512, 1024, 2048, 4096]
+    cache: dict = {}
+
+    def pim(spec, how):
+        key = (spec, how)
+        if key not in cache:
+            if how == "default":
+                cache[key] = _sim(spec, view, default_draft(spec, view), BASELINE).latency_ns
+            else:
+                drafts, _ = enumerate_drafts(spec, view)
+                cache[key] = best_by_simulation(spec, view, drafts)[2]
+        return cache[key]
+
+    rows = []
+    jobs = [(m, b, c) for m in LLMS for b in batches for c in ctxs]
+    for model, B, ctx in tqdm(jobs, desc="decode steps (AttAcc)", unit="config"):
+        layers = LLMS[model]["layers"]
+        per = {v: {} for v in ("gpu", "attacc_base", "attacc_full", "dcc")}
+        for op in decode_ops(model, B, ctx):
+            if op.kernel is None:
+                t = roofline(view, op.bytes, op.flops).ns
+                for v in per:
+                    per[v][op.phase] = per[v].get(op.phase, 0.0) + t
+                continue
+            gpu = kernel_time(view, op.kernel).ns
+            if op.phase == "attention":
+                # the GPU runs attention as its four operators (QK^T, scale, softmax, x V), one kernel each
+                d = op.kernel.dims
+                nbh = d["b"] * d["n"]
+                gpu = (
+                    roofline(view, (d["b"] * d["k"] + 2 * nbh * d["k"] // 2 + nbh) * 2, 2 * nbh * d["k"]).ns
+                    + roofline(view, 2 * nbh * 2, nbh).ns
+                    + roofline(view, 2 * nbh * 2, 5 * nbh).ns
+                    + roofline(view, (nbh + nbh * d["k"] + d["b"] * d["k"]) * 2, 2 * nbh * d["k"]).ns
+                )
+            dflt = pim(op.kernel, "default")
+            dcc = pim(op.kernel, "dcc")
+            per["gpu"][op.phase] = per["gpu"].get(op.phase, 0.0) + gpu
+            base = dflt if op.phase == "attention" else gpu
+            full = dflt if op.phase in ("attention", "ffn") else gpu
+            per["attacc_base"][op.phase] = per["attacc_base"].get(op.phase, 0.0) + base
+            per["attacc_full"][op.phase] = per["attacc_full"].get(op.phase, 0.0) + full
+            per["dcc"][op.phase] = per["dcc"].get(op.phase, 0.0) + min(dcc, gpu)
+        tot = {v: layers * sum(p.values()) for v, p in per.items()}
+        rows.append(
+            {
+                "model": model,
+                "batch": B,
+                "ctx": ctx,
+                "layers": layers,
+                "per_layer_phase_ns": per,
+                "step_ns": tot,
+                "speedup_dcc_vs_gpu": tot["gpu"] / tot["dcc"],
+                "speedup_dcc_vs_attacc_base": tot["attacc_base"] / tot["dcc"],
+                "speedup_dcc_vs_attacc_full": tot["attacc_full"] / tot["dcc"],
+                "speedup_attacc_full_vs_gpu": tot["gpu"] / tot["attacc_full"],
+            }
+        )
+    summ = {
+        m: _stats([r[m] for r in rows])
+        for m in ("speedup_dcc_vs_gpu", "speedup_dcc_vs_attacc_base", "speedup_dcc_vs_attacc_full", "speedup_attacc_full_vs_gpu")
+    }
+    return {"rows": rows, "summary": summ}
+
+
+def print_decode(res):
+    print("\n== LLM decode step on AttAcc (all layers; paper: DCC 4.88x avg over GPU, 1.86x avg over AttAcc-Full) ==")
+    print(f"{'model':11s} {'B':>3s} {'ctx':>5s} {'GPU':>9s} {'AttAcc-B':>9s} {'AttAcc-F':>9s} {'DCC':>9s} "
+          f"{'DCC/GPU':>8s} {'DCC/A-B':>8s} {'DCC/A-F':>8s}")
+    for r in res["rows"]:
+        t = r["step_ns"]
+        print(
+            f"{r['model']:11s} {r['batch']:3d} {r['ctx']:5d} {t['gpu'] / 1e6:8.3f}m {t['attacc_base'] / 1e6:8.3f}m "
+            f"{t['attacc_full'] / 1e6:8.3f}m {t['dcc'] / 1e6:8.3f}m {r['speedup_dcc_vs_gpu']:7.2f}x "
+            f"{r['speedup_dcc_vs_attacc_base']:7.2f}x {r['speedup_dcc_vs_attacc_full']:7.2f}x"
+        )
+    s = res["summary"]
+    print("mean (max): " + ", ".join(f"{k} {v['mean']:.2f}x ({v['max']:.2f}x)" for k, v in s.items()))
+
+
+# ============================================================================ simulation speed
+def run_simspeed() -> dict:
+    out = {}
+    for dev in ("hbm-pim", "attacc"):
+        view = ab.PimView(tvm_pim.load(dev))
+        spec = KernelSpec.make("gemv", b=1, m=1, n=4096, k=4096)
+        drafts, _ = enumerate_drafts(spec, view)
+        sim = simulator_for(view.hw)
+        gen_t, sim_t = [], []
+        for d in drafts:
+            t0 = time.perf_counter()
+            try:
+                st = generate(spec, d, view)
+            except Exception:  # drafts that do not fit the banks are skipped by every driver
+                continue
+            t1 = time.perf_counter()
+            sim.run(st, functional=False)
+            t2 = time.perf_counter()
+            gen_t.append(t1 - t0)
+            sim_t.append(t2 - t1)
+        best, st, _ = best_by_simulation(spec, view, drafts)
+        inputs = spec.random_inputs(0)
+        t0 = time.perf_counter()
+        sim.run(st, inputs, functional=True)
+        func_s = time.perf_counter() - t0
+        out[dev] = {
+            "drafts": len(drafts),
+            "timing_ms_mean": 1e3 * float(np.mean(sim_t)),
+            "timing_ms_max": 1e3 * float(np.max(sim_t)),
+            "codegen_ms_mean": 1e3 * float(np.mean(gen_t)),
+            "functional_ms_best_draft": 1e3 * func_s,
+        }
+    return out
+
+
+def print_simspeed(res):
+    print("\n== Simulating one 4096x4096 GEMV draft (timing: codegen + simulator) ==")
+    for dev, r in res.items():
+        print(
+            f"{dev:8s} {r['drafts']} drafts: timing {r['timing_ms_mean']:.2f} ms mean, {r['timing_ms_max']:.2f} ms max; "
+            f"code generation {r['codegen_ms_mean']:.2f} ms; functional FP16 run of the chosen draft {r['functional_ms_best_draft']:.0f} ms"
+        )
+
+
+# ============================================================================ plots
+def plot(res: dict, outdir: Path) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    outdir.mkdir(parents=True, exist_ok=True)
+    files = []
+    if "kernels" in res:
+        rows = res["kernels"]["rows"]
+        for dev in ("hbm-pim", "attacc"):
+            sel = [r for r in rows if r["device"] == dev and r["scenario"] in ("resident",)]
+            if not sel:
+                continue
+            fig, ax = plt.subplots(figsize=(max(8, len(sel) * 0.35), 4))
+            x = np.arange(len(sel))
+            ax.bar(x - 0.2, [r["speedup_default_vs_gpu"] for r in sel], 0.4, label="default tiling")
+            ax.bar(x + 0.2, [r["speedup_dcc_vs_gpu"] for r in sel], 0.4, label="DCC")
+            ax.axhline(1.0, color="k", lw=0.8)
+            ax.set_xticks(x)
+            ax.set_xticklabels([f"{r['kernel']} {r['workload'].split('_', 1)[1]}" for r in sel], rotation=90, fontsize=6)
+            ax.set_ylabel("speedup over GPU")
+            ax.set_yscale("log")
+            ax.set_title(f"{dev}: kernels (resident operands)")
+            ax.legend()
+            fig.tight_layout()
+            f = outdir / f"kernels_{dev}.png"
+            fig.savefig(f, dpi=120)
+            plt.close(fig)
+            files.append(str(f))
+        big = [r for r in rows if max(r["sizes"].get("n", 0), int(math.isqrt(r["sizes"].get("i", 0)))) == 4096]
+        if big:
+            fig, ax = plt.subplots(figsize=(max(8, len(big) * 0.5), 4))
+            x = np.arange(len(big))
+            for off, key, lab in ((-0.2, "default", "default"), (0.2, "dcc", "DCC")):
+                re = [r["breakdown"][key]["rearrangement_ns"] / r["default_ns"] for r in big]
+                co = [r["breakdown"][key]["compute_ns"] / r["default_ns"] for r in big]
+                ho = [r["breakdown"][key]["host_ns"] / r["default_ns"] for r in big]
+                ax.bar(x + off, re, 0.4, label=f"{lab}: data rearrangement", hatch="//" if key == "dcc" else None)
+                ax.bar(x + off, co, 0.4, bottom=re, label=f"{lab}: compute", hatch="//" if key == "dcc" else None)
+                ax.bar(x + off, ho, 0.4, bottom=np.add(re, co), label=f"{lab}: host", hatch="//" if key == "dcc" else None)
+            ax.set_xticks(x)
+            ax.set_xticklabels([f"{r['device']} {r['kernel']} {r['scenario']} {r['workload'].split('_')[1]}" for r in big],
+                               rotation=90, fontsize=6)
+            ax.set_ylabel("time / default time")
+            ax.set_title("Fig. 10-style breakdown (size 4096)")
+            ax.legend(fontsize=6)
+            fig.tight_layout()
+            f = outdir / "breakdown.png"
+            fig.savefig(f, dpi=120)
+            plt.close(fig)
+            files.append(str(f))
+    if "decode" in res:
+        rows = res["decode"]["rows"]
+        fig, ax = plt.subplots(figsize=(max(8, len(rows) * 0.6), 4))
+        phases = ["qkv", "attention", "projection", "ffn", "other"]
+        x = np.arange(len(rows))
+        for i, (v, lab) in enumerate((("gpu", "GPU"), ("attacc_base", "AttAcc-Base"), ("attacc_full", "AttAcc-Full"), ("dcc", "DCC"))):
+            bottom = np.zeros(len(rows))
+            for j, ph in enumerate(phases):
+                vals = np.array([r["per_layer_phase_ns"][v].get(ph, 0.0) / sum(r["per_layer_phase_ns"]["gpu"].values()) for r in rows])
+                ax.bar(x + (i - 1.5) * 0.2, vals, 0.2, bottom=bottom, color=f"C{j}", label=ph if i == 0 else None,
+                       edgecolor="k", linewidth=0.3)
+                bottom += vals
+        ax.set_xticks(x)
+        ax.set_xticklabels([f"{r['model']} B{r['batch']} L{r['ctx']}" for r in rows], rotation=90, fontsize=7)
+        ax.set_ylabel("time / GPU time (bars: GPU, AttAcc-B, AttAcc-F, DCC)")
+        ax.legend(fontsize=7)
+        ax.set_title("LLM decode step on AttAcc")
+        fig.tight_layout()
+        f = outdir / "decode.png"
+        fig.savefig(f, dpi=120)
+        plt.close(fig)
+        files.append(str(f))
+    return files
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--experiment", default="all", choices=["all", "kernels", "decode", "simspeed"])
+    p.add_argument("--scale", default="small", choices=["small", "full"])
+    p.add_argument("--json", help="write all results here")
+    p.add_argument("--plots", default="out/pim_kernels", help="directory for PNG plots")
+    args = p.parse_args(argv)
+    t0 = time.perf_counter()
+    res: dict = {"scale": args.scale}
+    if args.experiment in ("all", "simspeed"):
+        res["simspeed"] = run_simspeed()
+        print_simspeed(res["simspeed"])
+    if args.experiment in ("all", "kernels"):
+        res["kernels"] = run_kernels(args.scale)
+        print_kernels(res["kernels"])
+    if args.experiment in ("all", "decode"):
+        res["decode"] = run_decode(args.scale)
+        print_decode(res["decode"])
+    files = plot(res, Path(args.plots))
+    res["wall_s"] = time.perf_counter() - t0
+    for f in files:
+        print(f"plot          {f}")
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(res, indent=1))
+        print(f"json          {args.json}")
+    print(f"wall time     {res['wall_s']:.0f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,247 @@
+"""The multi-layer PIM abstraction (system / PIM group / PIM core) of a device.
+
+DCC (paper 002, sec. IV-A) describes every near-bank PIM device with three
+levels: the *system* (host xPU, host memory space, PIM devices), the *PIM
+group* (cores sharing a channel / rank, addressed together by broadcast
+commands, possibly with a group unit such as AttAcc's softmax) and the *PIM
+core* (a processing unit beside one or a few banks).  :class:`PimView`
+derives that view from a validated :class:`~tvm_cim.hardware.schema.PIMHardware`
+description, so the compiler and the simulator never read device-specific
+constants: a new device that fits the abstraction needs only a new hardware
+file.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cached_property
+
+from tvm_cim.hardware.schema import PIMHardware, PimCommand
+
+ELEM_BYTES = 2  # FP16 everywhere on the PIM side
+
+
+class UnsupportedOnDevice(ValueError):
+    """The device's command set cannot run a kernel (e.g. ReLU on AttAcc)."""
+
+
+@dataclass(frozen=True)
+class PimView:
+    """System / group / core view of a PIM device.
+
+    Parameters
+    ----------
+    hw : PIMHardware
+        A validated description (``tvm_pim.load('hbm-pim')``).
+    """
+
+    hw: PIMHardware
+
+    # ------------------------------------------------------------------ system level
+    @property
+    def name(self) -> str:
+        return self.hw.meta.name
+
+    @property
+    def groups(self) -> int:
+        """PIM groups in the system (every stack's channels / pseudo-channels)."""
+        return self.hw.system.stacks * self.hw.system.channels_per_stack
+
+    @property
+    def tck_ns(self) -> float:
+        return self.hw.dram.timing.tck_ns
+
+    @property
+    def channel_bw_gbs(self) -> float:
+        """Host-bus bandwidth of one PIM group (its channel), GB/s."""
+        return self.hw.system.host_bus_bandwidth_gbs / self.hw.system.channels_per_stack
+
+    @property
+    def host_bw_gbs(self) -> float:
+        """Bandwidth at which the host moves data to and from PIM memory, GB/s.
+
+        The PIM stacks are the host's memory, so neither the host's own memory
+        interface nor the stacks' buses can be exceeded.
+        """
+        return min(self.hw.system.host.bandwidth_gbs, self.hw.system.stacks * self.hw.system.host_bus_bandwidth_gbs)
+
+    # ------------------------------------------------------------------ group level
+    @property
+    def bank_groups(self) -> int:
+        return self.hw.group.bank_groups
+
+    @property
+    def cores_per_group(self) -> int:
+        return self.hw.cores_per_group
+
+    @property
+    def cores_per_bank_group(self) -> int:
+        return max(1, self.cores_per_group // self.bank_groups)
+
+    @property
+    def group_unit(self) -> bool:
+        """Whether each group has a softmax/accumulator unit (AttAcc)."""
+        return self.hw.group.softmax_unit
+
+    # ------------------------------------------------------------------ core level
+    @property
+    def lanes(self) -> int:
+        return self.hw.core.simd_lanes
+
+    @property
+    def column_bytes(self) -> int:
+        return self.hw.dram.column_bytes
+
+    @property
+    def elems_per_column(self) -> int:
+        return self.hw.dram.column_bytes // ELEM_BYTES
+
+    @property
+    def cols_per_row(self) -> int:
+        """Columns of one bank row."""
+        return self.hw.dram.row_bytes // self.hw.dram.column_bytes
+
+    @property
+    def core_row_cols(self) -> int:
+        """Columns one core reaches while a row is open (all its banks)."""
+        return self.cols_per_row * self.hw.core.banks_per_core
+
+    @property
+    def input_regs(self) -> int:
+        """Vector registers holding inputs (GRF_A / GEMV buffer)."""
+        c = self.hw.core
+        return c.grf_entries - c.acc_entries if c.acc_in_grf else c.grf_entries
+
+    @property
+    def acc_regs(self) -> int:
+        return self.hw.core.acc_entries
+
+    @property
+    def unit_ns(self) -> float:
+        return 1e3 / self.hw.core.frequency_mhz
+
+    # ------------------------------------------------------------------ command set
+    def command(self, role: str, scope: str | None = None) -> str | None:
+        """Name of the command with a role (and scope), or None.
+
+        Parameters
+        ----------
+        role : str
+            One of :data:`tvm_cim.hardware.schema.PIM_ROLES`.
+        scope : str, optional
+            Required scope (``'group'``, ``'bank'``, ...).
+        """
+        for name, cmd in self.hw.commands.items():
+            if role in cmd.roles and (scope is None or cmd.scope == scope):
+                return name
+        return None
+
+    def require(self, role: str, scope: str | None = None, why: str = "") -> str:
+        """Like :meth:`command` but raises :class:`UnsupportedOnDevice`."""
+        name = self.command(role, scope)
+        if name is None:
+            raise UnsupportedOnDevice(
+                f"{self.name}: no command with role '{role}'" + (f" and scope '{scope}'" if scope else "")
+                + (f" ({why})" if why else "")
+            )
+        return name
+
+    def cmd(self, name: str) -> PimCommand:
+        return self.hw.commands[name]
+
+    @cached_property
+    def contraction(self) -> str | None:
+        """How the device multiplies and accumulates: 'mac' (lanewise), 'dot' (adder tree) or None."""
+        if self.command("dot", "group") or self.command("dot"):
+            return "dot"
+        if self.command("mac"):
+            return "mac"
+        return None
+
+    def supports(self, kind: str) -> bool:
+        """Whether a kernel kind can run on the device at all."""
+        if kind in ("gemv", "red"):
+            return self.contraction is not None and self.acc_regs > 0 and self._result_path() is not None
+        if kind == "va":
+            return all(self.command(r) for r in ("load", "add", "store"))
+        if kind == "relu":
+            return self.command("load") is not None and any(
+                c.relu for c in self.hw.commands.values() if ("load" in c.roles or "store" in c.roles)
+            ) and self.command("store") is not None
+        if kind == "attn":
+            return (
+                self.group_unit
+                and self.contraction == "dot"
+                and all(self.command(r) for r in ("to_group", "group_softmax", "from_group"))
+            )
+        return False
+
+    def _result_path(self) -> str | None:
+        """Where accumulators go before the host reads them: 'bank' (store) or 'group' (to_group)."""
+        if self.contraction == "mac" and self.command("store"):
+            return "bank"
+        if self.command("to_group"):
+            return "group"
+        if self.command("store"):
+            return "bank"
+        return None
+
+    @property
+    def result_path(self) -> str | None:
+        return self._result_path()
+
+    def describe(self) -> dict:
+        """The three levels as plain data (for reports)."""
+        h = self.hw
+        return {
+            "system": {
+                "stacks": h.system.stacks,
+                "groups": self.groups,
+                "host": h.system.host.name,
+                "host_bandwidth_gbs": h.system.host.bandwidth_gbs,
+                "host_tflops_fp16": h.system.host.tflops_fp16,
+                "pim_bus_gbs": h.system.stacks * h.system.host_bus_bandwidth_gbs,
+            },
+            "group": {
+                "level": h.group.level,
+                "cores": self.cores_per_group,
+                "bank_groups": self.bank_groups,
+                "broadcast": h.group.broadcast,
+                "group_unit": self.group_unit,
+            },
+            "core": {
+                "banks": h.core.banks_per_core,
+                "lanes": self.lanes,
+                "input_registers": self.input_regs,
+                "accumulators": self.acc_regs,
+                "contraction": self.contraction,
+            },
+        }
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def next_pow2(n: int) -> int:
+    return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
+
+
+def allocation_candidates(total: int) -> list[int]:
+    """Counts of groups (or cores) a dimension set may be given.
+
+    The divisors of ``total`` and the powers of two up to it, so that a draft
+    can use every unit of the device (80 groups = 5 stacks x 16) as well as
+    power-of-two splits of power-of-two tensor sizes.
+    """
+    s = {d for d in range(1, total + 1) if total % d == 0}
+    p = 1
+    while p <= total:
+        s.add(p)
+        p *= 2
+    return sorted(s)
+
+
+def isqrt(n: int) -> int:
+    return math.isqrt(n)

@@ -1,0 +1,461 @@
+"""PIM command streams: the program format, a printer and a parser that round-trip.
+
+A stream is plain text in the device's own command set (the mnemonics of the
+hardware file's ``[commands]`` table) plus a few host-side actions
+(``HOST.*``).  Example (abridged)::
+
+    pimstream 1
+    device hbm-pim
+    kernel {"kind": "gemv", ...}
+    tensor A float16 1x4096x128 resident
+    tensor x float16 1x1x128 input
+    tensor y float16 1x1x4096 output
+    units 80 8
+    memory 1152
+    table o_n gc 0 512 1024 ...
+    phase rearrange_in
+      HOST.LOAD x bytes=256
+      WR_AB @0-79:* reg=0 src=x[o_b,o_m,o_k:s_k:128]
+    phase compute
+      loop i 1
+        ACT_AB @0-79:* row=i
+        MAC @0-79:* addr=64*i n=64 acc=0 per=8 pitch=8 reg=0 vecs=8
+        ...
+        PRE_AB @0-79:*
+      end
+    phase rearrange_out
+      RD @0-79:0-7 from=bank lay=blk:7:8:1:1:64 slot=res base=0 dst=y[o_b:s_b:1,o_m:s_m:1,o_n:s_n:7] res=bmn lanesum=1 acc=1
+
+Lines
+-----
+``pimstream 1``                    format version.
+``device <name>``                  hardware preset the stream is for.
+``kernel <json>``                  the kernel (kind, sizes, residency).
+``draft <json>``                   the tiling draft that produced it (informative).
+``tensor <name> <dtype> <shape> <role>``  role: input, resident, output.
+``units <groups> <cores>``         PIM groups and cores per group the stream uses.
+``memory <columns>``               columns per core the stream addresses.
+``gbuf <entries>``                 group-buffer entries (FP16) it addresses.
+``table <name> g|gc <values>``     per-group or per-(group, core) integers.
+``phase <name> [serial]``          rearrange_in, compute, rearrange_out; ``serial``
+                                   means the channels of the phase do not overlap.
+``loop <var> <count>`` / ``end``   repetition; ``var`` counts 0..count-1.
+``<MNEMONIC> @<groups>:<cores> key=value ...``  a command; ``<cores>`` is ``*`` for
+                                   one group-level (broadcast) issue, or a set of
+                                   cores for one bank-level issue per core.
+
+Values are integer expressions (``+ - * // %``, loop variables, table names,
+``g`` and ``c``), tensor references ``T[e, org:valid:padded, ...]`` or plain
+words.  :func:`layout_address` defines the on-bank tile layouts (``lay=``).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import numpy as np
+
+VERSION = 1
+#: phases of a stream; ``setup`` places resident tensors once and is not part of a run's latency
+PHASES = ("setup", "rearrange_in", "compute", "rearrange_out")
+
+
+class StreamFormatError(ValueError):
+    """A command stream that does not follow the format."""
+
+
+# ============================================================================ data types
+@dataclass
+class Command:
+    """One command line."""
+
+    op: str
+    groups: tuple[int, ...]
+    cores: tuple[int, ...] | None  # None = group-level broadcast issue ('*')
+    args: dict[str, str] = field(default_factory=dict)
+
+    def arg(self, key: str, default: str | None = None) -> str | None:
+        return self.args.get(key, default)
+
+
+@dataclass
+class Loop:
+    var: str
+    count: int
+    body: list = field(default_factory=list)
+
+
+@dataclass
+class Phase:
+    name: str
+    serial: bool = False
+    body: list = field(default_factory=list)
+
+
+@dataclass
+class Tensor:
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    role: str
+
+
+@dataclass
+class Stream:
+    """A parsed command stream."""
+
+    device: str
+    kernel: str  # JSON of the KernelSpec
+    draft: str = ""  # JSON of the Draft
+    tensors: list[Tensor] = field(default_factory=list)
+    groups: int = 1
+    cores: int = 1
+    memory: int = 0
+    gbuf: int = 0
+    tables: dict[str, tuple[str, np.ndarray]] = field(default_factory=dict)
+    phases: list[Phase] = field(default_factory=list)
+
+    def tensor(self, name: str) -> Tensor:
+        for t in self.tensors:
+            if t.name == name:
+                return t
+        raise KeyError(name)
+
+    def commands(self):
+        """Every command (loops not expanded), with the phase name."""
+
+        def walk(items, phase):
+            for it in items:
+                if isinstance(it, Loop):
+                    yield from walk(it.body, phase)
+                else:
+                    yield phase, it
+
+        for ph in self.phases:
+            yield from walk(ph.body, ph.name)
+
+
+# ============================================================================ sets of units
+def format_set(values) -> str:
+    """``[0,1,2,3,8]`` -> ``'0-3,8'``."""
+    v = sorted(int(x) for x in values)
+    if not v:
+        raise StreamFormatError("empty unit set")
+    out, start, prev = [], v[0], v[0]
+    for x in v[1:]:
+        if x == prev + 1:
+            prev = x
+            continue
+        out.append(f"{start}-{prev}" if prev > start else f"{start}")
+        start = prev = x
+    out.append(f"{start}-{prev}" if prev > start else f"{start}")
+    return ",".join(out)
+
+
+def parse_set(text: str) -> tuple[int, ...]:
+    out: list[int] = []
+    for part in text.split(","):
+        if "-" in part:
+            a, b = part.split("-")
+            out.extend(range(int(a), int(b) + 1))
+        elif part:
+            out.append(int(part))
+    return tuple(out)
+
+
+# ============================================================================ printer
+def _print_items(items, indent: int, lines: list[str]) -> None:
+    pad = "  " * indent
+    for it in items:
+        if isinstance(it, Loop):
+            lines.append(f"{pad}loop {it.var} {it.count}")
+            _print_items(it.body, indent + 1, lines)
+            lines.append(f"{pad}end")
+        else:
+            args = " ".join(f"{k}={v}" for k, v in it.args.items())
+            if it.op.startswith("HOST."):
+                lines.append(f"{pad}{it.op}" + (f" {args}" if args else ""))
+            else:
+                where = f"@{format_set(it.groups)}:" + ("*" if it.cores is None else format_set(it.cores))
+                lines.append(f"{pad}{it.op} {where}" + (f" {args}" if args else ""))
+
+
+def print_stream(s: Stream) -> str:
+    """The text of a stream (:func:`parse_stream` reads it back)."""
+    lines = [f"pimstream {VERSION}", f"device {s.device}", f"kernel {s.kernel}"]
+    if s.draft:
+        lines.append(f"draft {s.draft}")
+    for t in s.tensors:
+        lines.append(f"tensor {t.name} {t.dtype} {'x'.join(str(d) for d in t.shape)} {t.role}")
+    lines.append(f"units {s.groups} {s.cores}")
+    lines.append(f"memory {s.memory}")
+    if s.gbuf:
+        lines.append(f"gbuf {s.gbuf}")
+    for name, (kind, arr) in s.tables.items():
+        lines.append(f"table {name} {kind} " + " ".join(str(int(v)) for v in np.asarray(arr).ravel()))
+    for ph in s.phases:
+        lines.append(f"phase {ph.name}" + (" serial" if ph.serial else ""))
+        _print_items(ph.body, 1, lines)
+    return "\n".join(lines) + "\n"
+
+
+# ============================================================================ parser
+_CMD_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_.]*)(?:\s+@([0-9,\-]+):(\*|[0-9,\-]+))?((?:\s+[A-Za-z_][A-Za-z0-9_]*=\S+)*)\s*$")
+
+
+def parse_stream(text: str) -> Stream:
+    """Parse the text of a stream.
+
+    Raises
+    ------
+    StreamFormatError
+        With the line number and what was expected.
+    """
+    s: Stream | None = None
+    header: dict = {}
+    stack: list[list] = []
+    tensors: list[Tensor] = []
+    tables: dict = {}
+    phases: list[Phase] = []
+    for no, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].rstrip() if not raw.lstrip().startswith(("kernel", "draft")) else raw.rstrip()
+        if not line.strip():
+            continue
+        word, _, rest = line.strip().partition(" ")
+
+        def fail(msg):
+            raise StreamFormatError(f"line {no}: {msg}: {raw.strip()!r}")
+
+        if word == "pimstream":
+            if rest.strip() != str(VERSION):
+                fail(f"unsupported stream version (this reader knows {VERSION})")
+            header["version"] = True
+            continue
+        if "version" not in header:
+            fail("a stream starts with 'pimstream 1'")
+        if word in ("device", "kernel", "draft"):
+            header[word] = rest.strip()
+            continue
+        if word == "tensor":
+            p = rest.split()
+            if len(p) != 4 or p[3] not in ("input", "resident", "output"):
+                fail("expected 'tensor <name> <dtype> <d0>x<d1>... input|resident|output'")
+            try:
+                shape = tuple(int(d) for d in p[2].split("x"))
+            except ValueError:
+                fail("bad shape")
+            tensors.append(Tensor(p[0], p[1], shape, p[3]))
+            continue
+        if word in ("units", "memory", "gbuf"):
+            try:
+                vals = [int(v) for v in rest.split()]
+            except ValueError:
+                fail(f"'{word}' takes integers")
+            header[word] = vals
+            continue
+        if word == "table":
+            p = rest.split()
+            if len(p) < 2 or p[1] not in ("g", "gc"):
+                fail("expected 'table <name> g|gc <values>'")
+            try:
+                tables[p[0]] = (p[1], np.array([int(v) for v in p[2:]], dtype=np.int64))
+            except ValueError:
+                fail("table values must be integers")
+            continue
+        if word == "phase":
+            p = rest.split()
+            if not p or p[0] not in PHASES:
+                fail("phase must be one of " + ", ".join(PHASES))
+            ph = Phase(p[0], serial="serial" in p[1:])
+            phases.append(ph)
+            stack = [ph.body]
+            continue
+        if not stack:
+            fail("command outside a phase")
+        if word == "loop":
+            p = rest.split()
+            if len(p) != 2 or not p[0].isidentifier():
+                fail("expected 'loop <var> <count>'")
+            lp = Loop(p[0], int(p[1]))
+            stack[-1].append(lp)
+            stack.append(lp.body)
+            continue
+        if word == "end":
+            if len(stack) < 2:
+                fail("'end' without 'loop'")
+            stack.pop()
+            continue
+        m = _CMD_RE.match(line.strip())
+        if not m:
+            fail("expected '<MNEMONIC> @<groups>:<cores> key=value ...'")
+        op, gs, cs, argtext = m.groups()
+        if not op.startswith("HOST.") and gs is None:
+            fail("a device command needs '@<groups>:<cores>'")
+        args = {}
+        for kv in argtext.split():
+            k, _, v = kv.partition("=")
+            args[k] = v
+        stack[-1].append(
+            Command(op, parse_set(gs) if gs else (), None if (cs in (None, "*")) else parse_set(cs), args)
+        )
+    if "version" not in header:
+        raise StreamFormatError("empty stream (expected 'pimstream 1')")
+    for key in ("device", "kernel", "units", "memory"):
+        if key not in header:
+            raise StreamFormatError(f"stream lacks the '{key}' line")
+    if len(stack) > 1:
+        raise StreamFormatError("unterminated 'loop' (missing 'end')")
+    s = Stream(
+        device=header["device"],
+        kernel=header["kernel"],
+        draft=header.get("draft", ""),
+        tensors=tensors,
+        groups=header["units"][0],
+        cores=header["units"][1],
+        memory=header["memory"][0],
+        gbuf=header.get("gbuf", [0])[0],
+        tables={k: (kind, arr.reshape(-1) if kind == "g" else arr) for k, (kind, arr) in tables.items()},
+        phases=phases,
+    )
+    for name, (kind, arr) in s.tables.items():
+        want = s.groups if kind == "g" else s.groups * s.cores
+        if arr.size != want:
+            raise StreamFormatError(f"table {name}: {arr.size} values, expected {want}")
+    return s
+
+
+# ============================================================================ expressions
+_ALLOWED = (
+    ast.Expression, ast.BinOp, ast.UnaryOp, ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod,
+    ast.USub, ast.UAdd, ast.Constant, ast.Name, ast.Load,
+)
+
+
+@lru_cache(maxsize=8192)
+def compile_expr(text: str):
+    """Compile an integer expression of the stream language."""
+    try:
+        tree = ast.parse(text, mode="eval")
+    except SyntaxError as e:
+        raise StreamFormatError(f"bad expression {text!r}: {e.msg}") from None
+    for node in ast.walk(tree):
+        if not isinstance(node, _ALLOWED) or (isinstance(node, ast.Constant) and not isinstance(node.value, int)):
+            raise StreamFormatError(f"bad expression {text!r}: only integers, names and + - * // % are allowed")
+    return compile(tree, "<expr>", "eval")
+
+
+def eval_expr(text: str, env: dict):
+    """Evaluate an expression; names come from ``env`` (ints or numpy arrays)."""
+    code = compile_expr(text)
+    try:
+        return eval(code, {"__builtins__": {}}, env)  # noqa: S307 - whitelisted AST
+    except NameError as e:
+        raise StreamFormatError(f"expression {text!r}: {e}") from None
+
+
+@dataclass(frozen=True)
+class TensorRef:
+    """``T[e0, org:valid:tile:slots, ...]``: a box of a host tensor.
+
+    A component with one expression fixes the index.  ``org:valid:tile:slots``
+    spans ``slots`` positions of the on-PIM tile starting at tensor index
+    ``org``: the first ``valid`` exist in the tensor, positions up to
+    ``tile`` are the core's (zero) padding, the rest are layout slots that are
+    never touched.  ``org:valid:slots`` means ``tile == slots``.
+    """
+
+    name: str
+    comps: tuple[tuple[str, ...], ...]
+
+    @property
+    def box(self) -> tuple[int, ...]:
+        return tuple(int(c[-1]) for c in self.comps if len(c) >= 3)
+
+    @property
+    def tile(self) -> tuple[int, ...]:
+        return tuple(int(c[2]) for c in self.comps if len(c) >= 3)
+
+
+@lru_cache(maxsize=8192)
+def parse_ref(text: str) -> TensorRef:
+    m = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)\[(.*)\]", text)
+    if not m:
+        raise StreamFormatError(f"bad tensor reference {text!r}")
+    comps = []
+    for c in m.group(2).split(","):
+        parts = tuple(c.split(":"))
+        if len(parts) not in (1, 3, 4):
+            raise StreamFormatError(f"bad tensor reference {text!r}: component {c!r}")
+        comps.append(parts)
+    return TensorRef(m.group(1), tuple(comps))
+
+
+def format_ref(name: str, comps) -> str:
+    return f"{name}[" + ",".join(":".join(str(x) for x in (c if isinstance(c, tuple) else (c,))) for c in comps) + "]"
+
+
+# ============================================================================ on-bank layouts
+def parse_layout(text: str) -> tuple:
+    p = text.split(":")
+    return (p[0],) + tuple(int(x) for x in p[1:])
+
+
+def unit_base(unit, ucols: int, R: int):
+    """Column address of a layout unit: units pack into rows, or span whole rows."""
+    if ucols <= R:
+        upr = R // ucols
+        return (unit // upr) * R + (unit % upr) * ucols
+    rpu = -(-ucols // R)
+    return unit * rpu * R
+
+
+def layout_address(lay: str, v, col, m=0, slot: str = "data"):
+    """Core column address of element column ``col`` of tile vector ``v``.
+
+    Layouts
+    -------
+    ``blk:ob:kc:nch:rc:R``
+        Contraction tiles.  Vectors form blocks of ``ob``; each vector's
+        columns form ``nch`` chunks of ``kc``; a *unit* (one block, one chunk)
+        holds ``ob*kc`` data columns followed by ``ob*rc`` result columns
+        (``rc`` results per vector, e.g. one per input row ``m``; only the
+        block's last chunk uses them).  Units pack into rows of ``R``
+        columns, or span whole rows.  ``slot='res'`` addresses result ``m``
+        of vector ``v``.
+    ``ilv:slots:slot:kc:R:P``
+        Element-wise tiles.  The tile's columns in order (vector ``v`` has
+        ``P`` columns) form chunks of ``kc``; a unit holds one chunk of each
+        of ``slots`` operands side by side; ``slot`` selects the operand.
+    ``lin:P``
+        Vector ``v`` at ``v*P``.
+    """
+    L = parse_layout(lay)
+    kind = L[0]
+    v = np.asarray(v)
+    col = np.asarray(col)
+    if kind == "blk":
+        ob, kc, nch, rc, R = L[1:]
+        ucols = ob * kc + ob * rc
+        blk = v // ob
+        vi = v % ob
+        if slot == "res":
+            return unit_base(blk * nch + nch - 1, ucols, R) + ob * kc + np.asarray(m) * ob + vi
+        return unit_base(blk * nch + col // kc, ucols, R) + vi * kc + col % kc
+    if kind == "ilv":
+        slots, which, kc, R, P = L[1:]
+        s = v * P + col
+        q = s // kc
+        upr = max(1, R // (slots * kc))
+        return (q // upr) * R + (q % upr) * slots * kc + which * kc + s % kc
+    if kind == "lin":
+        (P,) = L[1:]
+        return v * P + col
+    raise StreamFormatError(f"unknown layout {lay!r}")
+
+
+def kernel_json(stream: Stream) -> dict:
+    return json.loads(stream.kernel)

@@ -1,0 +1,609 @@
+"""Relax offload to bank-level PIM: patterns, the cost decision and lowering.
+
+:func:`OffloadToPIM` is a ``tvm.transform`` module pass (``relax.build``
+runs it for ``pim -hw=...`` targets, see :mod:`tvm_cim.target`):
+
+1. ``FoldConstant``, then ``FuseOpsByPattern`` with dpl patterns of the
+   memory-bound operators PIM runs (:func:`pim_patterns`):
+
+   * ``pim.attn`` (devices with a group softmax unit, i.e. AttAcc):
+     ``matmul(q, kT) [* scale] -> softmax -> matmul(., v)`` with one query row;
+   * ``pim.gemv``: ``matmul(x, W)`` with a constant 2-D weight (GEMV with the
+     ``m`` rows of ``x`` sharing the weight, as in LLM decode);
+   * ``pim.bgemv``: batched / per-head ``matmul(a, b)`` of two run-time
+     operands (``QK^T``, ``P V`` on devices without a softmax unit);
+   * ``pim.red``: ``sum(x, axis=-1)``; ``pim.va``: ``add(a, b)`` of equal
+     shapes; ``pim.relu``: ``nn.relu(x)``.
+
+2. Each match is kept only if its predicted PIM time -- the simulated time of
+   the draft the schedule strategy picks, data rearrangement included -- beats
+   the host (GPU roofline, :mod:`tvm_pim.host`).  Compute-bound operators (a
+   matmul with many rows) lose that comparison and stay on the host.
+
+3. Every offloaded call becomes ``relax.call_dps_packed("tvm_pim.run_kernel",
+   [operands..., constants..., hw_json, stream_text, binding_json], out_ty)``;
+   the command stream travels inside the executable.
+
+Constant operands (weights) are *resident*: laid out in PIM memory once
+(the stream's ``setup`` phase, reported apart).  Run-time operands are
+rearranged on every call unless named in ``offload_options(resident=...)``
+(e.g. a KV cache kept in PIM memory between decode steps).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+import tvm
+from tvm import relax
+from tvm.relax.dpl import is_const, is_op, wildcard
+from tvm.relax.transform import FusionPattern
+
+from tvm_cim.hardware import loader
+from tvm_cim.hardware.schema import PIMHardware
+
+from .abstraction import PimView, UnsupportedOnDevice
+from .commands import print_stream
+from .host import relax_op_cost, roofline
+from .kernels import KernelSpec
+from .runtime import RUN_KERNEL
+from .schedule import Choice, choose
+
+PREFIX = "pim."
+_VIEW_OPS = {"relax.reshape", "relax.squeeze", "relax.expand_dims", "relax.flatten"}
+
+
+# ============================================================================ options
+@dataclass
+class OffloadOptions:
+    """How the offload pass decides (see :func:`offload_options`)."""
+
+    strategy: str = "auto"  # auto | database | predictor | simulate | default
+    policy: str = "cost"  # cost | always | never
+    resident: tuple[str, ...] = ()
+    kinds: tuple[str, ...] = ("attn", "gemv", "bgemv", "red", "va", "relu")
+
+
+_STATE = threading.local()
+
+
+def current_options() -> OffloadOptions:
+    return getattr(_STATE, "opts", None) or OffloadOptions()
+
+
+@contextlib.contextmanager
+def offload_options(**kwargs):
+    """Set how builds inside the block offload to PIM.
+
+    Parameters
+    ----------
+    strategy : {'auto', 'database', 'predictor', 'simulate', 'default'}
+        How a kernel's tiling draft is chosen: the tuned database under
+        ``schedules/<hw>/``, the XGBoost predictor, exhaustive simulation of
+        the pruned space, or the backend's fixed tiling; ``auto`` tries them
+        in that order.
+    policy : {'cost', 'always', 'never'}
+        Offload when PIM is predicted faster (default), always, or never.
+    resident : list of str
+        Names of graph inputs that live in PIM memory between runs.
+    kinds : list of str
+        Pattern kinds to consider.
+    """
+    prev = current_options()
+    opts = OffloadOptions(**{**prev.__dict__, **kwargs})
+    if opts.strategy not in ("auto", "database", "predictor", "simulate", "default"):
+        raise ValueError(f"unknown strategy {opts.strategy!r}")
+    if opts.policy not in ("cost", "always", "never"):
+        raise ValueError(f"unknown policy {opts.policy!r}")
+    opts.resident = tuple(opts.resident)
+    _STATE.opts = opts
+    try:
+        yield opts
+    finally:
+        _STATE.opts = prev
+
+
+# ============================================================================ compile info
+@dataclass
+class KernelInfo:
+    """One matched operator and what was decided for it."""
+
+    name: str
+    pattern: str
+    spec: KernelSpec
+    offloaded: bool
+    pim_ns: float
+    host_ns: float
+    choice: Choice | None = None
+    reason: str = ""
+
+    def as_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "pattern": self.pattern,
+            "kernel": self.spec.name,
+            "offloaded": self.offloaded,
+            "predicted_pim_ns": self.pim_ns,
+            "host_ns": self.host_ns,
+            "strategy": self.choice.strategy if self.choice else None,
+            "draft": str(self.choice.draft) if self.choice else None,
+            "reason": self.reason,
+        }
+
+
+@dataclass
+class CompileInfo:
+    """What :func:`offload` decided (for reports)."""
+
+    hw: PIMHardware
+    kernels: list[KernelInfo] = field(default_factory=list)
+    host_ops: dict[str, int] = field(default_factory=dict)
+    host_op_ns: float = 0.0
+    gpu_latency_ns: float = 0.0
+    streams: dict[str, str] = field(default_factory=dict)
+
+    def stream_text(self) -> str:
+        return "".join(self.streams.values())
+
+
+def last_compile_info() -> CompileInfo | None:
+    """The :class:`CompileInfo` of the most recent PIM build in this thread."""
+    return getattr(_STATE, "info", None)
+
+
+# ============================================================================ analysis of matches
+def _shape(expr) -> tuple[int, ...] | None:
+    shape = getattr(getattr(expr, "ty", None), "shape", None)
+    if shape is None:
+        return None
+    try:
+        return tuple(int(s) for s in shape)
+    except (TypeError, ValueError):
+        return None
+
+
+def _is_const(e) -> bool:
+    return isinstance(e, tvm.ir.GenericConst)
+
+
+def _const_value(e) -> np.ndarray:
+    return e.value.numpy()
+
+
+@dataclass
+class Match:
+    """A pattern match reduced to a kernel: spec, operand bindings, constants."""
+
+    pattern: str
+    spec: KernelSpec
+    tensors: dict  # kernel tensor -> ("arg", expr, perm, shape) | ("const", array)
+    out_shape: tuple[int, ...]
+    calls: tuple = ()  # the matched Relax calls (their host cost is the alternative)
+
+
+def _prod(xs) -> int:
+    return int(np.prod(xs)) if len(xs) else 1
+
+
+def analyse(pattern: str, exprs: dict, resident: set[str]) -> Match | None:
+    """Kernel of a match from its annotated expressions (None if unsupported)."""
+
+    def res(e) -> bool:
+        return isinstance(e, relax.Var) and str(e.name) in resident
+
+    if pattern == "gemv":
+        mm = exprs["root"]
+        x, w = mm.args
+        xs, ws = _shape(x), _shape(w)
+        if xs is None or ws is None or len(ws) != 2 or not _is_const(w) or len(xs) < 1:
+            return None
+        K, N = ws
+        M = _prod(xs[:-1])
+        spec = KernelSpec.make("gemv", b=1, m=M, n=N, k=K, resident=("A",))
+        A = _const_value(w).T.reshape(1, N, K)
+        return Match(pattern, spec, {"A": ("const", A), "x": ("arg", x, None, (1, M, K))}, _shape(mm))
+    if pattern == "bgemv":
+        mm = exprs["root"]
+        a, b = mm.args
+        as_, bs = _shape(a), _shape(b)
+        if as_ is None or bs is None or len(as_) < 3 or len(as_) != len(bs) or as_[:-2] != bs[:-2]:
+            return None
+        if _is_const(a) or _is_const(b):
+            return None
+        B = _prod(as_[:-2])
+        M, K = as_[-2:]
+        N = bs[-1]
+        perm = list(range(len(bs) - 2)) + [len(bs) - 1, len(bs) - 2]
+        spec = KernelSpec.make("gemv", b=B, m=M, n=N, k=K, resident=("A",) if res(b) else ())
+        return Match(pattern, spec, {"A": ("arg", b, perm, (B, N, K)), "x": ("arg", a, None, (B, M, K))}, _shape(mm))
+    if pattern == "attn":
+        qk, pv = exprs["qk"], exprs["root"]
+        q, kT = qk.args
+        p, v = pv.args
+        qs, ks, vs = _shape(q), _shape(kT), _shape(v)
+        if None in (qs, ks, vs) or len(qs) < 3 or qs[-2] != 1 or qs[:-2] != ks[:-2] or vs[:-2] != qs[:-2]:
+            return None
+        if any(_is_const(e) for e in (q, kT, v)):
+            return None
+        B = _prod(qs[:-2])
+        D, N = ks[-2:]
+        if vs[-2:] != (N, D):
+            return None
+        scale = 1.0
+        if "scale" in exprs:
+            c = exprs["scale_c"]
+            val = _const_value(c)
+            if val.size != 1:
+                return None
+            scale = float(val.reshape(-1)[0])
+            if scale <= 0:
+                return None
+        sm = exprs["softmax"]
+        if int(sm.attrs.axis) not in (-1, len(qs) - 1):
+            return None
+        perm = list(range(len(ks) - 2)) + [len(ks) - 1, len(ks) - 2]
+        resid = tuple(t for t, e in (("K", kT), ("V", v)) if res(e))
+        spec = KernelSpec.make("attn", b=B, n=N, k=D, resident=resid, scale=scale)
+        return Match(
+            pattern,
+            spec,
+            {"K": ("arg", kT, perm, (B, N, D)), "V": ("arg", v, None, (B, N, D)), "q": ("arg", q, None, (B, D))},
+            _shape(pv),
+        )
+    if pattern == "red":
+        s = exprs["root"]
+        x = s.args[0]
+        xs = _shape(x)
+        axis = s.attrs.axis
+        if xs is None or axis is None or len(axis) != 1 or int(axis[0]) not in (-1, len(xs) - 1) or _is_const(x):
+            return None
+        K = xs[-1]
+        N = xs[-2] if len(xs) >= 2 else 1
+        B = _prod(xs[:-2])
+        spec = KernelSpec.make("red", b=B, n=N, k=K, resident=("A",) if res(x) else ())
+        return Match(pattern, spec, {"A": ("arg", x, None, (B, N, K))}, _shape(s))
+    if pattern == "va":
+        s = exprs["root"]
+        a, b = s.args
+        as_, bs = _shape(a), _shape(b)
+        if as_ is None or as_ != bs or _is_const(a) or _is_const(b) or len(as_) < 1:
+            return None
+        I = as_[-1]
+        B = _prod(as_[:-1])
+        resid = tuple(t for t, e in (("A", a), ("B", b)) if res(e))
+        spec = KernelSpec.make("va", b=B, i=I, resident=resid)
+        return Match(pattern, spec, {"A": ("arg", a, None, (B, I)), "B": ("arg", b, None, (B, I))}, _shape(s))
+    if pattern == "relu":
+        s = exprs["root"]
+        x = s.args[0]
+        xs = _shape(x)
+        if xs is None or _is_const(x) or len(xs) < 1:
+            return None
+        spec = KernelSpec.make("relu", b=_prod(xs[:-1]), i=xs[-1], resident=("A",) if res(x) else ())
+        return Match(pattern, spec, {"A": ("arg", x, None, (_prod(xs[:-1]), xs[-1]))}, _shape(s))
+    return None
+
+
+def _float32(*exprs) -> bool:
+    return all(getattr(getattr(e, "ty", None), "dtype", None) in ("float32", "float16") for e in exprs)
+
+
+# ============================================================================ decisions
+class _Decider:
+    """Chooses drafts and decides offloading, with a cache per kernel."""
+
+    def __init__(self, view: PimView, opts: OffloadOptions):
+        self.view, self.opts = view, opts
+        self.cache: dict = {}
+
+    def decide(self, m: Match) -> KernelInfo:
+        host = roofline(self.view, m.spec.bytes(), m.spec.flops()).ns
+        if m.calls:
+            # the alternative is the matched operators as the host runs them (one kernel each)
+            host = 0.0
+            for cl in m.calls:
+                nb, fl = relax_op_cost(cl)
+                host += roofline(self.view, nb, fl).ns
+        key = (m.spec, round(host, 3))
+        if key in self.cache:
+            c = self.cache[key]
+            return KernelInfo("", m.pattern, m.spec, c.offloaded, c.pim_ns, c.host_ns, c.choice, c.reason)
+        info = KernelInfo("", m.pattern, m.spec, False, float("inf"), host)
+        if not self.view.supports(m.spec.kind):
+            info.reason = f"{self.view.name} has no units for {m.spec.kind.upper()}"
+        elif self.opts.policy == "never":
+            info.reason = "policy=never"
+        elif self.opts.policy == "cost" and (lb := pim_lower_bound_ns(m.spec, self.view)) >= host:
+            info.pim_ns = lb
+            info.reason = f"host {host:.0f} ns <= PIM lower bound {lb:.0f} ns (not searched)"
+        else:
+            try:
+                ch = choose(m.spec, self.view, self.opts.strategy)
+            except UnsupportedOnDevice as e:
+                info.reason = str(e)
+                ch = None
+            if ch is not None:
+                info.choice = ch
+                info.pim_ns = ch.latency_ns
+                if self.opts.policy == "always":
+                    info.offloaded, info.reason = True, "policy=always"
+                elif ch.latency_ns < host:
+                    info.offloaded, info.reason = True, f"PIM {ch.latency_ns:.0f} ns < host {host:.0f} ns"
+                else:
+                    info.reason = f"host {host:.0f} ns <= PIM {ch.latency_ns:.0f} ns"
+        self.cache[key] = info
+        return info
+
+
+def pim_lower_bound_ns(spec: KernelSpec, view: PimView) -> float:
+    """A lower bound of any draft's PIM time: launch plus every column op spread over all cores.
+
+    Each resident or streamed operand element is read by some core at least once per
+    input row that uses it (GEMV re-reads the matrix for each of its ``m`` rows),
+    ``lanes`` elements per column command at the fastest column cadence.
+    """
+    d = spec.dims
+    lanes = view.elems_per_column
+    if spec.kind == "gemv":
+        cols = d["b"] * d["n"] * -(-d["k"] // lanes) * d["m"]
+    elif spec.kind == "red":
+        cols = d["b"] * d["n"] * -(-d["k"] // lanes)
+    elif spec.kind in ("va", "relu"):
+        cols = d["b"] * -(-d["i"] // lanes)
+    else:
+        cols = 2 * d["b"] * d["n"] * -(-d["k"] // lanes)
+    fastest = min((c.latency_cycles for c in view.hw.commands.values()
+                   if set(c.roles) & {"mac", "dot", "acc_add", "load"}), default=1)
+    units = view.groups * view.cores_per_group
+    return view.hw.system.host.launch_overhead_us * 1e3 + cols / units * fastest * view.tck_ns
+
+
+# ============================================================================ patterns
+def pim_patterns(view: PimView, decider: _Decider, opts: OffloadOptions) -> list[FusionPattern]:
+    """The fusion patterns of PIM-executable operators, highest priority first.
+
+    Each pattern's check analyses the match into a kernel and keeps it only
+    if the decision is to offload.
+    """
+    resident = set(opts.resident)
+    x, w = wildcard(), is_const()
+    mm_const = is_op("relax.matmul")(x, w)
+    a, b = wildcard(), wildcard()
+    mm = is_op("relax.matmul")(a, b)
+    q, kT, v, c = wildcard(), wildcard(), wildcard(), is_const()
+    qk = is_op("relax.matmul")(q, kT)
+    scaled = is_op("relax.multiply")(qk, c)
+    sm_s = is_op("relax.nn.softmax")(scaled)
+    pv_s = is_op("relax.matmul")(sm_s, v)
+    sm = is_op("relax.nn.softmax")(qk)
+    pv = is_op("relax.matmul")(sm, v)
+    red = is_op("relax.sum")(wildcard())
+    va = is_op("relax.add")(wildcard(), wildcard())
+    relu = is_op("relax.nn.relu")(wildcard())
+
+    def check(kind):
+        def f(ctx) -> bool:
+            ex = dict(ctx.annotated_expr)
+            root = ex["root"]
+            if not _float32(root):
+                return False
+            m = analyse(kind, ex, resident)
+            if m is None:
+                return False
+            m.calls = tuple(e for k, e in ex.items() if k in ("root", "qk", "scale", "softmax"))
+            return decider.decide(m).offloaded
+
+        return f
+
+    pats = []
+    if "attn" in opts.kinds and view.supports("attn"):
+        pats.append(
+            FusionPattern(PREFIX + "attn", pv_s, {"root": pv_s, "qk": qk, "scale": scaled, "scale_c": c, "softmax": sm_s}, check("attn"))
+        )
+        pats.append(FusionPattern(PREFIX + "attn", pv, {"root": pv, "qk": qk, "softmax": sm}, check("attn")))
+    if "gemv" in opts.kinds:
+        pats.append(FusionPattern(PREFIX + "gemv", mm_const, {"root": mm_const}, check("gemv")))
+    if "bgemv" in opts.kinds:
+        pats.append(FusionPattern(PREFIX + "bgemv", mm, {"root": mm}, check("bgemv")))
+    if "red" in opts.kinds:
+        pats.append(FusionPattern(PREFIX + "red", red, {"root": red}, check("red")))
+    if "va" in opts.kinds:
+        pats.append(FusionPattern(PREFIX + "va", va, {"root": va}, check("va")))
+    if "relu" in opts.kinds:
+        pats.append(FusionPattern(PREFIX + "relu", relu, {"root": relu}, check("relu")))
+    return pats
+
+
+def composite_name(func) -> str | None:
+    attrs = getattr(func, "attrs", None)
+    if attrs is None or "Composite" not in attrs:
+        return None
+    name = str(attrs["Composite"])
+    return name if name.startswith(PREFIX) else None
+
+
+def _annotations_of(func) -> tuple[str, dict]:
+    """Re-find the pattern's annotated expressions inside a composite function."""
+    kind = composite_name(func)[len(PREFIX):]
+    calls: list = []
+
+    def visit(e):
+        if isinstance(e, relax.Call) and isinstance(e.op, tvm.ir.Op):
+            calls.append(e)
+
+    relax.analysis.post_order_visit(func.body, visit)
+    by = {}
+    for cl in calls:
+        by.setdefault(cl.op.name, []).append(cl)
+    ex: dict = {}
+    if kind == "attn":
+        mms = by["relax.matmul"]
+        ex["qk"], ex["root"] = mms[0], mms[-1]
+        ex["softmax"] = by["relax.nn.softmax"][0]
+        if "relax.multiply" in by:
+            ex["scale"] = by["relax.multiply"][0]
+            ex["scale_c"] = ex["scale"].args[1]
+    else:
+        op = {"gemv": "relax.matmul", "bgemv": "relax.matmul", "red": "relax.sum", "va": "relax.add", "relu": "relax.nn.relu"}[kind]
+        ex["root"] = by[op][-1]
+    return kind, ex
+
+
+# ============================================================================ lowering
+@relax.expr_functor.mutator
+class _Lower(relax.PyExprMutator):
+    """Replace calls of ``pim.*`` composites with ``call_dps_packed`` of their streams."""
+
+    def __init__(self, mod, lowered: dict):
+        super().__init__(mod)
+        self.lowered = lowered
+
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        if isinstance(call.op, relax.GlobalVar) and call.op.name_hint in self.lowered:
+            build = self.lowered[call.op.name_hint]
+            return build(list(call.args), call.ty)
+        return call
+
+
+def _host_ops(mod: tvm.IRModule, view: PimView) -> tuple[dict[str, int], float]:
+    counts: Counter = Counter()
+    ns = 0.0
+
+    def visit(e):
+        nonlocal ns
+        if isinstance(e, relax.Call) and isinstance(e.op, tvm.ir.Op):
+            name = e.op.name
+            if name in ("relax.call_dps_packed", "relax.call_pure_packed"):
+                return
+            counts[name] += 1
+            if name not in _VIEW_OPS and name != "relax.call_tir":
+                nb, fl = relax_op_cost(e)
+                ns += roofline(view, nb, fl).ns
+
+    for gv, f in mod.functions.items():
+        if isinstance(f, relax.Function) and not composite_name(f):
+            relax.analysis.post_order_visit(f.body, visit)
+    return dict(sorted(counts.items())), ns
+
+
+def gpu_only_ns(mod: tvm.IRModule, view: PimView) -> float:
+    """GPU-only time of a Relax graph under the host roofline (views are free)."""
+    return _host_ops(mod, view)[1]
+
+
+def offload(mod: tvm.IRModule, hw: PIMHardware, opts: OffloadOptions | None = None) -> tuple[tvm.IRModule, CompileInfo]:
+    """Run the whole PIM offload flow on a module.
+
+    Parameters
+    ----------
+    mod : tvm.IRModule
+        A Relax module (e.g. from the ONNX frontend).
+    hw : PIMHardware
+    opts : OffloadOptions, optional
+        Defaults to the options set by :func:`offload_options`.
+
+    Returns
+    -------
+    tvm.IRModule, CompileInfo
+    """
+    opts = opts or current_options()
+    view = PimView(hw)
+    info = CompileInfo(hw=hw)
+    mod = relax.transform.ConvertToDataflow(min_size=1)(relax.transform.FoldConstant()(mod))
+    info.gpu_latency_ns = gpu_only_ns(mod, view)
+    decider = _Decider(view, opts)
+    mod = relax.transform.FuseOpsByPattern(
+        pim_patterns(view, decider, opts), bind_constants=True, annotate_codegen=False
+    )(mod)
+    hw_json = loader.to_json(hw)
+    lowered = {}
+    order = []
+    for gv, f in mod.functions.items():
+        if isinstance(f, relax.Function) and composite_name(f):
+            order.append(gv)
+    for i, gv in enumerate(sorted(order, key=lambda g: g.name_hint)):
+        f = mod[gv]
+        kind, ex = _annotations_of(f)
+        m = analyse(kind, ex, set(opts.resident))
+        if m is None:  # cannot happen: the pattern check accepted it
+            raise RuntimeError(f"PIM composite {gv.name_hint} no longer analyses")
+        m.calls = tuple(e for k, e in ex.items() if k in ("root", "qk", "scale", "softmax"))
+        ki = decider.decide(m)
+        ki.name = f"k{i:03d}_{kind}_{m.spec.name}"
+        info.kernels.append(ki)
+        stream_text = print_stream(ki.choice.stream)
+        info.streams[ki.name] = stream_text
+        params = list(f.params)
+        consts = []
+        binding = {"tensors": {}, "out_shape": list(m.out_shape), "name": ki.name}
+        for t, desc in m.tensors.items():
+            if desc[0] == "const":
+                binding["tensors"][t] = {"arg": None, "perm": None, "shape": list(desc[1].shape)}
+                consts.append((t, desc[1].astype(np.float32)))
+            else:
+                _, expr, perm, shape = desc
+                idx = [j for j, p in enumerate(params) if p.same_as(expr)]
+                if not idx:
+                    raise RuntimeError(f"{gv.name_hint}: operand of {t} is not a parameter of the composite")
+                binding["tensors"][t] = {"arg": idx[0], "perm": perm, "shape": list(shape)}
+        for j, (t, _arr) in enumerate(consts):
+            binding["tensors"][t]["arg"] = len(params) + j
+
+        def build(args, out_ty, consts=consts, binding=binding, stream_text=stream_text):
+            allargs = list(args) + [relax.const(a) for _, a in consts]
+            allargs += [tvm.ir.StringImm(hw_json), tvm.ir.StringImm(stream_text), tvm.ir.StringImm(json.dumps(binding))]
+            return relax.call_dps_packed(RUN_KERNEL, allargs, out_ty)
+
+        lowered[gv.name_hint] = build
+    info.kernels += [k for k in _rejected(decider, info)]
+    mutator = _Lower(mod, lowered)
+    for gv, f in mod.functions.items():
+        if isinstance(f, relax.Function) and not composite_name(f):
+            mutator.builder_.update_func(gv, mutator.visit_expr(f))
+    mod = relax.transform.DeadCodeElimination()(mutator.builder_.get())
+    info.host_ops, info.host_op_ns = _host_ops(mod, view)
+    _STATE.info = info
+    return mod, info
+
+
+def _rejected(decider: _Decider, info: CompileInfo):
+    seen = {k.spec for k in info.kernels}
+    for i, ((spec, _host), k) in enumerate(decider.cache.items()):
+        if spec not in seen and not k.offloaded:
+            yield KernelInfo(f"host{i:03d}_{spec.kind}", k.pattern, spec, False, k.pim_ns, k.host_ns, k.choice, k.reason)
+
+
+def OffloadToPIM(hw: PIMHardware | str | None = None) -> tvm.transform.Pass:  # noqa: N802
+    """The PIM offload as a module pass.
+
+    Parameters
+    ----------
+    hw : PIMHardware or str, optional
+        The device; by default read from the current target
+        (``Target.current()``), which is how ``relax.build`` with a
+        ``pim -hw=...`` target runs it.
+
+    Returns
+    -------
+    tvm.transform.Pass
+    """
+
+    @tvm.transform.module_pass(opt_level=0, name="OffloadToPIM")
+    def _pass(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        dev = hw
+        if dev is None:
+            from tvm_cim.target import hardware_of
+
+            dev = hardware_of(tvm.target.Target.current())
+        if isinstance(dev, str):
+            dev = loader.load(dev, kind="pim")
+        out, _ = offload(mod, dev)
+        return out
+
+    return _pass

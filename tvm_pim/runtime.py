@@ -1,0 +1,89 @@
+"""The packed function through which the Relax VM runs PIM kernels on the simulator.
+
+``tvm_pim.run_kernel(*args, *consts, hw_json, stream_text, binding_json, out)``
+maps the Relax operands to the kernel's tensors (reshape / transpose as the
+binding says, FP16), runs the stream on the simulator of that hardware
+description (functional and timing) and writes the output.  Statistics of
+every kernel run are appended to every active :func:`collect` list.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from functools import lru_cache
+
+import numpy as np
+import tvm
+
+from tvm_cim.hardware import loader
+
+from .commands import parse_stream
+from .simulator import Simulator
+
+RUN_KERNEL = "tvm_pim.run_kernel"
+
+_SIMS: dict[str, Simulator] = {}
+_LOCK = threading.Lock()
+_COLLECTORS: list[list] = []
+
+
+@lru_cache(maxsize=1024)
+def _stream(text: str):
+    return parse_stream(text)
+
+
+def simulator_for_json(hw_json: str) -> Simulator:
+    with _LOCK:
+        s = _SIMS.get(hw_json)
+        if s is None:
+            s = _SIMS[hw_json] = Simulator(loader.from_json(hw_json))
+        return s
+
+
+@contextlib.contextmanager
+def collect():
+    """Collect the statistics of every PIM kernel run inside the block.
+
+    Yields
+    ------
+    list of dict
+        One entry per kernel run: ``name``, ``kind``, ``latency_ns``,
+        ``data_rearrangement_ns``, ``compute_ns``, ``host_ns``, ``energy_pj``,
+        ``command_counts`` ...
+    """
+    stats: list = []
+    _COLLECTORS.append(stats)
+    try:
+        yield stats
+    finally:
+        _COLLECTORS.remove(stats)
+
+
+def bind(binding: dict, args: list[np.ndarray]) -> dict[str, np.ndarray]:
+    """Kernel tensors from the Relax operands, as the binding describes."""
+    out = {}
+    for name, b in binding["tensors"].items():
+        a = np.asarray(args[b["arg"]])
+        if b.get("perm"):
+            a = np.transpose(a, b["perm"])
+        out[name] = np.ascontiguousarray(a.reshape(b["shape"])).astype(np.float16)
+    return out
+
+
+@tvm.register_global_func(RUN_KERNEL, override=True)
+def _run_kernel(*args):
+    out = args[-1]
+    binding = json.loads(str(args[-2]))
+    stream = _stream(str(args[-3]))
+    sim = simulator_for_json(str(args[-4]))
+    arrays = [a.numpy() for a in args[:-4]]
+    tensors = bind(binding, arrays)
+    res = sim.run(stream, tensors)
+    result = res.output.astype(np.float32).reshape(binding["out_shape"])
+    out.copyfrom(np.ascontiguousarray(result, dtype=np.float32))
+    if _COLLECTORS:
+        entry = {"name": binding.get("name", ""), "kind": json.loads(stream.kernel)["kind"], **res.as_dict()}
+        for c in _COLLECTORS:
+            c.append(entry)
