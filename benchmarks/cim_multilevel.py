@@ -181,13 +181,21 @@ def exp5(image, isaac) -> dict:
 
 
 def exp6(image, isaac) -> dict:
-    quantize._CACHE.clear()  # cold: calibration included
+    from tvm import relax
+
     mod = relax_module("resnet50", image_size=image)
+    quantize._CACHE.clear()  # cold: calibration included
     t0 = time.perf_counter()
     offload(mod, isaac, strategy="cim-mlc")
+    s_offload = time.perf_counter() - t0
+    quantize._CACHE.clear()
+    t0 = time.perf_counter()
+    with tvm_cim.scheduling("cim-mlc"):
+        relax.build(mod, target="cim -hw=isaac")  # the whole build: offload pass, TVM pipeline, llvm host code
     s = time.perf_counter() - t0
-    print(f"\n[6] compile time, ResNet-50 ({image}x{image}) on ISAAC-like, cim-mlc, cold: {s:.1f} s (target < 30 s)")
-    return {"compile_s": s}
+    print(f"\n[6] compile time, ResNet-50 ({image}x{image}) on ISAAC-like, cim-mlc, cold: relax.build {s:.1f} s "
+          f"(of which the CIM offload pass {s_offload:.1f} s; target < 30 s)")
+    return {"compile_s": s, "offload_s": s_offload}
 
 
 def plots(res: dict, out_dir: Path) -> list[str]:

@@ -196,3 +196,23 @@ def test_transformer_layers_offload_attention(name, kw):
     assert kinds.count("dmatmul") == 2 and kinds.count("matmul") >= 6
     assert "relax.nn.softmax" in info.host_ops
     assert cosine(run_vm(relax.build(lowered, target="llvm"), x), ref) > 0.999
+
+
+def test_builds_with_other_schedules_never_share_crossbar_contents(cnn):
+    """Weights stay in crossbars between runs by program name: another schedule, chip or calibration
+    must give other names, or a second build in the same process would read the first one's weights."""
+    mod, x, _ = cnn
+    hw = tvm_cim.load("isaac")
+    names = {}
+    for key, kw in {
+        "none": dict(strategy="none"),
+        "cim-mlc": dict(strategy="cim-mlc"),
+        "cim-mlc again": dict(strategy="cim-mlc"),
+        "other chip": dict(strategy="cim-mlc", hw=R(hw, chip=R(hw.chip, cores=64))),
+        "other calibration": dict(strategy="cim-mlc", calib=tvm_cim.compiler.quantize.CalibrationConfig(seed=9)),
+    }.items():
+        kw.setdefault("hw", hw)
+        names[key] = {p.name for p in tvm_cim.offload(mod, **kw)[1].programs}
+    assert names["cim-mlc"] == names["cim-mlc again"]
+    for other in ("none", "other chip", "other calibration"):
+        assert not names[other] & names["cim-mlc"], other

@@ -127,3 +127,12 @@ def test_presets_listing():
         assert name in p.stdout
     s = cli("presets", "--schema", "cim")
     assert "crossbar.rows_active" in s.stdout and "dual_mode.switchable_arrays" in s.stdout
+
+
+@pytest.mark.parametrize("spec", ["zoo:resnet18?image_size=abc", "zoo:resnet18?image_size", "zoo:nosuchnet"])
+def test_bad_zoo_spec(spec):
+    from tvm_cim import cli as tcli
+
+    with pytest.raises(tcli.UserError) as e:
+        tcli.load_onnx(spec)
+    assert spec.split("?")[-1].split("=")[0] in str(e.value) or "nosuchnet" in str(e.value)

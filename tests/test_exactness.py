@@ -205,3 +205,42 @@ def test_encode_decode_round_trip():
         hw = tvm_cim.load(name)
         w = rng.integers(-127, 128, size=(1, 20, 9))
         assert np.array_equal(crossbar.decode(crossbar.encode(w, hw, 8), hw, 8), w)
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_every_strategy_and_mode_exact_with_signed_inputs(strategy, mode):
+    """Each of the 12 (strategy, computing mode) pairs, signed activations (two unsigned phases)."""
+    rng = np.random.default_rng(11)
+    hw = lossless(tvm_cim.load(MODES[mode]))
+    w = rng.integers(-127, 128, size=(300, 70)).astype(np.int8)
+    r = Region("mm", MATMUL, [(37, 300)], (37, 70), x_scale=1.0, x_zero=0, x_signed=True, w_int=w,
+               w_scale=np.ones(70, np.float32))
+    x = rng.integers(-127, 128, size=(37, 300)).astype(np.float32)
+    env, _, prog, _ = run(r, hw, strategy, x)
+    assert prog.attr("signed_input") is True
+    np.testing.assert_array_equal(env["acc"][0], x.astype(np.int64) @ w.astype(np.int64))
+    read = {"crossbar": "CIM.read_xb", "core": "CIM.read_core", "wordline": "CIM.read_row"}[mode]
+    assert prog.count_ops().get(read, 0) > 0
+
+
+def test_each_technique_takes_effect_and_stays_exact():
+    """Duplication adds replicas, wordline remapping shortens tiles to the active rows; all exact, all faster."""
+    rng = np.random.default_rng(1)
+    w = rng.integers(-127, 128, size=(300, 70)).astype(np.int8)
+    r = Region("mm", MATMUL, [(37, 300)], (37, 70), x_scale=1.0, x_zero=0, w_int=w, w_scale=np.ones(70, np.float32))
+    x = codes(rng, (37, 300), 0)
+    ref = x.astype(np.int64) @ w.astype(np.int64)
+    wl = small_chip(lossless(tvm_cim.load("jain21")), cores=4, per_core=64)  # room to remap rows
+    res = {}
+    for strategy in STRATEGIES:
+        env, stats, prog, _ = run(r, wl, strategy, x)
+        np.testing.assert_array_equal(env["acc"][0], ref)
+        res[strategy] = (prog.attr("tile_rows"), prog.attr("replicas"), stats.latency_ns)
+    assert res["none"][0] == wl.crossbar.rows and res["cim-mlc"][0] == wl.crossbar.rows_active
+    assert res["greedy"][1] > 1
+    assert res["cim-mlc"][2] < res["none"][2] and res["greedy"][2] < res["none"][2]
+    xb = lossless(tvm_cim.load("isaac"))
+    env, _, prog, _ = run(r, xb, "cim-mlc", x)
+    np.testing.assert_array_equal(env["acc"][0], ref)
+    assert prog.attr("replicas") > 1 and prog.attr("mvm_pipeline") is True

@@ -39,8 +39,14 @@ def load_onnx(spec: str, seed: int = 0):
         name, _, kv = spec[4:].partition("?")
         kwargs = {}
         for item in filter(None, kv.split(",")):
-            k, _, v = item.partition("=")
-            kwargs[k] = int(v)
+            k, eq, v = item.partition("=")
+            try:
+                if not eq:
+                    raise ValueError("expected key=value")
+                kwargs[k] = int(v)
+            except ValueError as e:
+                raise UserError(f"zoo model option '{item}' in '{spec}': {e} (options are integers, e.g. "
+                                "zoo:bert_layer?seq_len=128,hidden=768)") from None
         try:
             return zoo.build_model(name, seed=seed, **kwargs)
         except (ValueError, TypeError) as e:
@@ -87,10 +93,29 @@ def import_onnx(model, spec: str):
     return mod, shapes, dtypes
 
 
-def onnx_host_ops(model) -> list[str]:
-    """ONNX operator types that have no crossbar implementation (they run on the host)."""
-    cim_capable = {"Conv", "Gemm", "MatMul"}
-    return sorted({n.op_type for n in model.graph.node if n.op_type not in cim_capable})
+def onnx_host_ops(model, host_ops: dict | None = None) -> list[str]:
+    """ONNX operator types that run on the host.
+
+    Parameters
+    ----------
+    model : onnx.ModelProto
+    host_ops : dict, optional
+        The Relax operators the build left on the host
+        (``CompileInfo.host_ops``).  With it, BatchNormalization folded into
+        convolutions is not listed, and Conv / Gemm / MatMul are listed when
+        some of them stayed on the host.
+
+    Returns
+    -------
+    list of str
+    """
+    cim_capable = {"Conv": ("relax.nn.conv2d",), "Gemm": ("relax.matmul", "relax.linear"),
+                   "MatMul": ("relax.matmul",), "BatchNormalization": ("relax.nn.batch_norm",)}
+    types = {n.op_type for n in model.graph.node}
+    if host_ops is None:
+        return sorted(t for t in types if t not in cim_capable or t == "BatchNormalization")
+    left = set(host_ops)
+    return sorted(t for t in types if t not in cim_capable or any(r in left for r in cim_capable[t]))
 
 
 # ----------------------------------------------------------------------------- run
@@ -165,7 +190,7 @@ def cmd_run(args) -> int:
     rep["model"] = args.model
     rep.update(R.compare(outs, ref))
     rep["reference"] = "TVM llvm build of the same float model"
-    rep["onnx_ops_on_host"] = onnx_host_ops(model)
+    rep["onnx_ops_on_host"] = onnx_host_ops(model, info.host_ops)
     rep["outputs"] = {o.name: list(a.shape) for o, a in zip(model.graph.output, outs)}
     rep["timing_s"] = {
         "import": t1 - t0,

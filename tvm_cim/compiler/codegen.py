@@ -33,27 +33,17 @@ from ..hardware.schema import CIMHardware
 from ..program import Decl, Op, Parallel, Program, Range, Ref, op
 from .mapping import Placement, precision
 from .region import CONV2D, DMATMUL, Region
-from .schedule import Options, chunk_count, halo_fraction
+from .schedule import Options, chunk_bounds, chunk_count
 
 
 def _chunks(m_total: int, n: int) -> list[Range]:
-    edges = np.linspace(0, m_total, n + 1).round().astype(int)
-    return [Range(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:]) if b > a]
+    return [Range(int(a), int(b)) for a, b in zip(*chunk_bounds(m_total, n))]
 
 
 def _in_frac(region: Region, v: Range, m_total: int) -> tuple[float, float]:
     """Share of the region input a chunk of output vectors needs (with halo)."""
-    if region.kind != CONV2D:
-        return (v.start / m_total, v.stop / m_total)
-    n, _, h, _ = region.in_shapes[0]
-    _, _, oh, ow = region.out_shape
-    s, d, k = region.conv["strides"][0], region.conv["dilation"][0], region.conv["kernel"][0]
-    pt = region.conv["padding"][0]
-    r0, r1 = v.start // ow, -(-v.stop // ow)  # global output rows (n*OH + oh)
-    i0 = (r0 // oh) * h + (r0 % oh) * s - pt
-    i1 = ((r1 - 1) // oh) * h + ((r1 - 1) % oh) * s - pt + (k - 1) * d + 1
-    tot = n * h
-    return (max(0.0, i0 / tot), min(1.0, i1 / tot))
+    f0, f1 = region.input_span(v.start, v.stop)
+    return float(f0), float(f1)
 
 
 def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | None = None,
@@ -212,8 +202,10 @@ def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | 
                               bytes=bt * v.size * (b1 - b0) * ibits // 8, **blk))
                 out.append(Parallel(tuple(read_ops(blk, b1 - b0))))
             return out
+        rows_used = sum(max(t.k1 for t in tiles if t.k0 == b0) - b0 for b0 in blocks)  # this pass's rows only
         return [
-            op("DMOV", op="scatter", src=Ref("xm"), vecs=v, vxb=vid, level="core", bytes=bt * v.size * k * ibits // 8),
+            op("DMOV", op="scatter", src=Ref("xm"), vecs=v, vxb=vid, level="core",
+               bytes=bt * v.size * rows_used * ibits // 8),
             Parallel(tuple(read_ops({}, max(t.rows for t in tiles)))),
         ]
 

@@ -10,6 +10,7 @@ in a fresh process that imports :mod:`tvm_cim`.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
@@ -196,6 +197,25 @@ def _call_order(mod: tvm.IRModule) -> list[str]:
     return order
 
 
+def _build_uid(mod: tvm.IRModule, hw: CIMHardware, calib: CalibrationConfig, strategy: str, options) -> str:
+    """Digest of everything that decides a region's weights and placement.
+
+    Program names carry it, and the simulator keeps a program's weights in
+    crossbars between runs by name: two builds of the same model with another
+    schedule, chip or calibration must never share a name, or the second
+    would read the first one's crossbars.
+    """
+    h = hashlib.sha256()
+    h.update(str(tvm_ffi.structural_hash(mod)).encode())
+    h.update(repr(hw).encode())
+    h.update(repr((strategy, options, calib.samples, calib.seed)).encode())
+    for sample in calib.inputs or []:
+        for k in sorted(sample):
+            h.update(k.encode())
+            h.update(np.ascontiguousarray(sample[k]).tobytes())
+    return h.hexdigest()[:8]
+
+
 def offload(mod: tvm.IRModule, hw: CIMHardware, calib: CalibrationConfig | None = None,
             strategy: str | None = None, options: "schedule.Options | None" = None) -> tuple[tvm.IRModule, CompileInfo]:
     """Run the whole CIM offload flow on a module.
@@ -227,7 +247,7 @@ def offload(mod: tvm.IRModule, hw: CIMHardware, calib: CalibrationConfig | None 
     mod = relax.transform.FoldBatchnormToConv2D()(mod) if _has_bn_after_conv(mod) else mod
     mod = _unique_call_sites(PartitionForCIM()(mod))
     order = _call_order(mod)
-    uid = f"{tvm_ffi.structural_hash(mod) & 0xFFFFFFFF:08x}"
+    uid = _build_uid(mod, hw, calib, strategy, options)
     names = {gname: f"m{uid}.r{i:03d}_{str(composite_name(mod[gname])).split('.')[1]}" for i, gname in enumerate(order)}
     info = CompileInfo(hw=hw)
     if not order:

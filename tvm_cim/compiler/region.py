@@ -95,6 +95,27 @@ class Region:
         a, b = self.in_shapes
         return a[-2], a[-1], b[-1]
 
+    def input_span(self, starts, stops) -> tuple[np.ndarray, np.ndarray]:
+        """Share ``[f0, f1)`` of the region input that output vectors ``[start, stop)`` need.
+
+        Vectorised over chunks.  A convolution's chunk needs whole input rows,
+        its kernel halo included; other operators need the same share of
+        their input as of their output.
+        """
+        starts, stops = np.asarray(starts), np.asarray(stops)
+        m_total = self.mkn[0]
+        if self.kind != CONV2D:
+            return starts / m_total, stops / m_total
+        n, _, h, _ = self.in_shapes[0]
+        _, _, oh, ow = self.out_shape
+        s, d, k = self.conv["strides"][0], self.conv["dilation"][0], self.conv["kernel"][0]
+        pt = self.conv["padding"][0]
+        r0, r1 = starts // ow, -(-stops // ow)  # global output rows (n*OH + oh)
+        i0 = (r0 // oh) * h + (r0 % oh) * s - pt
+        i1 = ((r1 - 1) // oh) * h + ((r1 - 1) % oh) * s - pt + (k - 1) * d + 1
+        tot = n * h
+        return np.maximum(0.0, i0 / tot), np.minimum(1.0, i1 / tot)
+
     @property
     def macs(self) -> int:
         """Useful multiply-accumulates (zeros of block-diagonal groups excluded)."""

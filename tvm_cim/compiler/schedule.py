@@ -112,6 +112,8 @@ class RegionPlan:
     segment: int = 0
     latency_ns: float = 0.0
     write_ns: float = 0.0
+    resident: bool = True
+    passes: int = 1
 
 
 @dataclass
@@ -137,8 +139,9 @@ class CostModel:
     buffering), so the region takes the longest of them, plus one MVM to fill.
     """
 
-    def __init__(self, hw: CIMHardware, wbits: int, ibits: int):
+    def __init__(self, hw: CIMHardware, wbits: int, ibits: int, mvm_pipeline: bool = False):
         self.hw, self.wbits, self.ibits = hw, wbits, ibits
+        self.mvm_pipeline = mvm_pipeline
         xb = hw.crossbar
         self.xbs_per_core = hw.core.crossbars
 
@@ -159,48 +162,176 @@ class CostModel:
         bitlines = cols_used * self.hw.cols_per_weight(self.wbits)
         return max(xb.device.read_latency_ns, math.ceil(bitlines / xb.adcs) * xb.adc_latency_ns)
 
-    def mvm_ns(self, r: Region, tile_rows: int) -> float:
-        """One input vector through one replica (its tiles work in parallel)."""
-        groups = math.ceil(min(tile_rows, r.mkn[1]) / self.hw.crossbar.rows_active)
+    def mvm_ns(self, r: Region, tile_rows: int, rows: int | None = None) -> float:
+        """One input vector through one replica (its tiles work in parallel).
+
+        ``rows``: the tallest tile read (``tile_rows`` unless only a last, shorter row block is).
+        """
+        groups = math.ceil(min(tile_rows if rows is None else rows, r.mkn[1]) / self.hw.crossbar.rows_active)
         steps = 2 * self.hw.input_steps(self.ibits - 1) if r.x_signed else self.hw.input_steps(self.ibits)
         return steps * groups * self.step_ns(min(self.logical_cols(), r.mkn[2]))
 
     def region_ns(self, r: Region, replicas: int, tile_rows: int, resident: bool = True, passes: int = 1) -> float:
-        """Analytical latency of one region with ``replicas`` copies.
+        """Analytical latency of one region with ``replicas`` copies, inputs ready at time 0.
 
-        The same per-operation formulas as the simulator, aggregated per
-        resource: the region lasts as long as its busiest resource (chunks
-        stream through load, quantise/unfold, scatter, read, post-process and
-        store, each on its own unit) plus the time one chunk takes through the
-        whole chain (pipeline fill).
+        See :meth:`chunk_finish` for the model.
+        """
+        fin, busy = self.chunk_finish(r, replicas, tile_rows, resident, passes)
+        return max(float(np.max(fin)), *busy)
+
+    def chunks(self, r: Region, replicas: int) -> tuple[np.ndarray, np.ndarray]:
+        """``[start, stop)`` output vectors of the chunks the code generator emits."""
+        m = r.mkn[0]
+        return chunk_bounds(m, chunk_count(r, replicas) if r.kind != DMATMUL else min(m, 16))
+
+    def chunk_finish(self, r: Region, replicas: int, tile_rows: int, resident: bool = True, passes: int = 1,
+                     t_in: np.ndarray | float = 0.0,
+                     t_free: float | None = None) -> tuple[np.ndarray, tuple[float, float]]:
+        """When each chunk of a region is stored, given when its input is available.
+
+        The simulator's per-operation formulas, applied to the chunks the code
+        generator emits (output vectors cut into :func:`chunk_bounds`, chunk
+        ``c`` on replica ``c mod replicas``) and aggregated per resource
+        instead of per operation:
+
+        * every chunk's input is loaded through the shared global-buffer port
+          and quantised / unfolded by the chip ALU, in program order, so chunk
+          ``c`` is ready once the first ``c + 1`` loads and preparations are
+          done (both pipelined: a max-plus recurrence);
+        * it is scattered to its replica's core and read there; a replica reads
+          its chunks one after another (another max-plus recurrence);
+        * post-processing and the store follow the last read;
+        * the region lasts until the latest chunk is stored, and at least as
+          long as the global-buffer port and the chip ALU are busy.
+
+        Weights written at run time (not resident, or a ``dmatmul``'s run-time
+        operand) delay the first read by the write time; a layer larger than the
+        chip runs ``passes`` times over its prepared inputs.
+
+        Parameters
+        ----------
+        r : Region
+        replicas, tile_rows : int
+            The plan.
+        resident : bool
+            Weights programmed once, outside the inference.
+        passes : int
+            Passes of a layer larger than the chip.
+        t_in : numpy.ndarray or float
+            Time each chunk's input is available (producers, inter-layer pipeline).
+        t_free : float, optional
+            When work that needs no input may start (writing run-time weights):
+            the start of the segment; the earliest ``t_in`` by default.
+
+        Returns
+        -------
+        finish : numpy.ndarray
+            Store-completion time of every chunk.
+        busy : tuple of float
+            Busy time of the two units all regions share, the global-buffer
+            port and the chip ALU.
         """
         hw = self.hw
         m, k, n = r.mkn
         bt = r.batch
         cyc = hw.cycle_ns
-        chunks = chunk_count(r, replicas) if r.kind != DMATMUL else min(m, 16)
-        vec_chunk = m / chunks
-        per_rep_chunks = math.ceil(chunks / replicas)
-        in_elems = float(np.prod(r.in_shapes[0]))
-        halo = 1.0 + halo_fraction(r) * chunks
+        ib = self.ibits
         gb = hw.chip.global_buffer.bandwidth_bits
         link = min(hw.chip.noc.link_bandwidth_bits, hw.core.local_buffer.bandwidth_bits)
+        chip_ops, core_ops = hw.chip.alu.ops_per_cycle, hw.core.alu.ops_per_cycle
         row_blocks = math.ceil(k / tile_rows)
-        q = hw.op("quantize").latency_cycles
-        # per-resource busy time
-        gbuf = (in_elems * min(halo, 3.0) * self.ibits + bt * m * n * 8) / gb * cyc
-        chip_alu = (in_elems * min(halo, 3.0) * q + (bt * m * k if r.kind == CONV2D else 0)) / hw.chip.alu.ops_per_cycle * cyc
-        scatter_chunk = math.ceil(bt * vec_chunk * k * self.ibits / link) * cyc
-        read_chunk = bt * vec_chunk * self.mvm_ns(r, tile_rows)
-        post_el = bt * vec_chunk * n * (max(0, row_blocks - 1) * hw.op("add").latency_cycles + 3 * hw.op("mul").latency_cycles)
-        post_chunk = math.ceil(post_el / hw.core.alu.ops_per_cycle) * cyc
-        per_rep = per_rep_chunks * max(scatter_chunk, read_chunk, post_chunk) * passes
-        store_chunk = bt * vec_chunk * n * 8 / gb * cyc
-        fill = scatter_chunk + read_chunk + post_chunk + store_chunk + gbuf / chunks
-        t = max(gbuf, chip_alu, per_rep) + fill
-        if not resident or r.kind == DMATMUL:
-            t += self.write_ns(r, tile_rows) * passes
-        return t
+        starts, stops = self.chunks(r, replicas)
+        size = (stops - starts).astype(float)
+        nch = len(size)
+        reps = max(1, min(replicas, nch)) if passes == 1 else 1
+        in_elems = float(np.prod(r.in_shapes[0]))
+        f0, f1 = r.input_span(starts, stops)
+        share = (f1 - f0) * in_elems
+        # ---- per chunk, what the simulator charges
+        load = np.ceil(np.maximum(1, np.ceil(share * ib / 8)) * 8 / gb) * cyc
+        prep = np.ceil(np.maximum(1, share.astype(np.int64)) / chip_ops) * hw.op("quantize").latency_cycles * cyc
+        if r.kind == CONV2D:
+            prep = prep + np.ceil(size * k / chip_ops) * hw.op("im2col").latency_cycles * cyc
+        scatter = np.ceil(bt * size * k * ib / 8 * 8 / link) * cyc
+        read = bt * size * self.mvm_ns(r, tile_rows)
+        post = np.ceil(bt * size * n * 3 / core_ops) * hw.op("mul").latency_cycles * cyc
+        if row_blocks > 1:
+            post = post + np.ceil(bt * size * n * (row_blocks - 1) / core_ops) * hw.op("add").latency_cycles * cyc
+        store = np.ceil(bt * size * n * 8 / gb) * cyc
+        # ---- inputs ready in program order (global-buffer port, then chip ALU)
+        t_in = np.broadcast_to(np.asarray(t_in, dtype=float), (nch,))
+        t0 = float(t_in.min())
+        tf = t0 if t_free is None else min(t0, t_free)
+        ready = _maxplus(_maxplus(t_in, load), prep)
+        start = t0
+        if r.kind == DMATMUL:  # the run-time operand is loaded, quantised and written first
+            y_el = float(np.prod(r.in_shapes[1]))
+            y_load = math.ceil(math.ceil(y_el * self.wbits / 8) * 8 / gb) * cyc
+            y_q = math.ceil(y_el / chip_ops) * hw.op("quantize").latency_cycles * cyc
+            start = max(t0, tf + y_load + y_q + self.write_ns(r, tile_rows))
+            ready = np.maximum(ready, tf + y_load + y_q)
+        elif not resident:
+            start = max(t0, tf + self.write_ns(r, tile_rows))
+        busy = (float(np.sum(load) + np.sum(store)), float(np.sum(prep)))
+        if passes > 1:
+            # every pass rewrites all crossbars with the next tiles (row-major over row and column
+            # blocks), then reads every chunk; the link sends the passes' inputs in program order
+            cap, nct = hw.total_crossbars, math.ceil(n / self.logical_cols())
+            n_tiles = row_blocks * nct
+            pipelined = self.mvm_pipeline and hw.chip.computing_mode != "core" and row_blocks > 1
+            sc_p = np.empty((passes, nch))
+            for p_idx in range(passes):
+                i0, i1 = p_idx * cap, min(n_tiles, (p_idx + 1) * cap)
+                blocks = range(i0 // nct, (i1 - 1) // nct + 1)
+                rows_in = sum(min(tile_rows, k - b * tile_rows) for b in blocks)  # a pass sends its rows only
+                # with the MVM-grained pipeline, each row block goes over the link of its first tile's core
+                links = len({(max(b * nct, i0) % cap) // hw.core.crossbars for b in blocks}) if pipelined else 1
+                sc_p[p_idx] = np.ceil(bt * size * rows_in * ib / link) * cyc / links
+            sent = _maxplus(np.tile(ready, passes), sc_p.ravel()).reshape(passes, nch)
+            t = tf
+            for p_idx in range(passes):
+                b_last = (min(n_tiles, (p_idx + 1) * cap) - 1) // nct
+                rows_p = min(tile_rows, k - b_last * tile_rows) if p_idx * cap // nct == b_last else tile_rows
+                t += r.batch * min(rows_p, k) * hw.crossbar.device.write_latency_ns
+                t = float(_maxplus(np.maximum(sent[p_idx], t), bt * size * self.mvm_ns(r, tile_rows, rows_p))[-1])
+            return _maxplus(np.full(nch, t), post) + store, busy
+        # ---- per replica: scatter over its core's link, read (row blocks in parallel with the
+        # MVM-grained pipeline), post-process on its core's ALU; replicas that share a core share both
+        nb = row_blocks if (self.mvm_pipeline and hw.chip.computing_mode != "core" and row_blocks > 1) else 1
+        tiles = self.tiles(r, tile_rows)
+        per_core = hw.core.crossbars
+        q = 1 if (hw.chip.computing_mode == "core" or tiles >= per_core) else min(reps, -(-per_core // tiles))
+        R = -(-reps // q) * q
+        rounds = -(-nch // reps)
+
+        def grid(x, fill):  # chunk c -> (round, core, slot): replica c % reps, round c // reps
+            g = np.full((rounds, R), fill, dtype=float)
+            flat = np.full(rounds * reps, fill, dtype=float)
+            flat[:nch] = x
+            g[:, :reps] = flat.reshape(rounds, reps)
+            return g.reshape(rounds, R // q, q)
+
+        rdy = grid(ready, -np.inf)
+        sc, rd, po = grid(scatter / nb, 0.0), grid(read, 0.0), grid(post, 0.0)
+        C = R // q
+        # row block b of a replica starts at its tile b * (column tiles); its scatter uses the link of
+        # that tile's core, so blocks on different cores are sent in parallel
+        nct = math.ceil(n / self.logical_cols())
+        on_core = np.bincount([(b * nct) // per_core for b in range(nb)]) if nb > 1 else np.array([1])
+        L, nbg = int(np.count_nonzero(on_core)), int(on_core.max())  # links, blocks on the busiest one
+        blk_w = np.zeros(L * nbg)
+        blk_w[:nb] = 1.0
+        # each link sends its (round, slot, block) in program order
+        link_in = np.broadcast_to(rdy.transpose(1, 0, 2)[:, None, :, :, None], (C, L, rounds, q, nbg)).reshape(C, L, -1)
+        link_w = (sc.transpose(1, 0, 2)[:, None, :, :, None] * blk_w.reshape(L, nbg)[None, :, None, None, :]).reshape(C, L, -1)
+        sent = _maxplus(link_in, link_w, axis=2).reshape(C, L, rounds, q, nbg).transpose(2, 0, 3, 1, 4)
+        sent = sent.reshape(rounds, C, q, L * nbg)[..., :nb]
+        # each (replica, block) reads its chunks in order
+        read_done = _maxplus(np.maximum(sent, start), np.broadcast_to(rd[..., None], sent.shape), axis=0).max(axis=3)
+        alu_in = read_done.transpose(1, 0, 2).reshape(C, -1)
+        posted = _maxplus(alu_in, po.transpose(1, 0, 2).reshape(C, -1), axis=1).reshape(C, rounds, q).transpose(1, 0, 2)
+        done = posted.reshape(rounds, R)[:, :reps].ravel()[:nch]
+        return done + store, busy
 
     def write_ns(self, r: Region, tile_rows: int) -> float:
         """Programming one replica's crossbars (rows serially, crossbars in parallel)."""
@@ -213,43 +344,75 @@ class CostModel:
     # ------------------------------------------------------------------ whole graph
     def graph_ns(self, regions: list[Region], plans: dict[str, RegionPlan], pipeline: bool,
                  producers: dict[str, list[str]] | None = None) -> tuple[float, dict[str, float]]:
-        """End-to-end estimate: sum of regions, or a chunk-level pipeline recurrence.
+        """End-to-end estimate of one inference.
 
-        With the pipeline on, a region starts a chunk of its output once the
-        producing regions have finished the share of their output it needs
-        (proportional, plus the convolution halo); chunks of one region follow
-        each other at the region's throughput.
+        Without the pipeline, regions run one after the other.  With it, each
+        chunk of a region may load its input as soon as the producing regions
+        have stored the part of their output it needs (its input span, kernel
+        halo included; outputs of producers are matched by share of the
+        tensor, as host operators in between are element-wise or pooling);
+        :meth:`chunk_finish` then gives when each of its chunks is stored.
+        Segments run one after the other.
+
+        Returns
+        -------
+        float
+            End-to-end latency (ns).
+        dict
+            Per-region latency when run alone (the plans').
         """
         per = {r.name: plans[r.name].latency_ns for r in regions}
-        if not pipeline:  # regions (with their weight writes) one after the other
-            return float(sum(per.values())), per
         producers = producers or {}
-        finish_curve: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        end = 0.0
-        seg_end = 0.0
-        cur_seg = None
+        curves: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        end = seg_start = 0.0
+        cur_seg = shared_seg = None
+        shared = (0.0, 0.0)
         for r in regions:
             p = plans[r.name]
-            if p.segment != cur_seg:  # segments run one after the other
-                cur_seg, seg_end = p.segment, end
-            n_chunks = chunk_count(r, p.replicas) if r.kind != DMATMUL else min(r.mkn[0], 16)
-            frac_end = np.arange(1, n_chunks + 1) / n_chunks
-            need = np.minimum(1.0, frac_end + halo_fraction(r))
-            # weights of a segment are written at its start, crossbars in parallel
-            ready = np.full(n_chunks, seg_end + p.write_ns)
-            for q in producers.get(r.name, []):
-                if q in finish_curve and plans[q].segment == p.segment:
-                    fx, ft = finish_curve[q]
-                    idx = np.minimum(np.searchsorted(fx, need - 1e-12), len(fx) - 1)
-                    ready = np.maximum(ready, ft[idx])
-                elif q in finish_curve:
-                    ready = np.maximum(ready, finish_curve[q][1][-1])
-            step = (p.latency_ns - p.write_ns) / n_chunks
-            # finish[c] = max(finish[c-1], ready[c]) + step  (vectorised)
-            fin = np.maximum.accumulate(ready - step * np.arange(n_chunks)) + step * np.arange(1, n_chunks + 1)
-            finish_curve[r.name] = (frac_end, fin)
-            end = max(end, float(fin[-1]))
+            if p.segment != cur_seg:  # a new segment starts once the previous one is done
+                cur_seg, seg_start = p.segment, end
+            starts, stops = self.chunks(r, p.replicas)
+            t_in = np.full(len(starts), seg_start if pipeline else end)
+            if pipeline:
+                f0, f1 = r.input_span(starts, stops)
+                for q in producers.get(r.name, []):
+                    if q not in curves:
+                        continue
+                    g0, g1, fq = curves[q]
+                    if plans[q].segment != p.segment:
+                        t_in = np.maximum(t_in, fq.max())
+                        continue
+                    lo = np.searchsorted(g1, f0 + 1e-12, side="right")
+                    hi = np.maximum(np.searchsorted(g0, f1 - 1e-12, side="left"), lo + 1)
+                    t_in = np.maximum(t_in, _range_max(fq, lo, np.minimum(hi, len(fq))))
+            fin, busy = self.chunk_finish(r, p.replicas, p.tile_rows, p.resident, p.passes, t_in,
+                                          t_free=seg_start if pipeline else end)
+            # the global-buffer port and the chip ALU serve every region of the segment
+            shared = busy if p.segment != shared_seg else (shared[0] + busy[0], shared[1] + busy[1])
+            shared_seg = p.segment
+            base = seg_start if pipeline else float(t_in.min())
+            m = r.mkn[0]
+            curves[r.name] = (starts / m, stops / m, fin)
+            end = max(end, float(fin.max()), base + (max(shared) if pipeline else max(busy)))
         return end, per
+
+
+def _range_max(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """``max(values[lo[i]:hi[i]])`` for every ``i`` (sparse table, vectorised; ranges non-empty)."""
+    table = [np.asarray(values, dtype=float)]
+    span = 1
+    while 2 * span <= len(values):
+        prev = table[-1]
+        table.append(np.maximum(prev[:-span], prev[span:]))
+        span *= 2
+    length = np.maximum(hi - lo, 1)
+    level = np.floor(np.log2(length)).astype(np.int64)
+    out = np.empty(len(lo))
+    for lv in np.unique(level):
+        sel = level == lv
+        t = table[lv]
+        out[sel] = np.maximum(t[lo[sel]], t[hi[sel] - (1 << lv)])
+    return out
 
 
 def halo_fraction(r: Region) -> float:
@@ -260,6 +423,19 @@ def halo_fraction(r: Region) -> float:
     kh = r.conv["kernel"][0]
     dh = r.conv["dilation"][0]
     return (dh * (kh - 1)) / max(1, h)
+
+
+def chunk_bounds(m_total: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``[start, stop)`` of the ``n`` near-equal chunks of ``m_total`` vectors (empty ones dropped)."""
+    edges = np.linspace(0, m_total, n + 1).round().astype(np.int64)
+    keep = edges[1:] > edges[:-1]
+    return edges[:-1][keep], edges[1:][keep]
+
+
+def _maxplus(ready: np.ndarray, work: np.ndarray, axis: int = 0) -> np.ndarray:
+    """Finish times of jobs served in order by one unit: ``f[i] = max(f[i-1], ready[i]) + work[i]``."""
+    w = np.cumsum(work, axis=axis)
+    return np.maximum.accumulate(ready - (w - work), axis=axis) + w
 
 
 def chunk_count(r: Region, replicas: int) -> int:
@@ -368,7 +544,7 @@ def schedule(regions: list[Region], hw: CIMHardware, strategy: str = "cim-mlc",
     Schedule
     """
     opts = options or Options.for_strategy(strategy, hw)
-    cm = CostModel(hw, wbits, ibits)
+    cm = CostModel(hw, wbits, ibits, mvm_pipeline=opts.mvm_pipeline)
     sched = Schedule(strategy, opts)
     ra = hw.crossbar.rows_active
     tile_rows = {r.name: hw.crossbar.rows for r in regions}
@@ -447,11 +623,12 @@ def schedule(regions: list[Region], hw: CIMHardware, strategy: str = "cim-mlc",
                     reps[i] = d_r
         for r, c, d in zip(seg, costs, reps):
             tr = tile_rows[r.name]
+            passes = max(1, math.ceil(xbs_of(r) / xbs_total))
             sched.plans[r.name] = RegionPlan(
                 replicas=d, tile_rows=tr, tiles=xbs_of(r), cores=c, segment=s_idx,
-                latency_ns=cm.region_ns(r, d, tr, resident, passes=max(1, math.ceil(xbs_of(r) / xbs_total))),
-                write_ns=(0.0 if resident and r.kind != DMATMUL else
-                          cm.write_ns(r, tr) * max(1, math.ceil(xbs_of(r) / xbs_total))),
+                latency_ns=cm.region_ns(r, d, tr, resident, passes=passes),
+                write_ns=(0.0 if resident and r.kind != DMATMUL else cm.write_ns(r, tr) * passes),
+                resident=resident, passes=passes,
             )
     sched.segments = len(segments)
     sched.estimate_ns, sched.estimate_regions_ns = cm.graph_ns(regions, sched.plans, opts.pipeline, producers)

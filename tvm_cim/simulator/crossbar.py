@@ -170,15 +170,18 @@ def mvm(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, weight_bits: int, inp
     chunk = max(1, _CHUNK_BYTES // max(1, per_vec))
     for v0 in range(0, v, chunk):
         v1 = min(v, v0 + chunk)
-        acc = np.zeros((t_n, bt, v1 - v0, n), dtype=np.float64)
+        # shift-and-add over input bits first (per cell slice), then over slices once
+        acc = np.zeros((t_n, bt, v1 - v0, s_n * p_n * n), dtype=np.float64)
+        xv = xi[:, :, v0:v1].reshape(t_n, bt, v1 - v0, g_n, ra).transpose(0, 1, 3, 2, 4)  # (T,Bt,G,V,ra)
         for b in range(hw.input_steps(input_bits)):
-            xs = ((xi[:, :, v0:v1] >> (b * d)) & mask).astype(np.float32)
-            xs = xs.reshape(t_n, bt, v1 - v0, g_n, ra).transpose(0, 1, 3, 2, 4)  # (T,Bt,G,V,ra)
+            xs = ((xv >> (b * d)) & mask).astype(np.float32)
             part = np.matmul(xs, cg)  # (T, Bt, G, V, SPn): one conversion per element
             part = _adc(part, hw, lsb).sum(axis=2)  # (T, Bt, V, SPn)
-            part = part.reshape(t_n, bt, v1 - v0, s_n * p_n, n)
-            acc += np.einsum("tbvkn,kz->tbvn", part, sw, optimize=True) * float(1 << (b * d))
-        out[:, :, v0:v1] = acc
+            if b:
+                part *= float(1 << (b * d))
+            acc += part
+        acc = acc.reshape(t_n, bt, v1 - v0, s_n * p_n, n)
+        out[:, :, v0:v1] = np.matmul(acc.transpose(0, 1, 2, 4, 3), sw)[..., 0]
     if xb.weight_encoding == "offset":
         out -= float(2 ** (weight_bits - 1)) * x.astype(np.float64).sum(axis=-1, keepdims=True)
     return np.rint(out).astype(np.int64)
