@@ -240,3 +240,36 @@ def test_a_new_device_needs_only_a_hardware_file(tmp_path):
     y = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(xv)).numpy()
     assert tvm_pim.last_compile_info().kernels[0].offloaded
     np.testing.assert_allclose(y, xv @ W, rtol=0.02, atol=0.05)
+
+
+def _host_write_stream(cores: str) -> str:
+    return (
+        "pimstream 1\ndevice hbm-pim\n"
+        'kernel {"kind": "va", "resident": [], "scale": 1.0, "sizes": {"b": 1, "i": 4096}}\n'
+        "tensor A float16 1x4096 input\ntensor B float16 1x4096 input\ntensor C float16 1x4096 output\n"
+        "units 1 8\nmemory 256\n"
+        "phase rearrange_in\n"
+        f"  WR @0:{cores} addr=0 src=A[0,0:4096:4096] lay=lin:256\n"
+    )
+
+
+def test_bank_group_parallelism_in_timing():
+    """Bank-level writes to two banks of one bank group wait tCCD_L; spread over bank groups, tCCD_S."""
+    view = VIEWS["hbm-pim"]
+    assert view.cores_per_bank_group == 2
+    sim = simulator.Simulator(view.hw)
+    same_bg = sim.run(_host_write_stream("0-1"), functional=False)
+    two_bgs = sim.run(_host_write_stream("0,2"), functional=False)
+    assert same_bg.command_counts["WR"] == two_bgs.command_counts["WR"]
+    assert same_bg.latency_ns > 1.2 * two_bgs.latency_ns
+
+
+def test_result_readback_is_charged_per_output():
+    """Reading results back costs at least one column per output at the host bus's rate."""
+    view = VIEWS["hbm-pim"]
+    spec = KernelSpec.make("gemv", b=64, m=1, n=1024, k=128)
+    d = space.default_draft(spec, view)
+    r = simulator.Simulator(view.hw).run(codegen.generate(spec, d, view), functional=False)
+    outputs = 64 * 1024
+    assert r.command_counts["RD"] >= outputs
+    assert r.phases_ns["rearrange_out"] >= outputs * view.column_bytes / view.host_bw_gbs

@@ -229,3 +229,21 @@ print(len(st), float(out[3].numpy().sum()))
     n, total = p.stdout.split()
     assert int(n) == 3
     assert abs(float(total) - float((args[2] @ W).sum())) < 0.05 * np.abs(args[2] @ W).sum() + 0.5
+
+
+@pytest.mark.parametrize("hw", ["hbm-pim", "attacc"])
+def test_shipped_schedules_cover_the_readme_decode_layer(hw, monkeypatch):
+    """The databases committed under schedules/ are valid and relax.build applies them."""
+    from tvm_cim.cli import import_onnx
+    from tvm_pim import schedule
+    from tvm_pim.cli import load_model
+
+    monkeypatch.setenv("TVM_PIM_SCHEDULES", str(REPO / "schedules"))
+    schedule._CACHE.clear()
+    mod = import_onnx(load_model("zoo:gpt_decode"), "gpt")[0]
+    with tvm_pim.offload_options(strategy="database", policy="always", resident=("k_cache", "v_cache")):
+        relax.build(mod, target=f"pim -hw={hw}")
+    kernels = [k for k in tvm_pim.last_compile_info().kernels if k.choice is not None]
+    assert kernels
+    assert all(k.choice.strategy == "database" for k in kernels), [(k.name, k.choice.strategy) for k in kernels]
+    schedule._CACHE.clear()

@@ -698,4 +698,17 @@ def generate(spec: KernelSpec, draft: Draft, view: PimView, opts: CodegenOptions
 
 
 def generate_text(spec: KernelSpec, draft: Draft, view: PimView, opts: CodegenOptions = DCC) -> str:
+    """The printed command stream of a draft (:func:`generate` then :func:`~tvm_pim.commands.print_stream`).
+
+    Parameters
+    ----------
+    spec : KernelSpec
+    draft : Draft
+    view : PimView
+    opts : CodegenOptions
+
+    Returns
+    -------
+    str
+    """
     return print_stream(generate(spec, draft, view, opts))

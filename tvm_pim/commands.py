@@ -44,6 +44,12 @@ Lines
                                    one group-level (broadcast) issue, or a set of
                                    cores for one bank-level issue per core.
 
+Host actions: ``HOST.LAUNCH`` (one kernel launch), ``HOST.LOAD`` /
+``HOST.STORE tensor=T bytes=N`` (the host reads / writes a tensor in host
+layout, spread over every channel), ``HOST.REDUCE bytes=N flops=F`` (the host
+merges partial results as it reads them back: its ``bytes`` are the ``RD``
+traffic already charged, so only the ``flops`` cost time).
+
 Values are integer expressions (``+ - * // %``, loop variables, table names,
 ``g`` and ``c``), tensor references ``T[e, org:valid:padded, ...]`` or plain
 words.  :func:`layout_address` defines the on-bank tile layouts (``lay=``).

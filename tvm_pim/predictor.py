@@ -219,6 +219,19 @@ class Predictor:
 
     # ------------------------------------------------------------------ prediction
     def predict_ns(self, spec: KernelSpec, drafts: list[Draft], view: PimView) -> np.ndarray:
+        """Predicted end-to-end latency (ns) of each draft of one kernel.
+
+        Parameters
+        ----------
+        spec : KernelSpec
+        drafts : list of Draft
+        view : PimView
+
+        Returns
+        -------
+        numpy.ndarray
+            One latency per draft, launch overhead included.
+        """
         import xgboost as xgb
 
         if self.model is None:
@@ -235,6 +248,7 @@ class Predictor:
         return [drafts[i] for i in order]
 
     def best(self, spec: KernelSpec, view: PimView, drafts: list[Draft] | None = None) -> Draft:
+        """The draft with the lowest predicted latency (of ``drafts``, else of the pruned space)."""
         return self.rank(spec, view, drafts)[0]
 
     # ------------------------------------------------------------------ persistence
@@ -372,15 +386,19 @@ def _make_cost_model():
 
             if self.predictor is None or self.predictor.model is None:
                 return np.random.default_rng(self.seed + len(self.measured)).random(len(candidates))
-            scores = []
-            for cand in candidates:
+            scores = np.full(len(candidates), -1e9)  # a candidate that is not a valid draft ranks last
+            spec, drafts, where = None, [], []
+            for i, cand in enumerate(candidates):
                 mod = cand.sch.mod
                 try:
                     spec, d = spec_of(mod), draft_of(mod)
-                    scores.append(-math.log(self.predictor.predict_ns(spec, [d], self.view)[0]))
-                except Exception:  # an invalid draft: rank it last
-                    scores.append(-1e9)
-            return np.asarray(scores, dtype="float64")
+                except (InfeasibleDraft, ValueError, KeyError):
+                    continue
+                drafts.append(d)
+                where.append(i)
+            if drafts:
+                scores[where] = -np.log(self.predictor.predict_ns(spec, drafts, self.view))
+            return scores
 
     return PimCostModel
 

@@ -43,12 +43,45 @@ _CACHE: dict = {}
 
 
 def evaluate(spec: KernelSpec, view: PimView, draft: Draft, opts: CodegenOptions = DCC) -> tuple[Stream, float]:
-    """Stream and simulated latency (timing only) of one draft."""
+    """Stream and simulated latency (timing only) of one draft.
+
+    Parameters
+    ----------
+    spec : KernelSpec
+    view : PimView
+    draft : Draft
+    opts : CodegenOptions
+        Code-optimiser switches (DCC's by default).
+
+    Returns
+    -------
+    tuple of (Stream, float)
+        The command stream and its simulated end-to-end latency in ns.
+    """
     stream = generate(spec, draft, view, opts)
     return stream, simulator_for(view.hw).run(stream, functional=False).latency_ns
 
 
 def best_by_simulation(spec: KernelSpec, view: PimView, drafts: list[Draft]) -> tuple[Draft, Stream, float]:
+    """The fastest draft of a candidate list, each timed on the simulator.
+
+    Parameters
+    ----------
+    spec : KernelSpec
+    view : PimView
+    drafts : list of Draft
+        Candidates; infeasible ones are skipped.
+
+    Returns
+    -------
+    tuple of (Draft, Stream, float)
+        The best draft, its stream and its latency in ns.
+
+    Raises
+    ------
+    InfeasibleDraft
+        If no candidate can run on the device.
+    """
     best = None
     for d in drafts:
         try:

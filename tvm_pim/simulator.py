@@ -27,8 +27,13 @@ Timing
       column commands cost their issue spacing (at least ``tCCD_L`` for one
       bank's successive bank-level commands), host bursts into a bank pay
       their row activations, precharges and ``tWR``;
-    * a channel's time is ``max(bus, busiest core)``, so bank-level commands
-      to different cores overlap their row cycles while sharing the bus;
+    * bank-level column commands (host transfers to one bank, per-core
+      compute) also occupy their bank group's data path for ``tCCD_L`` each,
+      while the bus spaces commands to different bank groups by ``tCCD_S``;
+    * a channel's time is ``max(bus, busiest core, busiest bank group)``, so
+      bank-level commands to different cores overlap their row cycles while
+      sharing the bus, and those to different bank groups overlap their
+      column spacing;
     * a phase lasts as long as its slowest channel (all channels in parallel),
       or the sum over channels for ``serial`` phases, and at least its host
       traffic divided by the host bandwidth; host actions (launch, merges) add
@@ -330,12 +335,13 @@ class Simulator:
             data_bus = np.zeros(Gs)  # part of bus time spent on host data transfers
             chain = np.zeros((Gs, C))
             seg = np.zeros((Gs, C))
+            colw = np.zeros((Gs, C))  # bank-level column commands per core, each tCCD_L of its bank group
             host_bytes = 0.0
             host_ns = 0.0
-            st = {"bus": bus, "chain": chain, "seg": seg, "data_bus": data_bus}
+            st = {"bus": bus, "chain": chain, "seg": seg, "data_bus": data_bus, "colw": colw}
             # commands addressing every group and core of the stream add the same time to all of them:
             # they are summed as scalars (the common case), the others per channel / core in arrays
-            U = {"bus": 0.0, "chain": 0.0, "seg": 0.0}
+            U = {"bus": 0.0, "chain": 0.0, "seg": 0.0, "colw": 0.0}
             seg_dirty = False
             Gst = stream.groups
             tRCD, tRP, tRAS, tCCDL = float(t.trcd), float(t.trp), float(t.tras), float(t.tccd_l)
@@ -384,6 +390,8 @@ class Simulator:
                             U["bus"] += mult * issues * n * lat
                             U["chain"] += mult * n * step
                             U["seg"] += n * step
+                            if not bcast:
+                                U["colw"] += mult * n * tCCDL
                             n_cmd = n * issues
                         elif role in ("to_group", "from_group"):
                             n = int(it.args.get("n", "1"))
@@ -433,6 +441,8 @@ class Simulator:
                         bus[gsel] += mult * issues * n * lat
                         chain[_ci(gsel, csel)] += mult * n * step
                         seg[_ci(gsel, csel)] += n * step
+                        if not bcast:
+                            colw[_ci(gsel, csel)] += mult * n * tCCDL
                         n_cmd = n * issues
                     elif role in ("to_group", "from_group"):
                         n = int(it.args.get("n", "1"))
@@ -454,7 +464,13 @@ class Simulator:
             walk(ph.body, 1, {})
             bus[:Gst] += U["bus"]
             chain[:Gst, :] += U["chain"]
-            per_ch = np.maximum(bus, chain.max(axis=1))
+            colw[:Gst, :] += U["colw"]
+            # bank-group parallelism: bank-level column commands to the banks of one bank group are
+            # spaced by tCCD_L, to different bank groups by tCCD_S (the bus term)
+            bg_of = np.arange(C) // v.cores_per_bank_group
+            bg_busy = np.zeros((Gs, int(bg_of[-1]) + 1 if C else 1))
+            np.add.at(bg_busy.T, bg_of, colw.T)
+            per_ch = np.maximum(np.maximum(bus, chain.max(axis=1)), bg_busy.max(axis=1))
             tck = t.tck_ns
             if ph.serial:
                 dev_ns = float(per_ch.sum()) * tck
@@ -515,7 +531,7 @@ class Simulator:
         """Bus/bank time of a host data command; returns the columns moved (all issues)."""
         t = self.t
         lanes = self.lanes
-        bus, chain, data_bus = st["bus"], st["chain"], st["data_bus"]
+        bus, chain, data_bus, colw = st["bus"], st["chain"], st["data_bus"], st["colw"]
         env = _LazyEnv(stream, g, cs if not bcast else np.arange(stream.cores)[:1])
         src = it.args.get("src") or it.args.get("dst")
         if role == "reg_write":
@@ -551,6 +567,7 @@ class Simulator:
             chain[gsel, :] += mult * np.broadcast_to(bank, (len(g), 1))
         else:
             chain[_ci(gsel, csel)] += mult * bank
+            colw[_ci(gsel, csel)] += mult * per_core * float(t.tccd_l)
         return int(per_core.sum())
 
     def _box_columns(self, it: Command, env: _Env, stream: Stream, ng: int, nc: int) -> np.ndarray:
@@ -572,7 +589,11 @@ class Simulator:
                 vec_counts = vec_counts * np.clip(val, 0, tl)
         last = ranges[-1]
         if it.args.get("slot") == "res":
-            lane_cols = 1  # one result column per output
+            # one result column per output (its lanes hold partial sums, or the result in lane 0)
+            if pad:
+                lane_cols = int(last[2])
+            else:
+                lane_cols = np.clip(np.broadcast_to(np.asarray(env(last[1])), (ng, nc)), 0, int(last[2]))
         elif it.args.get("lay", "").startswith("ilv") and it.args.get("from") == "bank":
             val = np.broadcast_to(np.asarray(env(last[1])), (ng, nc))
             lane_cols = np.ceil(np.clip(val, 0, int(last[2])) / lanes)
