@@ -1,6 +1,5 @@
 """Meta-operator programs: printer and parser round-trip."""
 
-import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st

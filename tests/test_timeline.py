@@ -1,6 +1,5 @@
 """The resource timeline: dependencies respected, resources never double-booked."""
 
-import numpy as np
 import pytest
 
 import tvm_cim

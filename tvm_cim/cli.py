@@ -119,14 +119,15 @@ def onnx_host_ops(model, host_ops: dict | None = None) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- run
-def _outputs_list(res):
+def outputs_list(res) -> list:
+    """The numpy arrays of a VM result (a tensor or nested tuples of them), flattened."""
     import tvm
 
     if isinstance(res, tvm.runtime.Tensor):
         return [res.numpy()]
     out = []
     for r in res:
-        out += _outputs_list(r)
+        out += outputs_list(r)
     return out
 
 
@@ -141,7 +142,7 @@ def cmd_run(args) -> int:
 
     t0 = time.perf_counter()
     try:
-        hw = tvm_cim.load(args.hw, kind="cim")
+        tvm_cim.load(args.hw, kind="cim")  # validate early: bad hardware exits 2 before any work
     except (tvm_cim.UnknownHardwareError, tvm_cim.HardwareDescriptionError) as e:
         raise UserError(str(e)) from None
     model = load_onnx(args.model, seed=args.seed)
@@ -179,11 +180,11 @@ def cmd_run(args) -> int:
     tvm_cim.runtime.reset()
     tvm_cim.runtime.set_options(exact_shortcut=not args.bitwise)
     with collect() as stats:
-        outs = _outputs_list(vm["main"](*[tvm.runtime.tensor(inputs[k]) for k in order]))
+        outs = outputs_list(vm["main"](*[tvm.runtime.tensor(inputs[k]) for k in order]))
     t3 = time.perf_counter()
 
     ref_ex = relax.build(mod, target="llvm")
-    ref = _outputs_list(relax.VirtualMachine(ref_ex, tvm.cpu())["main"](*[tvm.runtime.tensor(inputs[k]) for k in order]))
+    ref = outputs_list(relax.VirtualMachine(ref_ex, tvm.cpu())["main"](*[tvm.runtime.tensor(inputs[k]) for k in order]))
     t4 = time.perf_counter()
 
     rep = R.build_report(info, stats, args.hw)
@@ -199,8 +200,33 @@ def cmd_run(args) -> int:
         "reference": t4 - t3,
     }
     rep["simulation_path"] = "bitwise" if args.bitwise else "exact shortcut where the ADC is lossless"
+    return finish_run(rep, R.summary, args, model, outs, "program")
+
+
+def finish_run(rep: dict, summary, args, model, outs: list, emitted: str) -> int:
+    """Print the summary of a run, write its JSON report, outputs and emitted code paths.
+
+    Parameters
+    ----------
+    rep : dict
+        The report (``peak_rss_mb`` is added).
+    summary : callable
+        ``rep -> str``, the terminal summary.
+    args : argparse.Namespace
+        With ``report``, ``outputs`` and ``emit``.
+    model : onnx.ModelProto
+        For the output names.
+    outs : list of numpy.ndarray
+    emitted : str
+        What ``--emit`` wrote (``program`` or ``streams``).
+
+    Returns
+    -------
+    int
+        0.
+    """
     rep["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(R.summary(rep))
+    print(summary(rep))
     if args.report:
         Path(args.report).write_text(json.dumps(rep, indent=2))
         print(f"report        {args.report}")
@@ -208,7 +234,7 @@ def cmd_run(args) -> int:
         np.savez(args.outputs, **{o.name: a for o, a in zip(model.graph.output, outs)})
         print(f"outputs       {args.outputs}")
     if args.emit:
-        print(f"program       {args.emit}")
+        print(f"{emitted:13s} {args.emit}")
     return 0
 
 

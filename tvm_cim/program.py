@@ -36,7 +36,7 @@ The text form is meant to be read by people.  Example::
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Union
 
 # --------------------------------------------------------------------------- values

@@ -20,10 +20,52 @@ from .hardware import loader
 from .program import parse_program
 from .simulator.engine import Chip, Options
 
-_CHIPS: dict[str, Chip] = {}
-_LOCK = threading.Lock()
-_COLLECTORS: list[list] = []
+class Collectors:
+    """The lists that receive the statistics of every run inside a ``with collect()`` block."""
+
+    def __init__(self):
+        self._lists: list[list] = []
+
+    @contextlib.contextmanager
+    def collect(self):
+        stats: list = []
+        self._lists.append(stats)
+        try:
+            yield stats
+        finally:
+            self._lists.remove(stats)
+
+    def publish(self, item) -> None:
+        for c in self._lists:
+            c.append(item)
+
+    def __bool__(self) -> bool:
+        return bool(self._lists)
+
+
+class PerDevice:
+    """One simulator object per hardware description (its JSON text), created on first use."""
+
+    def __init__(self, factory):
+        self._make = factory
+        self._objs: dict = {}
+        self._lock = threading.Lock()
+
+    def get(self, hw_json: str):
+        with self._lock:
+            obj = self._objs.get(hw_json)
+            if obj is None:
+                obj = self._objs[hw_json] = self._make(loader.from_json(hw_json))
+            return obj
+
+    def clear(self) -> None:
+        with self._lock:
+            self._objs.clear()
+
+
 _OPTIONS = Options()
+_CHIPS = PerDevice(lambda hw: Chip(hw, _OPTIONS))
+_COLLECTORS = Collectors()
 
 
 @lru_cache(maxsize=4096)
@@ -33,11 +75,7 @@ def _program(text: str):
 
 def chip_for(hw_json: str) -> Chip:
     """The simulated chip of a hardware description (created on first use)."""
-    with _LOCK:
-        chip = _CHIPS.get(hw_json)
-        if chip is None:
-            chip = _CHIPS[hw_json] = Chip(loader.from_json(hw_json), _OPTIONS)
-        return chip
+    return _CHIPS.get(hw_json)
 
 
 def set_options(**kwargs) -> None:
@@ -50,8 +88,7 @@ def set_options(**kwargs) -> None:
 
 def reset() -> None:
     """Forget every chip's crossbar contents (the next run rewrites weights)."""
-    with _LOCK:
-        _CHIPS.clear()
+    _CHIPS.clear()
 
 
 @contextlib.contextmanager
@@ -62,12 +99,8 @@ def collect():
     ------
     list of RegionStats
     """
-    stats: list = []
-    _COLLECTORS.append(stats)
-    try:
+    with _COLLECTORS.collect() as stats:
         yield stats
-    finally:
-        _COLLECTORS.remove(stats)
 
 
 @tvm.register_global_func("tvm_cim.run_region", override=True)
@@ -84,5 +117,4 @@ def _run_region(*args):
     env, stats = chip.run(prog, tensors)
     result = env["out"]
     out.copyfrom(np.ascontiguousarray(result, dtype=np.float32))
-    for c in _COLLECTORS:
-        c.append(stats)
+    _COLLECTORS.publish(stats)

@@ -19,7 +19,6 @@ offload pass, and every other target runs TVM's pipeline unchanged.
 
 from __future__ import annotations
 
-import os
 import re
 from typing import Callable
 
@@ -93,6 +92,34 @@ def _target_init(self, target, host=None):
     _ensure(target)
     _ensure(host)
     _orig_init(self, target, host)
+
+
+def offload_pass(name: str, kind: str, hw, offload: Callable) -> tvm.transform.Pass:
+    """A module pass that runs ``offload(mod, hw)`` for a device read from the current target.
+
+    Parameters
+    ----------
+    name : str
+        Pass name.
+    kind : {'cim', 'pim'}
+    hw : hardware description, preset name, file path or None
+        None reads it from ``Target.current()`` (how ``relax.build`` runs it).
+    offload : callable
+        ``(mod, hw) -> (mod, info)``.
+
+    Returns
+    -------
+    tvm.transform.Pass
+    """
+
+    @tvm.transform.module_pass(opt_level=0, name=name)
+    def _pass(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        dev = hw if hw is not None else hardware_of(tvm.target.Target.current())
+        if isinstance(dev, str):
+            dev = loader.load(dev, kind=kind)
+        return offload(mod, dev)[0]
+
+    return _pass
 
 
 def register_offload(key: str, factory: Callable[[], tvm.transform.Pass]) -> None:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import sys
 import time
 from pathlib import Path
@@ -85,17 +84,6 @@ def parse_kernel(text: str):
         raise UserError(f"kernel '{text}': {e}") from None
 
 
-def _outputs_list(res):
-    import tvm
-
-    if isinstance(res, tvm.runtime.Tensor):
-        return [res.numpy()]
-    out = []
-    for r in res:
-        out += _outputs_list(r)
-    return out
-
-
 # ----------------------------------------------------------------------------- run
 def cmd_run(args) -> int:
     import tvm
@@ -146,10 +134,10 @@ def cmd_run(args) -> int:
     order = list(shapes)
     vm = relax.VirtualMachine(ex, tvm.cpu())
     with tvm_pim.runtime.collect() as stats:
-        outs = _outputs_list(vm["main"](*[tvm.runtime.tensor(inputs[k]) for k in order]))
+        outs = cim_cli.outputs_list(vm["main"](*[tvm.runtime.tensor(inputs[k]) for k in order]))
     t3 = time.perf_counter()
     ref_ex = relax.build(mod, target="llvm")
-    ref = _outputs_list(relax.VirtualMachine(ref_ex, tvm.cpu())["main"](*[tvm.runtime.tensor(inputs[k]) for k in order]))
+    ref = cim_cli.outputs_list(relax.VirtualMachine(ref_ex, tvm.cpu())["main"](*[tvm.runtime.tensor(inputs[k]) for k in order]))
     t4 = time.perf_counter()
     rep = R.build_report(info, stats, args.hw)
     rep["model"] = args.model
@@ -158,17 +146,7 @@ def cmd_run(args) -> int:
     rep["strategy"], rep["policy"], rep["resident"] = args.strategy, args.policy, resident
     rep["outputs"] = {o.name: list(a.shape) for o, a in zip(model.graph.output, outs)}
     rep["timing_s"] = {"import": t1 - t0, "compile": t2 - t1, "simulate": t3 - t2, "reference": t4 - t3}
-    rep["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(R.summary(rep))
-    if args.report:
-        Path(args.report).write_text(json.dumps(rep, indent=2))
-        print(f"report        {args.report}")
-    if args.outputs:
-        np.savez(args.outputs, **{o.name: a for o, a in zip(model.graph.output, outs)})
-        print(f"outputs       {args.outputs}")
-    if args.emit:
-        print(f"streams       {args.emit}")
-    return 0
+    return cim_cli.finish_run(rep, R.summary, args, model, outs, "streams")
 
 
 # ----------------------------------------------------------------------------- tune

@@ -44,6 +44,7 @@ from tvm import relax
 from tvm.relax.dpl import is_const, is_op, wildcard
 from tvm.relax.transform import FusionPattern
 
+from tvm_cim.compiler.partition import composite_name as _composite_name
 from tvm_cim.hardware import loader
 from tvm_cim.hardware.schema import PIMHardware
 
@@ -420,11 +421,8 @@ def pim_patterns(view: PimView, decider: _Decider, opts: OffloadOptions) -> list
 
 
 def composite_name(func) -> str | None:
-    attrs = getattr(func, "attrs", None)
-    if attrs is None or "Composite" not in attrs:
-        return None
-    name = str(attrs["Composite"])
-    return name if name.startswith(PREFIX) else None
+    """The ``pim.*`` composite name of a function, or None."""
+    return _composite_name(func, PREFIX)
 
 
 def _annotations_of(func) -> tuple[str, dict]:
@@ -594,16 +592,6 @@ def OffloadToPIM(hw: PIMHardware | str | None = None) -> tvm.transform.Pass:  # 
     tvm.transform.Pass
     """
 
-    @tvm.transform.module_pass(opt_level=0, name="OffloadToPIM")
-    def _pass(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        dev = hw
-        if dev is None:
-            from tvm_cim.target import hardware_of
+    from tvm_cim.target import offload_pass
 
-            dev = hardware_of(tvm.target.Target.current())
-        if isinstance(dev, str):
-            dev = loader.load(dev, kind="pim")
-        out, _ = offload(mod, dev)
-        return out
-
-    return _pass
+    return offload_pass("OffloadToPIM", "pim", hw, offload)

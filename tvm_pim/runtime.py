@@ -11,22 +11,20 @@ from __future__ import annotations
 
 import contextlib
 import json
-import threading
 from functools import lru_cache
 
 import numpy as np
 import tvm
 
-from tvm_cim.hardware import loader
+from tvm_cim.runtime import Collectors, PerDevice
 
 from .commands import parse_stream
 from .simulator import Simulator
 
 RUN_KERNEL = "tvm_pim.run_kernel"
 
-_SIMS: dict[str, Simulator] = {}
-_LOCK = threading.Lock()
-_COLLECTORS: list[list] = []
+_SIMS = PerDevice(Simulator)
+_COLLECTORS = Collectors()
 
 
 @lru_cache(maxsize=1024)
@@ -35,11 +33,8 @@ def _stream(text: str):
 
 
 def simulator_for_json(hw_json: str) -> Simulator:
-    with _LOCK:
-        s = _SIMS.get(hw_json)
-        if s is None:
-            s = _SIMS[hw_json] = Simulator(loader.from_json(hw_json))
-        return s
+    """The simulator of a hardware description (created on first use)."""
+    return _SIMS.get(hw_json)
 
 
 @contextlib.contextmanager
@@ -53,12 +48,8 @@ def collect():
         ``data_rearrangement_ns``, ``compute_ns``, ``host_ns``, ``energy_pj``,
         ``command_counts`` ...
     """
-    stats: list = []
-    _COLLECTORS.append(stats)
-    try:
+    with _COLLECTORS.collect() as stats:
         yield stats
-    finally:
-        _COLLECTORS.remove(stats)
 
 
 def bind(binding: dict, args: list[np.ndarray]) -> dict[str, np.ndarray]:
@@ -85,5 +76,4 @@ def _run_kernel(*args):
     out.copyfrom(np.ascontiguousarray(result, dtype=np.float32))
     if _COLLECTORS:
         entry = {"name": binding.get("name", ""), "kind": json.loads(stream.kernel)["kind"], **res.as_dict()}
-        for c in _COLLECTORS:
-            c.append(entry)
+        _COLLECTORS.publish(entry)

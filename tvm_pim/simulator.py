@@ -883,7 +883,6 @@ class Simulator:
                 col = mem[g[:, None, None], cs[None, :, None], addr].astype(np.float32)  # (ng, nc, flat, lanes)
                 vals = col.sum(axis=-1) if it.args.get("lanesum", "0") == "1" else col[..., 0]
             else:
-                P = ceil_div(box[-1], lanes)
                 f = np.arange(flat)
                 vec = f // box[-1]
                 el = f % box[-1]

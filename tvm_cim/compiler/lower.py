@@ -306,16 +306,6 @@ def OffloadToCIM(hw: CIMHardware | str | None = None) -> tvm.transform.Pass:  # 
     tvm.transform.Pass
     """
 
-    @tvm.transform.module_pass(opt_level=0, name="OffloadToCIM")
-    def _pass(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        chip = hw
-        if chip is None:
-            from ..target import hardware_of
+    from ..target import offload_pass
 
-            chip = hardware_of(tvm.target.Target.current())
-        if isinstance(chip, str):
-            chip = loader.load(chip, kind="cim")
-        out, _ = offload(mod, chip)
-        return out
-
-    return _pass
+    return offload_pass("OffloadToCIM", "cim", hw, offload)

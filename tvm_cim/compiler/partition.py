@@ -132,13 +132,13 @@ def PartitionForCIM() -> tvm.transform.Pass:  # noqa: N802 - TVM pass naming
     )
 
 
-def composite_name(func) -> str | None:
-    """The ``cim.*`` composite name of a function, or None."""
+def composite_name(func, prefix: str = PREFIX) -> str | None:
+    """The composite name of a function if it starts with ``prefix`` (``cim.`` by default), else None."""
     attrs = getattr(func, "attrs", None)
     if attrs is None or "Composite" not in attrs:
         return None
     name = str(attrs["Composite"])
-    return name if name.startswith(PREFIX) else None
+    return name if name.startswith(prefix) else None
 
 
 def rewrite_callers(mod, mutator):

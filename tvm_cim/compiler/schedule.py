@@ -31,7 +31,7 @@ far apart they are).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -142,7 +142,6 @@ class CostModel:
     def __init__(self, hw: CIMHardware, wbits: int, ibits: int, mvm_pipeline: bool = False):
         self.hw, self.wbits, self.ibits = hw, wbits, ibits
         self.mvm_pipeline = mvm_pipeline
-        xb = hw.crossbar
         self.xbs_per_core = hw.core.crossbars
 
     def logical_cols(self) -> int:
@@ -514,6 +513,18 @@ def _greedy_duplicate(regions, cm: CostModel, tile_rows, cost, budget) -> list[i
             return reps
 
 
+def _latency_curve(latency, max_d: int, exact: int = 32, step: float = 1.08) -> np.ndarray:
+    """``latency(d)`` for ``d = 1 .. max_d``, evaluated exactly up to ``exact`` replicas and then on a
+    geometric grid (ratio ``step``); between grid points the value of the grid point below holds, so
+    the duplication DP, which pays for every replica, only picks grid points there."""
+    grid = sorted({*range(1, min(exact, max_d) + 1), *np.unique(np.geomspace(exact, max_d, num=max(
+        2, int(math.log(max(max_d, exact) / exact) / math.log(step)) + 2)).astype(int)).tolist(), max_d})
+    grid = [d for d in grid if 1 <= d <= max_d]
+    vals = np.array([latency(d) for d in grid])
+    idx = np.searchsorted(grid, np.arange(1, max_d + 1), side="right") - 1
+    return vals[idx]
+
+
 def _max_replicas(r: Region, budget_units: int, unit_cost: int) -> int:
     if r.kind == DMATMUL:
         return 1  # run-time weights: duplicates would each need rewriting
@@ -587,7 +598,7 @@ def schedule(regions: list[Region], hw: CIMHardware, strategy: str = "cim-mlc",
             reps = [1] * len(seg)
         elif opts.duplication == "dp":
             lat = [
-                np.array([cm.region_ns(r, d, tile_rows[r.name], resident) for d in range(1, _max_replicas(r, budget, c) + 1)])
+                _latency_curve(lambda d: cm.region_ns(r, d, tile_rows[r.name], resident), _max_replicas(r, budget, c))
                 for r, c in zip(seg, costs)
             ]
             reps = _dp_duplicate(lat, costs, budget, "max" if opts.pipeline else "sum")
@@ -645,7 +656,7 @@ def _refine_segments(segments, cm, tile_rows, budget, opts, footprint, capacity)
         if sum(costs) > budget:
             return sum(cm.region_ns(r, 1, tile_rows[r.name], False) for r in seg)
         lat = [
-            np.array([cm.region_ns(r, d, tile_rows[r.name], False) for d in range(1, _max_replicas(r, budget, c) + 1)])
+            _latency_curve(lambda d: cm.region_ns(r, d, tile_rows[r.name], False), _max_replicas(r, budget, c))
             for r, c in zip(seg, costs)
         ]
         reps = _dp_duplicate(lat, costs, budget, "max" if opts.pipeline else "sum")

@@ -3,36 +3,7 @@
 See :mod:`tvm_cim.models.zoo` for details.
 """
 
-from .zoo import (
-    MODELS,
-    bert_layer,
-    build_model,
-    export,
-    input_shapes,
-    llama_layer,
-    mobilenetv2,
-    random_inputs,
-    resnet18,
-    resnet34,
-    resnet50,
-    resnet101,
-    vgg16,
-    vit_base,
-)
+from . import zoo
+from .zoo import *  # noqa: F401,F403  (the zoo's public names, listed in zoo.__all__)
 
-__all__ = [
-    "MODELS",
-    "bert_layer",
-    "build_model",
-    "export",
-    "input_shapes",
-    "llama_layer",
-    "mobilenetv2",
-    "random_inputs",
-    "resnet18",
-    "resnet34",
-    "resnet50",
-    "resnet101",
-    "vgg16",
-    "vit_base",
-]
+__all__ = list(zoo.__all__)
