@@ -194,7 +194,7 @@ def exp6(image, isaac) -> dict:
         relax.build(mod, target="cim -hw=isaac")  # the whole build: offload pass, TVM pipeline, llvm host code
     s = time.perf_counter() - t0
     print(f"\n[6] compile time, ResNet-50 ({image}x{image}) on ISAAC-like, cim-mlc, cold: relax.build {s:.1f} s "
-          f"(of which the CIM offload pass {s_offload:.1f} s; target < 30 s)")
+          f"(target < 30 s); the CIM offload pass alone, measured separately: {s_offload:.1f} s")
     return {"compile_s": s, "offload_s": s_offload}
 
 

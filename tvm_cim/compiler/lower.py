@@ -254,7 +254,12 @@ def offload(mod: tvm.IRModule, hw: CIMHardware, calib: CalibrationConfig | None 
         info.host_ops = _host_ops(mod)
         _STATE.info = info
         return mod, info
-    ranges = calibrate(mod, names, calib)
+    # calibration depends on the model and the samples only: observe under build-independent names
+    # (so that builds for other chips or schedules reuse it), then key the ranges by program name
+    short = {g: n.split(".", 1)[1] for g, n in names.items()}
+    full = {short[g]: names[g] for g in names}
+    observed = calibrate(mod, short, calib)
+    ranges = {f"{full[k.rsplit(':', 1)[0]]}:{k.rsplit(':', 1)[1]}": v for k, v in observed.items()}
     infos = {g: describe_composite(mod[g]) for g in order}
     regions = [
         make_region(names[g], infos[g], ranges, mapping.precision(hw)[1], mapping.precision(hw)[0]) for g in order
