@@ -419,12 +419,20 @@ def enumerate_drafts(spec: KernelSpec, view: PimView, pruned: bool = True) -> tu
     -------
     list of Draft, PruneStats
         ``PruneStats.total`` counts the full space, redundant drafts included.
+        The pruned list also holds the backend's default draft
+        (:func:`default_draft`) when the rules removed it: rule 2 is
+        speculative and can prune it (80 channels never divide a power-of-two
+        tensor into lane multiples), and a search must never end worse than
+        the backend's own tiling.
     """
     total = space_size(spec, view)
     drafts = all_drafts(spec, view, distinct_mappings=True)  # == the space after rule 1
     if not pruned:
         return drafts, PruneStats(total, len(drafts), len(drafts), len(drafts), True)
     out, st = prune(spec, view, drafts, rules=(2, 3))
+    d0 = default_draft(spec, view)
+    if d0 not in out and rule1_key(spec, d0) not in {rule1_key(spec, d) for d in out}:
+        out = out + [d0]
     return out, PruneStats(total, len(drafts), st.after_rule2, st.after_rule3, st.rule2_skipped)
 
 
