@@ -244,3 +244,18 @@ def test_each_technique_takes_effect_and_stays_exact():
     env, _, prog, _ = run(r, xb, "cim-mlc", x)
     np.testing.assert_array_equal(env["acc"][0], ref)
     assert prog.attr("replicas") > 1 and prog.attr("mvm_pipeline") is True
+
+
+def test_dynamic_matmul_duplicated_stays_exact():
+    """Replicas of a run-time operand are each written at run time; the vectors are shared out among them."""
+    rng = np.random.default_rng(8)
+    hw = lossless(tvm_cim.load("isaac"))
+    a_shape, b_shape = (1, 4, 40, 64), (1, 4, 64, 30)
+    r = Region("dm", DMATMUL, [a_shape, b_shape], (1, 4, 40, 30), x_scale=1.0, x_zero=128, y_scale=1.0)
+    x = codes(rng, a_shape, 128)
+    y = rng.integers(-127, 128, size=b_shape).astype(np.float32)
+    env, stats, prog, cmap = run(r, hw, "cim-mlc", x, y)
+    n_rep = len(cmap.placements["dm"].replicas)
+    assert n_rep > 1 and stats.weight_writes == n_rep * len(cmap.placements["dm"].tiles)
+    ref = np.matmul(x.astype(np.int64) + 128, y.astype(np.int64))
+    np.testing.assert_array_equal(env["acc"], ref.reshape(4, 40, 30))

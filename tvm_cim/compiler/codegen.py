@@ -91,8 +91,8 @@ def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | 
     decls.append(Decl("output", "out", "float32", tuple(region.out_shape)))
 
     n_rep = len(pl.replicas)
-    m_total = m if region.kind != DMATMUL else m  # vectors per batch element; chunks cut M
-    chunks = _chunks(m_total, chunk_count(region, n_rep) if region.kind != DMATMUL else min(m_total, 16))
+    m_total = m  # vectors per batch element; chunks cut M
+    chunks = _chunks(m_total, chunk_count(region, n_rep))
     row_starts = sorted({t.k0 for t in pl.tiles})
     attrs = [
         ("hw", hw.name),

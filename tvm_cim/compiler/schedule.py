@@ -181,7 +181,7 @@ class CostModel:
     def chunks(self, r: Region, replicas: int) -> tuple[np.ndarray, np.ndarray]:
         """``[start, stop)`` output vectors of the chunks the code generator emits."""
         m = r.mkn[0]
-        return chunk_bounds(m, chunk_count(r, replicas) if r.kind != DMATMUL else min(m, 16))
+        return chunk_bounds(m, chunk_count(r, replicas))
 
     def chunk_finish(self, r: Region, replicas: int, tile_rows: int, resident: bool = True, passes: int = 1,
                      t_in: np.ndarray | float = 0.0,
@@ -438,8 +438,11 @@ def _maxplus(ready: np.ndarray, work: np.ndarray, axis: int = 0) -> np.ndarray:
 
 
 def chunk_count(r: Region, replicas: int) -> int:
-    """Pipeline granularity: output rows for convolutions, at most 16 row blocks otherwise."""
+    """Pipeline granularity: output rows for convolutions, at most 16 row blocks otherwise
+    (at least one per replica); a ``dmatmul``'s chunks cut ``M`` and hold every head."""
     m, _, _ = r.mkn
+    if r.kind == DMATMUL:
+        return int(min(m, max(16, replicas)))
     if r.kind == CONV2D:
         base = r.out_shape[0] * r.out_shape[2]  # batch x output rows
     else:
@@ -504,7 +507,7 @@ def _greedy_duplicate(regions, cm: CostModel, tile_rows, cost, budget) -> list[i
     while True:
         order = np.argsort(lat)[::-1]
         for i in order:
-            if used + cost[i] <= budget and reps[i] < regions[i].batch * regions[i].mkn[0] and regions[i].kind != DMATMUL:
+            if used + cost[i] <= budget and reps[i] < _vectors(regions[i]):
                 reps[i] += 1
                 used += cost[i]
                 lat[i] = cm.region_ns(regions[i], reps[i], tile_rows[i])
@@ -525,10 +528,14 @@ def _latency_curve(latency, max_d: int, exact: int = 32, step: float = 1.08) -> 
     return vals[idx]
 
 
+def _vectors(r: Region) -> int:
+    """Input vectors that replicas can share out (a ``dmatmul``'s chunks cut ``M``; each holds every head)."""
+    return r.mkn[0] if r.kind == DMATMUL else r.batch * r.mkn[0]
+
+
 def _max_replicas(r: Region, budget_units: int, unit_cost: int) -> int:
-    if r.kind == DMATMUL:
-        return 1  # run-time weights: duplicates would each need rewriting
-    return max(1, min(r.batch * r.mkn[0], budget_units // max(1, unit_cost)))
+    # a dmatmul's replicas each write the run-time operand (in parallel, at the start of the region)
+    return max(1, min(_vectors(r), budget_units // max(1, unit_cost)))
 
 
 def schedule(regions: list[Region], hw: CIMHardware, strategy: str = "cim-mlc",
@@ -613,7 +620,7 @@ def schedule(regions: list[Region], hw: CIMHardware, strategy: str = "cim-mlc",
             reps = [
                 max(d, min(_max_replicas(r, budget * hw.core.crossbars, 1),
                            (c * d * hw.core.crossbars) // max(1, xbs_of(r))))
-                if r.kind != DMATMUL and c * hw.core.crossbars >= xbs_of(r) else d
+                if c * hw.core.crossbars >= xbs_of(r) else d
                 for r, c, d in zip(seg, costs, reps)
             ]
             # never exceed the chip's crossbars
