@@ -111,6 +111,8 @@ def build_report(info: CompileInfo, stats: list, hw_name: str) -> dict:
                 "segment": pl.segment if pl else 0,
                 "weights_resident": pl.resident if pl else False,
                 "weight_writes": s.weight_writes,
+                "buffer_bytes": s.buffer_peak_bytes,
+                "spills_offchip": s.spills,
                 "macs": s.macs,
                 "metaop_counts": dict(s.metaop_counts),
                 "adc_rel_rms_error": (
@@ -178,6 +180,7 @@ def build_report(info: CompileInfo, stats: list, hw_name: str) -> dict:
             "buffer_peak_bytes": peak,
             "global_buffer_bytes": gbuf,
             "buffer_fraction": peak / gbuf if gbuf else 0.0,
+            "regions_spilled_offchip": sum(1 for s in stats if s.spills),
         },
         "adc": {
             "bits": hw.crossbar.adc_bits,
@@ -227,7 +230,8 @@ def summary(rep: dict, top: int = 8) -> str:
         f"crossbars     {m['crossbars_needed']} needed / {m['crossbars_available']} on chip; "
         f"{seg}; "
         f"cell use {100 * u['cell_fraction_of_used_crossbars']:.1f}%; buffer peak {_si(u['buffer_peak_bytes'], 'B')} "
-        f"({100 * u['buffer_fraction']:.0f}% of global buffer{', spills off-chip' if u['buffer_fraction'] > 1 else ''})"
+        f"({100 * u['buffer_fraction']:.0f}% of global buffer"
+        + (f"; {u['regions_spilled_offchip']} region(s) keep activations off-chip)" if u.get('regions_spilled_offchip') else ")")
     )
     a = rep["adc"]
     lines.append(

@@ -90,6 +90,8 @@ def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | 
             decls.append(Decl("const", "bias", "float32", (n,)))
     decls.append(Decl("output", "out", "float32", tuple(region.out_shape)))
 
+    # a working set larger than the global buffer stays in off-chip memory
+    level = "offchip" if region.spills(hw.chip.global_buffer.capacity_kb * 1024, ibits, wbits) else "global"
     n_rep = len(pl.replicas)
     m_total = m  # vectors per batch element; chunks cut M
     chunks = _chunks(m_total, chunk_count(region, n_rep))
@@ -112,6 +114,7 @@ def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | 
         ("passes", len(pl.passes)),
         ("segment", pl.segment),
         ("resident", pl.resident),
+        ("spills", level == "offchip"),
         ("strategy", strategy),
         ("pipeline", bool(opts.pipeline)),
         ("mvm_pipeline", bool(opts.mvm_pipeline and mode != "core")),
@@ -138,6 +141,10 @@ def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | 
         src = "w" if region.kind != DMATMUL else "yq"
         extra = {"batch": bt} if (region.kind == DMATMUL and bt > 1) else {}
         out = []
+        if region.kind != DMATMUL:  # constant weights come from off-chip memory, one copy for all replicas
+            tiles = [pl.tiles[i] for i in pl.passes[p_idx]]
+            nbytes = sum(-(-(t.k1 - t.k0) * (t.n1 - t.n0) * wbits // 8) for t in tiles)
+            out.append(op("DMOV", op="fetch", src=Ref("w"), level="offchip", bytes=nbytes))
         for r_idx, xbs in enumerate(pl.replicas):
             for i in pl.passes[p_idx]:
                 t = pl.tiles[i]
@@ -147,7 +154,7 @@ def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | 
 
     # ---- operand preparation that is not per chunk
     if region.kind == DMATMUL:
-        run.append(op("DMOV", op="load", src=Ref("y"), level="global", frac=(0.0, 1.0),
+        run.append(op("DMOV", op="load", src=Ref("y"), level=level, frac=(0.0, 1.0),
                       bytes=int(np.prod(region.in_shapes[1])) * wbits // 8))
         run.append(op("DCOM", op="quantize", src=Ref("y"), dst=Ref("yq0"), scale=float(region.y_scale), zero=0,
                       bits=wbits, signed=True, elements=int(np.prod(region.in_shapes[1]))))
@@ -161,7 +168,7 @@ def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | 
     def prep(v: Range) -> list:
         f0, f1 = _in_frac(region, v, m_total)
         nb = max(1, math.ceil((f1 - f0) * in_elems * ibits / 8))
-        out = [op("DMOV", op="load", src=Ref("x"), vecs=v, level="global", frac=(f0, f1), bytes=nb)]
+        out = [op("DMOV", op="load", src=Ref("x"), vecs=v, level=level, frac=(f0, f1), bytes=nb)]
         out.append(op("DCOM", op="quantize", src=Ref("x"), dst=Ref("xq"), vecs=v, scale=float(region.x_scale),
                       zero=int(region.x_zero), bits=ibits, signed=bool(region.x_signed),
                       elements=max(1, int((f1 - f0) * in_elems))))
@@ -226,7 +233,7 @@ def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | 
             deq["bias"] = Ref("bias")
         deq["elements"] = bt * v.size * n * 3
         out.append(Op("DCOM", tuple(deq.items())))
-        out.append(op("DMOV", op="store", src=Ref("yf"), vecs=v, level="global",
+        out.append(op("DMOV", op="store", src=Ref("yf"), vecs=v, level=level,
                       frac=(v.start / m_total, v.stop / m_total), bytes=bt * v.size * n))
         return out
 

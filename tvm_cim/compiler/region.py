@@ -95,6 +95,21 @@ class Region:
         a, b = self.in_shapes
         return a[-2], a[-1], b[-1]
 
+    def working_set_bytes(self, ibits: int, wbits: int) -> int:
+        """Bytes of the region's inputs (quantised) and output (8-bit, as stored) in the global buffer."""
+        x = int(np.prod(self.in_shapes[0], dtype=np.int64)) * -(-ibits // 8)
+        y = int(np.prod(self.in_shapes[1], dtype=np.int64)) * -(-wbits // 8) if self.kind == DMATMUL else 0
+        return x + y + int(np.prod(self.out_shape, dtype=np.int64))
+
+    def spills(self, capacity_bytes: float, ibits: int, wbits: int) -> bool:
+        """Whether the region's working set exceeds the global buffer, so it stays in off-chip memory.
+
+        A region that spills loads its inputs from and stores its output to
+        off-chip memory (``DMOV level="offchip"``), at the smaller of the
+        global-buffer and off-chip bandwidths.
+        """
+        return self.working_set_bytes(ibits, wbits) > capacity_bytes
+
     def input_span(self, starts, stops) -> tuple[np.ndarray, np.ndarray]:
         """Share ``[f0, f1)`` of the region input that output vectors ``[start, stop)`` need.
 

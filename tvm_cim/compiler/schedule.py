@@ -143,6 +143,7 @@ class CostModel:
         self.hw, self.wbits, self.ibits = hw, wbits, ibits
         self.mvm_pipeline = mvm_pipeline
         self.xbs_per_core = hw.core.crossbars
+        self._tile_bytes: dict = {}
 
     def logical_cols(self) -> int:
         return self.hw.logical_cols(self.wbits)
@@ -155,6 +156,32 @@ class CostModel:
 
             return len(tile_matrix(k, n, self.hw, r.w_int, tile_rows=tile_rows))
         return math.ceil(k / tile_rows) * math.ceil(n / cols)
+
+    def fetch_ns(self, r: Region, tile_rows: int, passes: int = 1) -> np.ndarray:
+        """Time to bring each pass's weight tiles (one copy) over the off-chip interface.
+
+        Zero for a ``dmatmul``, whose weights are computed on chip.
+        """
+        if r.kind == DMATMUL:
+            return np.zeros(passes)
+        key = (id(r), tile_rows)
+        b = self._tile_bytes.get(key)
+        if b is None:
+            m, k, n = r.mkn
+            if r.kind == CONV2D and r.conv.get("groups", 1) > 1 and r.w_int is not None:
+                from .mapping import tile_matrix
+
+                ts = tile_matrix(k, n, self.hw, r.w_int, tile_rows=tile_rows)
+                b = np.array([-(-(t.k1 - t.k0) * (t.n1 - t.n0) * self.wbits // 8) for t in ts], dtype=float)
+            else:
+                cols = self.logical_cols()
+                rb = np.minimum(tile_rows, k - np.arange(0, k, tile_rows))
+                cb = np.minimum(cols, n - np.arange(0, n, cols))
+                b = np.ceil(np.outer(rb, cb).ravel() * self.wbits / 8)
+            self._tile_bytes[key] = b
+        cap = self.hw.total_crossbars
+        per_pass = np.array([b[p * cap:(p + 1) * cap].sum() for p in range(passes)])
+        return np.ceil(per_pass * 8 / self.hw.chip.offchip_bandwidth_bits) * self.hw.cycle_ns
 
     def step_ns(self, cols_used: int) -> float:
         xb = self.hw.crossbar
@@ -185,7 +212,8 @@ class CostModel:
 
     def chunk_finish(self, r: Region, replicas: int, tile_rows: int, resident: bool = True, passes: int = 1,
                      t_in: np.ndarray | float = 0.0,
-                     t_free: float | None = None) -> tuple[np.ndarray, tuple[float, float]]:
+                     t_free: float | None = None,
+                     t_offchip: float | None = None) -> tuple[np.ndarray, tuple[float, float, float]]:
         """When each chunk of a region is stored, given when its input is available.
 
         The simulator's per-operation formulas, applied to the chunks the code
@@ -204,8 +232,11 @@ class CostModel:
           long as the global-buffer port and the chip ALU are busy.
 
         Weights written at run time (not resident, or a ``dmatmul``'s run-time
-        operand) delay the first read by the write time; a layer larger than the
-        chip runs ``passes`` times over its prepared inputs.
+        operand) delay the first read by the write time, and constant weights
+        are first fetched over the off-chip interface; a layer larger than the
+        chip runs ``passes`` times over its prepared inputs.  A region whose
+        working set exceeds the global buffer loads and stores at the off-chip
+        bandwidth (:meth:`Region.spills`).
 
         Parameters
         ----------
@@ -221,14 +252,17 @@ class CostModel:
         t_free : float, optional
             When work that needs no input may start (writing run-time weights):
             the start of the segment; the earliest ``t_in`` by default.
+        t_offchip : float, optional
+            When the off-chip interface is free for this region's weight
+            fetches (after the fetches of earlier regions of the segment).
 
         Returns
         -------
         finish : numpy.ndarray
             Store-completion time of every chunk.
         busy : tuple of float
-            Busy time of the two units all regions share, the global-buffer
-            port and the chip ALU.
+            Busy time of the three units all regions share: the global-buffer
+            port, the chip ALU and the off-chip interface.
         """
         hw = self.hw
         m, k, n = r.mkn
@@ -236,6 +270,9 @@ class CostModel:
         cyc = hw.cycle_ns
         ib = self.ibits
         gb = hw.chip.global_buffer.bandwidth_bits
+        spill = r.spills(hw.chip.global_buffer.capacity_kb * 1024, ib, self.wbits)
+        if spill:
+            gb = min(gb, hw.chip.offchip_bandwidth_bits)
         link = min(hw.chip.noc.link_bandwidth_bits, hw.core.local_buffer.bandwidth_bits)
         chip_ops, core_ops = hw.chip.alu.ops_per_cycle, hw.core.alu.ops_per_cycle
         row_blocks = math.ceil(k / tile_rows)
@@ -261,7 +298,15 @@ class CostModel:
         t_in = np.broadcast_to(np.asarray(t_in, dtype=float), (nch,))
         t0 = float(t_in.min())
         tf = t0 if t_free is None else min(t0, t_free)
-        ready = _maxplus(_maxplus(t_in, load), prep)
+        fetch = self.fetch_ns(r, tile_rows, passes) if not resident else np.zeros(passes)
+        t_off = tf if t_offchip is None else max(tf, t_offchip)
+        if spill and passes == 1 and fetch[0] > 0:  # the loads queue behind the weights on the off-chip port
+            t_in = np.maximum(t_in, t_off + fetch[0])
+        loaded = _maxplus(t_in, load)
+        if spill and passes > 1:  # here the weights of every pass queue behind the loads
+            t_off = max(t_off, float(loaded[-1]))
+        fetched = t_off + np.cumsum(fetch)
+        ready = _maxplus(loaded, prep)
         start = t0
         if r.kind == DMATMUL:  # the run-time operand is loaded, quantised and written first
             y_el = float(np.prod(r.in_shapes[1]))
@@ -269,9 +314,10 @@ class CostModel:
             y_q = math.ceil(y_el / chip_ops) * hw.op("quantize").latency_cycles * cyc
             start = max(t0, tf + y_load + y_q + self.write_ns(r, tile_rows))
             ready = np.maximum(ready, tf + y_load + y_q)
-        elif not resident:
-            start = max(t0, tf + self.write_ns(r, tile_rows))
-        busy = (float(np.sum(load) + np.sum(store)), float(np.sum(prep)))
+        if r.kind != DMATMUL and not resident and passes == 1:
+            start = max(t0, float(fetched[0]) + self.write_ns(r, tile_rows))
+        moved = float(np.sum(load) + np.sum(store))
+        busy = (moved, float(np.sum(prep)), float(np.sum(fetch)) + (moved if spill else 0.0))
         if passes > 1:
             # every pass rewrites all crossbars with the next tiles (row-major over row and column
             # blocks), then reads every chunk; the link sends the passes' inputs in program order
@@ -291,9 +337,9 @@ class CostModel:
             for p_idx in range(passes):
                 b_last = (min(n_tiles, (p_idx + 1) * cap) - 1) // nct
                 rows_p = min(tile_rows, k - b_last * tile_rows) if p_idx * cap // nct == b_last else tile_rows
-                t += r.batch * min(rows_p, k) * hw.crossbar.device.write_latency_ns
+                t = max(t, float(fetched[p_idx])) + r.batch * min(rows_p, k) * hw.crossbar.device.write_latency_ns
                 t = float(_maxplus(np.maximum(sent[p_idx], t), bt * size * self.mvm_ns(r, tile_rows, rows_p))[-1])
-            return _maxplus(np.full(nch, t), post) + store, busy
+            return _maxplus(_maxplus(np.full(nch, t), post), store), busy
         # ---- per replica: scatter over its core's link, read (row blocks in parallel with the
         # MVM-grained pipeline), post-process on its core's ALU; replicas that share a core share both
         nb = row_blocks if (self.mvm_pipeline and hw.chip.computing_mode != "core" and row_blocks > 1) else 1
@@ -330,7 +376,7 @@ class CostModel:
         alu_in = read_done.transpose(1, 0, 2).reshape(C, -1)
         posted = _maxplus(alu_in, po.transpose(1, 0, 2).reshape(C, -1), axis=1).reshape(C, rounds, q).transpose(1, 0, 2)
         done = posted.reshape(rounds, R)[:, :reps].ravel()[:nch]
-        return done + store, busy
+        return _maxplus(done, store), busy  # the stores share the global-buffer port, in program order
 
     def write_ns(self, r: Region, tile_rows: int) -> float:
         """Programming one replica's crossbars (rows serially, crossbars in parallel)."""
@@ -365,11 +411,13 @@ class CostModel:
         curves: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         end = seg_start = 0.0
         cur_seg = shared_seg = None
-        shared = (0.0, 0.0)
+        shared = (0.0, 0.0, 0.0)
+        off_free = 0.0  # the off-chip interface fetches the weights of a segment's regions in order
         for r in regions:
             p = plans[r.name]
             if p.segment != cur_seg:  # a new segment starts once the previous one is done
                 cur_seg, seg_start = p.segment, end
+                off_free = seg_start
             starts, stops = self.chunks(r, p.replicas)
             t_in = np.full(len(starts), seg_start if pipeline else end)
             if pipeline:
@@ -385,9 +433,13 @@ class CostModel:
                     hi = np.maximum(np.searchsorted(g0, f1 - 1e-12, side="left"), lo + 1)
                     t_in = np.maximum(t_in, _range_max(fq, lo, np.minimum(hi, len(fq))))
             fin, busy = self.chunk_finish(r, p.replicas, p.tile_rows, p.resident, p.passes, t_in,
-                                          t_free=seg_start if pipeline else end)
-            # the global-buffer port and the chip ALU serve every region of the segment
-            shared = busy if p.segment != shared_seg else (shared[0] + busy[0], shared[1] + busy[1])
+                                          t_free=seg_start if pipeline else end,
+                                          t_offchip=off_free if pipeline else None)
+            if not p.resident:
+                off_free = max(off_free, seg_start if pipeline else end) + float(
+                    np.sum(self.fetch_ns(r, p.tile_rows, p.passes)))
+            # the global-buffer port, the chip ALU and the off-chip interface serve every region of the segment
+            shared = busy if p.segment != shared_seg else tuple(a + b for a, b in zip(shared, busy))
             shared_seg = p.segment
             base = seg_start if pipeline else float(t_in.min())
             m = r.mkn[0]

@@ -27,7 +27,9 @@ Cost formulas (all figures from the hardware file):
   shift-and-add per output.
 * ``DCOM``: elements / ALU ops per cycle x ``ops.<name>.latency_cycles``.
 * ``DMOV``: bytes x 8 / bandwidth (global-buffer port for load/store, core
-  link for scatter); energy per bit of the buffers and NoC.
+  link for scatter, the off-chip interface for ``fetch`` of weights and for
+  load/store at ``level="offchip"``, whose bandwidth is the smaller of the
+  two); energy per bit of the buffers, the NoC and the off-chip interface.
 * Leakage: the summed static power over the elapsed time.
 """
 
@@ -64,6 +66,7 @@ class RegionStats:
     setup_ns: float = 0.0
     macs: int = 0
     buffer_peak_bytes: int = 0
+    spills: bool = False  # inputs and output kept in off-chip memory
     adc_error: dict = field(default_factory=dict)
     events: Events | None = None
     segment: int = 0
@@ -193,9 +196,11 @@ class Chip:
         xbs = {xb for ent in self.vxbs.values() for xb, _, _ in ent}
         xbs |= {o["xb"] for o in prog.ops() if o.opcode == "CIM.write_xb"}
         stats.crossbars = len(xbs)
-        outs = [d for d in prog.decls if d.role == "output"]
-        in_bytes = sum(int(np.prod(d.shape)) for d in prog.decls if d.role == "input") * ((self.ibits + 7) // 8)
-        stats.buffer_peak_bytes = int(in_bytes + sum(int(np.prod(d.shape)) * 4 for d in outs))
+        # the region's working set in the global buffer: quantised inputs, 8-bit stored output
+        ins = [int(np.prod(d.shape)) for d in prog.decls if d.role == "input"]
+        in_bytes = ins[0] * -(-self.ibits // 8) + sum(ins[1:]) * -(-self.wbits // 8)
+        stats.buffer_peak_bytes = int(in_bytes + sum(int(np.prod(d.shape)) for d in prog.decls if d.role == "output"))
+        stats.spills = bool(prog.attr("spills", False))
         return env, stats
 
     # ------------------------------------------------------------------ structure
@@ -538,18 +543,32 @@ class Chip:
                 self._mark(f"{src}@{o['vxb']}" + (f":{blk.start}" if blk is not None else ""), v, i, True)
                 return
             buf = hw.chip.global_buffer
-            dur = math.ceil(nbytes * 8 / buf.bandwidth_bits) * cyc
+            src = o["src"].name
+            if sub == "fetch":  # constant weights from off-chip memory into the global buffer
+                dur = math.ceil(nbytes * 8 / hw.chip.offchip_bandwidth_bits) * cyc
+                e = nbytes * 8 * (hw.chip.offchip_energy_pj_per_bit + buf.write_energy_pj_per_bit)
+                self._energy["offchip"] += e
+                i = ev.add(dur, ("offchip",), [], e, False, "DMOV.fetch")
+                self._mark(src, Range(0, M), i, True)
+                return
+            offchip = o.get("level") == "offchip"  # the working set does not fit the global buffer
+            bw = min(buf.bandwidth_bits, hw.chip.offchip_bandwidth_bits) if offchip else buf.bandwidth_bits
+            dur = math.ceil(nbytes * 8 / bw) * cyc
             e = nbytes * 8 * (buf.read_energy_pj_per_bit + buf.write_energy_pj_per_bit)
             self._energy["noc+buffer"] += e
-            src = o["src"].name
+            if offchip:
+                e_off = nbytes * 8 * hw.chip.offchip_energy_pj_per_bit
+                self._energy["offchip"] += e_off
+                e += e_off
+            res = ("gbuf", "offchip") if offchip else ("gbuf",)
             if sub == "load":
-                i = ev.add(dur, ("gbuf",), [], e, False, "DMOV.load")
+                i = ev.add(dur, res, [], e, False, "DMOV.load")
                 f = o.get("frac", (0.0, 1.0))
                 ev.inputs.append((i, float(f[0]), float(f[1])))
                 self._mark(src, v, i, True)
             else:  # store
                 deps = self._deps(src, v, False)
-                i = ev.add(dur, ("gbuf",), deps, e, False, "DMOV.store")
+                i = ev.add(dur, res, deps, e, False, "DMOV.store")
                 f = o.get("frac", (0.0, 1.0))
                 ev.outputs.append((i, float(f[0]), float(f[1])))
             return

@@ -2,7 +2,7 @@
 
 Each executed meta-operator becomes an :class:`Events` row: a duration, the
 resources it occupies (crossbars, core ALUs and links, the global-buffer port,
-the chip ALU), its energy and power class, and the rows it depends on.  An
+the chip ALU, the off-chip interface), its energy and power class, and the rows it depends on.  An
 operation starts when its inputs are ready and all of its resources are free
 (each resource keeps a sorted list of busy intervals, so a later operation can
 use an earlier gap).  ``parallel{}`` bodies overlap because they use different
