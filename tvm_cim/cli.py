@@ -119,6 +119,33 @@ def onnx_host_ops(model, host_ops: dict | None = None) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- run
+def model_inputs(path: str | None, shapes: dict, dtypes: dict, seed: int) -> dict[str, np.ndarray]:
+    """The graph inputs of a run: from an ``.npz`` keyed by input name, or seeded random normals.
+
+    Raises
+    ------
+    UserError
+        The file is unreadable, lacks an input or has one of the wrong shape.
+    """
+    if not path:
+        rng = np.random.default_rng(seed)
+        return {k: rng.standard_normal(shapes[k]).astype(dtypes[k]) for k in shapes}
+    try:
+        data = dict(np.load(path))
+    except Exception as e:
+        raise UserError(f"inputs file '{path}' is not a readable .npz: {e}") from None
+    missing = sorted(set(shapes) - set(data))
+    if missing:
+        raise UserError(f"inputs file '{path}' lacks {missing}; the model's inputs are {sorted(shapes)}")
+    inputs = {}
+    for k in shapes:
+        a = np.asarray(data[k], dtype=dtypes[k])
+        if list(a.shape) != list(shapes[k]):
+            raise UserError(f"input '{k}' has shape {list(a.shape)}, the model expects {shapes[k]}")
+        inputs[k] = a
+    return inputs
+
+
 def outputs_list(res) -> list:
     """The numpy arrays of a VM result (a tensor or nested tuples of them), flattened."""
     import tvm
@@ -148,23 +175,7 @@ def cmd_run(args) -> int:
     model = load_onnx(args.model, seed=args.seed)
     mod, shapes, dtypes = import_onnx(model, args.model)
 
-    rng = np.random.default_rng(args.seed)
-    if args.inputs:
-        try:
-            data = dict(np.load(args.inputs))
-        except Exception as e:
-            raise UserError(f"inputs file '{args.inputs}' is not a readable .npz: {e}") from None
-        missing = sorted(set(shapes) - set(data))
-        if missing:
-            raise UserError(f"inputs file '{args.inputs}' lacks {missing}; the model's inputs are {sorted(shapes)}")
-        inputs = {}
-        for k in shapes:
-            a = np.asarray(data[k], dtype=dtypes[k])
-            if list(a.shape) != list(shapes[k]):
-                raise UserError(f"input '{k}' has shape {list(a.shape)}, the model expects {shapes[k]}")
-            inputs[k] = a
-    else:
-        inputs = {k: rng.standard_normal(shapes[k]).astype(dtypes[k]) for k in shapes}
+    inputs = model_inputs(args.inputs, shapes, dtypes, args.seed)
 
     target = tvm_cim.target.register_hardware("cim", args.hw)
     t1 = time.perf_counter()

@@ -24,7 +24,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 
 
 class UserError(Exception):
@@ -100,23 +99,9 @@ def cmd_run(args) -> int:
     model = load_model(args.model, seed=args.seed)
     try:
         mod, shapes, dtypes = cim_cli.import_onnx(model, args.model)
+        inputs = cim_cli.model_inputs(args.inputs, shapes, dtypes, args.seed)
     except cim_cli.UserError as e:
         raise UserError(str(e)) from None
-    rng = np.random.default_rng(args.seed)
-    if args.inputs:
-        try:
-            data = dict(np.load(args.inputs))
-        except Exception as e:
-            raise UserError(f"inputs file '{args.inputs}' is not a readable .npz: {e}") from None
-        missing = sorted(set(shapes) - set(data))
-        if missing:
-            raise UserError(f"inputs file '{args.inputs}' lacks {missing}; the model's inputs are {sorted(shapes)}")
-        inputs = {k: np.asarray(data[k], dtype=dtypes[k]) for k in shapes}
-        for k in shapes:
-            if list(inputs[k].shape) != list(shapes[k]):
-                raise UserError(f"input '{k}' has shape {list(inputs[k].shape)}, the model expects {shapes[k]}")
-    else:
-        inputs = {k: rng.standard_normal(shapes[k]).astype(dtypes[k]) for k in shapes}
     resident = [r for r in (args.resident or "").split(",") if r]
     unknown = sorted(set(resident) - set(shapes))
     if unknown:
