@@ -698,17 +698,6 @@ def generate(spec: KernelSpec, draft: Draft, view: PimView, opts: CodegenOptions
 
 
 def generate_text(spec: KernelSpec, draft: Draft, view: PimView, opts: CodegenOptions = DCC) -> str:
-    """The printed command stream of a draft (:func:`generate` then :func:`~tvm_pim.commands.print_stream`).
-
-    Parameters
-    ----------
-    spec : KernelSpec
-    draft : Draft
-    view : PimView
-    opts : CodegenOptions
-
-    Returns
-    -------
-    str
-    """
+    """The printed command stream of a draft: :func:`generate` (same parameters), then
+    :func:`~tvm_pim.commands.print_stream`."""
     return print_stream(generate(spec, draft, view, opts))

@@ -164,21 +164,15 @@ class CostModel:
         """
         if r.kind == DMATMUL:
             return np.zeros(passes)
-        key = (id(r), tile_rows)
+        key = (r.name, tile_rows)
         b = self._tile_bytes.get(key)
-        if b is None:
-            m, k, n = r.mkn
-            if r.kind == CONV2D and r.conv.get("groups", 1) > 1 and r.w_int is not None:
-                from .mapping import tile_matrix
+        if b is None:  # the tiles the mapper places (all-zero tiles of grouped convolutions skipped)
+            from .mapping import tile_matrix
 
-                ts = tile_matrix(k, n, self.hw, r.w_int, tile_rows=tile_rows)
-                b = np.array([-(-(t.k1 - t.k0) * (t.n1 - t.n0) * self.wbits // 8) for t in ts], dtype=float)
-            else:
-                cols = self.logical_cols()
-                rb = np.minimum(tile_rows, k - np.arange(0, k, tile_rows))
-                cb = np.minimum(cols, n - np.arange(0, n, cols))
-                b = np.ceil(np.outer(rb, cb).ravel() * self.wbits / 8)
-            self._tile_bytes[key] = b
+            _, k, n = r.mkn
+            grouped = r.kind == CONV2D and r.conv.get("groups", 1) > 1
+            ts = tile_matrix(k, n, self.hw, r.w_int if grouped else None, tile_rows=tile_rows)
+            b = self._tile_bytes[key] = np.array([-(-(t.k1 - t.k0) * (t.n1 - t.n0) * self.wbits // 8) for t in ts])
         cap = self.hw.total_crossbars
         per_pass = np.array([b[p * cap:(p + 1) * cap].sum() for p in range(passes)])
         return np.ceil(per_pass * 8 / self.hw.chip.offchip_bandwidth_bits) * self.hw.cycle_ns
