@@ -1,8 +1,10 @@
 """tvm-cim: a TVM extension compiling neural networks for in-memory computing.
 
-Packages: ``tvm_cim`` (CIM crossbar chips) and ``tvm_pim`` (bank-level PIM DRAM).
-Hardware presets (``targets/*.toml``) and tuned schedule databases
-(``schedules/``) are installed under ``<prefix>/share/tvm_cim``.
+Packages: ``tvm_cim`` (CIM crossbar chips; ``tvm_cim.common`` is what both
+backends share) and ``tvm_pim`` (bank-level PIM DRAM).  The hardware presets
+(``targets/``) install as the package data ``tvm_cim.targets`` and the tuned
+schedule databases (``schedules/``) as ``tvm_pim.schedules``, so a wheel
+install finds them with ``importlib.resources``.
 """
 
 from pathlib import Path
@@ -11,26 +13,18 @@ from setuptools import find_packages, setup
 
 here = Path(__file__).parent
 
-
-def _data(folder):
-    files = [str(p) for p in sorted((here / folder).rglob("*")) if p.is_file()]
-    by_dir = {}
-    for f in files:
-        rel = Path(f).relative_to(here)
-        by_dir.setdefault(str(Path("share/tvm_cim") / rel.parent), []).append(str(rel))
-    return list(by_dir.items())
-
-
 setup(
     name="tvm-cim",
-    version="0.1.0",
+    version="0.2.0",
     description="TVM extension: compile CNNs and LLMs for computing-in-memory crossbars and bank-level PIM, "
     "with a bit-accurate simulator",
     long_description=(here / "README.md").read_text() if (here / "README.md").exists() else "",
     long_description_content_type="text/markdown",
     python_requires=">=3.11",
-    packages=find_packages(include=["tvm_cim", "tvm_cim.*", "tvm_pim", "tvm_pim.*"]),
-    data_files=_data("targets") + _data("schedules"),
+    packages=find_packages(include=["tvm_cim", "tvm_cim.*", "tvm_pim", "tvm_pim.*"])
+    + ["tvm_cim.targets", "tvm_pim.schedules"],
+    package_dir={"tvm_cim.targets": "targets", "tvm_pim.schedules": "schedules"},
+    package_data={"tvm_cim.targets": ["*.toml"], "tvm_pim.schedules": ["*/*.json", "README.md"]},
     install_requires=[
         "apache-tvm==0.27.0.post1",
         # 0.1.15.x segfaults in tvm.ir.save_json and every meta-schedule tuning run
@@ -41,13 +35,18 @@ setup(
         "numpy>=1.26",
         "scipy>=1.11",
         "onnx>=1.16",
-        "onnxruntime>=1.18",
         # same library as xgboost without the 470 MB NCCL wheel
         "xgboost-cpu>=2.0",
         "tqdm",
         "matplotlib",
-        "highspy",
+        "highspy>=1.7",
+        "pydantic>=2.6",
+        "deap>=1.4",
     ],
-    extras_require={"test": ["pytest", "hypothesis"]},
-    entry_points={"console_scripts": ["tvm-cim=tvm_cim.cli:main"]},
+    extras_require={
+        # tests compare with onnxruntime; benchmarks too
+        "test": ["pytest", "hypothesis", "onnxruntime>=1.18", "ruff"],
+        "bench": ["onnxruntime>=1.18"],
+    },
+    entry_points={"console_scripts": ["tvm-cim=tvm_cim.cli:main", "tvm-pim=tvm_pim.cli:main"]},
 )

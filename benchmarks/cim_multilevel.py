@@ -37,21 +37,22 @@ from tqdm import tqdm
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import tvm_cim  # noqa: E402
-from tvm_cim.cli import import_onnx  # noqa: E402
+from tvm_cim.common import zoo  # noqa: E402
+from tvm_cim.common.onnx_io import import_onnx  # noqa: E402
 from tvm_cim.compiler import quantize  # noqa: E402
-from tvm_cim.compiler.lower import offload  # noqa: E402
-from tvm_cim.compiler.schedule import Options  # noqa: E402
-from tvm_cim.models import zoo  # noqa: E402
+from tvm_cim.compiler.strategies import Options  # noqa: E402
+from tvm_cim.compiler.transform import offload  # noqa: E402
 from tvm_cim.report import simulate_timing  # noqa: E402
 
 R = dataclasses.replace
 CONFIGS = {
     "none": Options(),
-    "graph-dup": Options(duplication="dp"),
+    "graph-dup": Options(segmentation="refine", duplication="dp"),
     "graph-pipe": Options(pipeline=True),
-    "graph-P&D": Options(duplication="dp", pipeline=True),
-    "+crossbar": Options(duplication="dp", pipeline=True, crossbar_dup=True, mvm_pipeline=True),
-    "+wordline": Options(duplication="dp", pipeline=True, crossbar_dup=True, mvm_pipeline=True, remap=True),
+    "graph-P&D": Options(segmentation="refine", duplication="dp", pipeline=True),
+    "+crossbar": Options(segmentation="refine", duplication="dp", pipeline=True, crossbar_dup=True, mvm_pipeline=True),
+    "+wordline": Options(segmentation="refine", duplication="dp", pipeline=True, crossbar_dup=True, mvm_pipeline=True,
+                         remap=True),
 }
 _MODS: dict = {}
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tvm_cim.hardware.loader import known_presets  # noqa: E402
+from tvm_cim.common.hardware import known_presets  # noqa: E402
 
 
 def run_one(hw: str, bitwise: bool, image: int, seed: int) -> dict:

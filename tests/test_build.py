@@ -12,9 +12,9 @@ import tvm
 from tvm import relax
 
 import tvm_cim
-from tvm_cim.cli import import_onnx
-from tvm_cim.compiler import schedule
-from tvm_cim.models import zoo
+from tvm_cim.common import zoo
+from tvm_cim.common.onnx_io import import_onnx
+from tvm_cim.compiler import strategies
 from tvm_cim.simulator.timeline import schedule_graph
 
 from .onnx_models import small_cnn
@@ -157,7 +157,7 @@ def test_strategies_give_identical_integer_results_and_order_latency():
     x = np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype("float32")
     hw = tvm_cim.load("isaac")
     outs, lat = {}, {}
-    for strategy in schedule.STRATEGIES:
+    for strategy in strategies.names():
         lowered, info = tvm_cim.offload(mod, hw, strategy=strategy)
         ex = relax.build(lowered, target="llvm")
         with tvm_cim.runtime.collect() as stats:
@@ -168,7 +168,7 @@ def test_strategies_give_identical_integer_results_and_order_latency():
         assert abs(info.schedule.estimate_ns / tl.latency_ns - 1) < 0.05
         for s in stats:
             assert abs(info.schedule.estimate_regions_ns[s.name] / s.latency_ns - 1) < 0.05, s.name
-    for s in schedule.STRATEGIES:
+    for s in strategies.names():
         np.testing.assert_array_equal(outs[s], outs["none"])
     assert lat["cim-mlc"] < lat["greedy"] < lat["none"]
     assert lat["puma"] < lat["none"]

@@ -14,14 +14,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tvm_cim
-from tvm_cim.compiler import codegen, mapping, schedule
+from tvm_cim.compiler import codegen, mapping, schedule, strategies
 from tvm_cim.compiler.region import CONV2D, DMATMUL, MATMUL, Region, unfold_conv_weight
 from tvm_cim.simulator import crossbar
 from tvm_cim.simulator.engine import Chip, Options
 
 R = dataclasses.replace
 MODES = {"crossbar": "isaac", "core": "jia21", "wordline": "jain21"}
-STRATEGIES = list(schedule.STRATEGIES)
+STRATEGIES = strategies.names()
 
 
 def lossless(hw, encoding=None):
@@ -37,7 +37,7 @@ def small_chip(hw, cores, per_core):
 
 def run(region, hw, strategy, x, y=None, shortcut=False):
     sched = schedule.schedule([region], hw, strategy)
-    cmap = mapping.allocate([region], hw, sched)
+    cmap = mapping.allocate([region], hw, sched.plans)
     prog = codegen.generate(region, cmap.placements[region.name], hw, sched.options, strategy)
     tensors = {"x": x, **codegen.region_constants(region)}
     if y is not None:
@@ -170,7 +170,7 @@ def test_weights_stay_resident_across_runs():
     w = rng.integers(-127, 128, size=(200, 50)).astype(np.int8)
     r = Region("mm", MATMUL, [(4, 200)], (4, 50), x_scale=1.0, w_int=w, w_scale=np.ones(50, np.float32))
     sched = schedule.schedule([r], hw, "none")
-    cmap = mapping.allocate([r], hw, sched)
+    cmap = mapping.allocate([r], hw, sched.plans)
     prog = codegen.generate(r, cmap.placements["mm"], hw)
     assert cmap.placements["mm"].resident
     chip = Chip(hw, Options(exact_shortcut=False))

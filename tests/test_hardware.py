@@ -15,18 +15,14 @@ import json
 import math
 import os
 import pathlib
-import sys
 import tomllib
 
 import pytest
 
-try:
-    from tvm_cim.hardware import loader, schema
-except ImportError:  # running pytest without the repo root on sys.path
-    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-    from tvm_cim.hardware import loader, schema
-
-from tvm_cim.hardware.loader import HardwareDescriptionError, UnknownHardwareError
+from tvm_cim.common import hardware as loader
+from tvm_cim.common.hardware import HardwareDescriptionError, UnknownHardwareError
+from tvm_cim.hardware.schema import CIMHardware
+from tvm_pim.hardware.schema import PIMHardware
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 TARGETS = REPO / "targets"
@@ -141,7 +137,7 @@ def test_preset_loads_with_provenance(name):
     hw = loader.load(name)
     expected_kind = "cim" if name in CIM_PRESETS else "pim"
     assert hw.meta.kind == expected_kind
-    assert isinstance(hw, schema.CIMHardware if expected_kind == "cim" else schema.PIMHardware)
+    assert isinstance(hw, CIMHardware if expected_kind == "cim" else PIMHardware)
     assert hw.meta.name == name
     assert loader.preset_files()[name].stem == hw.meta.name
     assert pathlib.Path(hw.source_path).name == f"{name}.toml"

@@ -203,12 +203,12 @@ def test_breakdown_adds_up():
 
 def test_a_new_device_needs_only_a_hardware_file(tmp_path):
     """A made-up device (different organisation, names, timing) compiles and runs from its TOML alone."""
+    import pathlib
+
     import tvm
     from tvm import relax
 
     import tvm_pim
-
-    import pathlib
 
     text = pathlib.Path(load("attacc").source_path).read_text()
     text = text.replace('name = "attacc"', 'name = "tiny-pim"')

@@ -234,7 +234,7 @@ print(len(st), float(out[3].numpy().sum()))
 @pytest.mark.parametrize("hw", ["hbm-pim", "attacc"])
 def test_shipped_schedules_cover_the_readme_decode_layer(hw, monkeypatch):
     """The databases committed under schedules/ are valid and relax.build applies them."""
-    from tvm_cim.cli import import_onnx
+    from tvm_cim.common.onnx_io import import_onnx
     from tvm_pim import schedule
     from tvm_pim.cli import load_model
 

@@ -5,9 +5,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tvm_cim
-from tvm_cim.compiler import schedule
+from tvm_cim.compiler import strategies
 from tvm_cim.program import (
-    Decl, Op, Parallel, Program, ProgramSyntaxError, Range, Ref, parse_program, parse_programs, print_program,
+    Decl,
+    Op,
+    Parallel,
+    Program,
+    ProgramSyntaxError,
+    Range,
+    Ref,
+    parse_program,
+    parse_programs,
+    print_program,
 )
 
 from .onnx_models import small_cnn
@@ -43,9 +52,9 @@ def test_random_programs_round_trip(p):
     assert parse_program(print_program(p)) == p
 
 
-@pytest.mark.parametrize("strategy", schedule.STRATEGIES)
+@pytest.mark.parametrize("strategy", strategies.names())
 def test_compiled_programs_round_trip(strategy):
-    from tvm_cim.cli import import_onnx
+    from tvm_cim.common.onnx_io import import_onnx
 
     mod = import_onnx(small_cnn(), "s")[0]
     for hw in ("isaac", "jia21", "jain21"):

@@ -3,8 +3,8 @@
 import pytest
 
 import tvm_cim
-from tvm_cim.cli import import_onnx
-from tvm_cim.models import zoo
+from tvm_cim.common import zoo
+from tvm_cim.common.onnx_io import import_onnx
 from tvm_cim.report import simulate_timing
 from tvm_cim.simulator.timeline import Events, schedule_graph
 

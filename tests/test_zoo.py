@@ -1,4 +1,4 @@
-"""Tests for the generated ONNX model zoo (tvm_cim.models.zoo)."""
+"""Tests for the generated ONNX model zoo (tvm_cim.common.zoo)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import pytest
 from onnx import numpy_helper
 
 try:
-    from tvm_cim.models import zoo
+    from tvm_cim.common import zoo
 except ImportError:  # running pytest without the repo root on sys.path
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-    from tvm_cim.models import zoo
+    from tvm_cim.common import zoo
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -34,7 +34,11 @@ SMALL = {
                      num_classes=10, init_std=0.2),
     "bert_layer": dict(seq_len=16, hidden=32, heads=4, ffn=64, batch=2, init_std=0.2),
     "llama_layer": dict(seq_len=16, hidden=64, heads=4, ffn=96, batch=2, init_std=0.1),
+    "gpt_decode": dict(batch=2, ctx=16, hidden=32, heads=4, ffn=64),
+    "llama_decode": dict(batch=2, ctx=16, hidden=32, heads=4, ffn=64),
 }
+# graph outputs, where they are not the single "output"
+OUTPUTS = {"gpt_decode": ["y", "k_new", "v_new"], "llama_decode": ["y", "k_new", "v_new"]}
 
 # Trainable parameter counts of the torchvision reference models (BatchNorm
 # running statistics excluded); independent of the image size.
@@ -58,7 +62,7 @@ def small(name: str, seed: int = 0) -> onnx.ModelProto:
 
 def run_ort(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> np.ndarray:
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return sess.run(["output"], feeds)[0]
+    return sess.run([model.graph.output[0].name], feeds)[0]
 
 
 def weights(model: onnx.ModelProto) -> dict[str, np.ndarray]:
@@ -69,6 +73,8 @@ def expected_output_shape(name: str) -> tuple:
     kw = SMALL[name]
     if name in ("bert_layer", "llama_layer"):
         return (kw.get("batch", 1), kw["seq_len"], kw["hidden"])
+    if name in OUTPUTS:
+        return (kw["batch"], 1, kw["hidden"])
     return (kw.get("batch", 1), kw.get("num_classes", 1000))
 
 
@@ -91,10 +97,10 @@ def test_unknown_name_raises_listing_known_names():
 def test_checker_shapes_and_ort(name):
     model = small(name)
     onnx.checker.check_model(model, full_check=True)
-    expected_input = "hidden_states" if name.endswith("_layer") else "input"
+    expected_input = "hidden_states" if name.endswith("_layer") else "x" if name in OUTPUTS else "input"
     shapes = zoo.input_shapes(model)
-    assert list(shapes) == [expected_input]
-    assert [o.name for o in model.graph.output] == ["output"]
+    assert list(shapes) == ([expected_input, "k_cache", "v_cache"] if name in OUTPUTS else [expected_input])
+    assert [o.name for o in model.graph.output] == OUTPUTS.get(name, ["output"])
     feeds = zoo.random_inputs(model, seed=1)
     assert feeds[expected_input].shape == shapes[expected_input]
     assert feeds[expected_input].dtype == np.float32
@@ -116,8 +122,8 @@ def test_tvm_matches_onnxruntime(name):
     mod = from_onnx(model)
     ex = relax.build(mod, target="llvm")
     vm = relax.VirtualMachine(ex, tvm.cpu())
-    (x,) = feeds.values()
-    out = vm["main"](tvm.runtime.tensor(x)).numpy()
+    out = vm["main"](*[tvm.runtime.tensor(x) for x in feeds.values()])
+    out = out[0].numpy() if name in OUTPUTS else out.numpy()
     np.testing.assert_allclose(out, ref, rtol=1e-3, atol=1e-4)
 
 

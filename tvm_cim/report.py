@@ -6,23 +6,16 @@ from collections import Counter, defaultdict
 
 import numpy as np
 
-from .compiler.lower import CompileInfo
+from .common.report import compare  # noqa: F401  (compare is part of this module's API)
+from .common.report import si as _si
+from .compiler import codegen
 from .compiler.mapping import precision
+from .compiler.transform import CompileInfo
+from .hardware.cost import leakage_mw as chip_leakage_mw
 from .simulator import crossbar as xbar
+from .simulator.engine import Chip
+from .simulator.engine import Options as SimOptions
 from .simulator.timeline import schedule_graph
-
-
-def compare(outputs: list[np.ndarray], reference: list[np.ndarray]) -> dict:
-    """Max absolute error and cosine similarity of outputs against a reference."""
-    a = np.concatenate([np.asarray(o, np.float64).ravel() for o in outputs])
-    b = np.concatenate([np.asarray(r, np.float64).ravel() for r in reference])
-    denom = float(np.linalg.norm(a) * np.linalg.norm(b))
-    cos = float(a @ b / denom) if denom > 0 else (1.0 if np.array_equal(a, b) else 0.0)
-    return {
-        "max_abs_err": float(np.abs(a - b).max(initial=0.0)),
-        "cosine": cos,
-        "ref_max_abs": float(np.abs(b).max(initial=0.0)),
-    }
 
 
 def simulate_timing(info: CompileInfo):
@@ -35,10 +28,6 @@ def simulate_timing(info: CompileInfo):
     stats : list of RegionStats
     timeline : tvm_cim.simulator.timeline.Timeline
     """
-    from .compiler import codegen
-    from .simulator.engine import Chip
-    from .simulator.engine import Options as SimOptions
-
     chip = Chip(info.hw, SimOptions(functional=False))
     stats = []
     for r, p in zip(info.regions, info.programs):
@@ -122,10 +111,7 @@ def build_report(info: CompileInfo, stats: list, hw_name: str) -> dict:
             }
         )
     latency_ns = tl.latency_ns
-    from .runtime import chip_for  # leakage of the whole chip over the inference
-    from .hardware import loader
-
-    energy["leakage"] = chip_for(loader.to_json(hw)).leakage_mw * latency_ns
+    energy["leakage"] = chip_leakage_mw(hw) * latency_ns  # of the whole chip over the inference
     run_energy_total = float(sum(v for k, v in energy.items() if not k.startswith("setup_")))
     # utilisation
     used_cells = alloc_cells = 0
@@ -191,13 +177,6 @@ def build_report(info: CompileInfo, stats: list, hw_name: str) -> dict:
         },
         "latency_scope": "CIM regions on the simulator's resource timeline; host operators are listed in host_ops and not timed",
     }
-
-
-def _si(v: float, unit: str) -> str:
-    for f, p in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1, "")):
-        if abs(v) >= f:
-            return f"{v / f:.3g} {p}{unit}"
-    return f"{v:.3g} {unit}"
 
 
 def summary(rep: dict, top: int = 8) -> str:

@@ -19,8 +19,8 @@ drafts (:mod:`tvm_pim.space`), a PIM-specific code optimiser
 
 from __future__ import annotations
 
-from tvm_cim import target as _target
-from tvm_cim.hardware.loader import known_presets as _known
+from tvm_cim.common import target as _target
+from tvm_cim.common.hardware import known_presets as _known
 
 from . import runtime  # noqa: F401  (registers tvm_pim.run_kernel)
 from .offload import OffloadToPIM, last_compile_info, offload_options
@@ -33,13 +33,13 @@ def known_presets() -> list[str]:
 
 def load(name_or_path: str):
     """Load a PIM hardware description by preset name or file path."""
-    from tvm_cim.hardware.loader import load as _load
+    from tvm_cim.common.hardware import load as _load
 
     return _load(name_or_path, kind="pim")
 
 
 _target.install()
-_target.register_offload("pim", OffloadToPIM)
+_target.register_backend("pim", OffloadToPIM)
 _target.register_presets("pim")
 
 __all__ = ["known_presets", "load", "OffloadToPIM", "offload_options", "last_compile_info"]

@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass
 from functools import cached_property
 
-from tvm_cim.hardware.schema import PIMHardware, PimCommand
+from .hardware.schema import PimCommand, PIMHardware
 
 ELEM_BYTES = 2  # FP16 everywhere on the PIM side
 

@@ -24,16 +24,15 @@ import sys
 import time
 from pathlib import Path
 
-
-
-class UserError(Exception):
-    """Bad input: reported as one clear message with exit code 2."""
+from tvm_cim.common import onnx_io
+from tvm_cim.common.cli import UserError
+from tvm_cim.common.report import finish_run, reference_outputs
 
 
 # ----------------------------------------------------------------------------- inputs
 def _load_hw(name: str):
     import tvm_pim
-    from tvm_cim.hardware.loader import HardwareDescriptionError, UnknownHardwareError
+    from tvm_cim.common.hardware import HardwareDescriptionError, UnknownHardwareError
 
     try:
         return tvm_pim.load(name)
@@ -52,22 +51,8 @@ def _kv(text: str, spec: str) -> dict:
 
 
 def load_model(spec: str, seed: int = 0):
-    """ONNX model from a file, the tvm_cim zoo, or a PIM decode layer."""
-    name, _, kv = spec[4:].partition("?") if spec.startswith("zoo:") else ("", "", "")
-    if spec.startswith("zoo:") and name in ("gpt_decode", "llama_decode"):
-        from .models import decode_layer
-
-        try:
-            kwargs = {k: int(v) for k, v in _kv(kv, spec).items()}
-            return decode_layer(arch=name.split("_")[0], seed=seed, **kwargs)
-        except (ValueError, TypeError) as e:
-            raise UserError(f"{spec}: {e}") from None
-    from tvm_cim import cli as cim_cli
-
-    try:
-        return cim_cli.load_onnx(spec, seed=seed)
-    except cim_cli.UserError as e:
-        raise UserError(str(e)) from None
+    """ONNX model from a file or the zoo (decode layers ``zoo:gpt_decode`` / ``zoo:llama_decode`` included)."""
+    return onnx_io.load_onnx(spec, seed=seed)
 
 
 def parse_kernel(text: str):
@@ -89,24 +74,20 @@ def cmd_run(args) -> int:
     from tvm import relax
 
     import tvm_pim
-    from tvm_cim import cli as cim_cli
-    from tvm_cim.report import compare
+    from tvm_cim.common.report import compare
 
     from . import report as R
 
     t0 = time.perf_counter()
     _load_hw(args.hw)
     model = load_model(args.model, seed=args.seed)
-    try:
-        mod, shapes, dtypes = cim_cli.import_onnx(model, args.model)
-        inputs = cim_cli.model_inputs(args.inputs, shapes, dtypes, args.seed)
-    except cim_cli.UserError as e:
-        raise UserError(str(e)) from None
+    mod, shapes, dtypes = onnx_io.import_onnx(model, args.model)
+    inputs = onnx_io.model_inputs(args.inputs, shapes, dtypes, args.seed)
     resident = [r for r in (args.resident or "").split(",") if r]
     unknown = sorted(set(resident) - set(shapes))
     if unknown:
         raise UserError(f"--resident names {unknown} that are not graph inputs ({sorted(shapes)})")
-    from tvm_cim.target import register_hardware
+    from tvm_cim.common.target import register_hardware
 
     target = register_hardware("pim", args.hw)
     t1 = time.perf_counter()
@@ -119,10 +100,9 @@ def cmd_run(args) -> int:
     order = list(shapes)
     vm = relax.VirtualMachine(ex, tvm.cpu())
     with tvm_pim.runtime.collect() as stats:
-        outs = cim_cli.outputs_list(vm["main"](*[tvm.runtime.tensor(inputs[k]) for k in order]))
+        outs = onnx_io.outputs_list(vm["main"](*[tvm.runtime.tensor(inputs[k]) for k in order]))
     t3 = time.perf_counter()
-    ref_ex = relax.build(mod, target="llvm")
-    ref = cim_cli.outputs_list(relax.VirtualMachine(ref_ex, tvm.cpu())["main"](*[tvm.runtime.tensor(inputs[k]) for k in order]))
+    ref = reference_outputs(mod, inputs, order)
     t4 = time.perf_counter()
     rep = R.build_report(info, stats, args.hw)
     rep["model"] = args.model
@@ -131,21 +111,16 @@ def cmd_run(args) -> int:
     rep["strategy"], rep["policy"], rep["resident"] = args.strategy, args.policy, resident
     rep["outputs"] = {o.name: list(a.shape) for o, a in zip(model.graph.output, outs)}
     rep["timing_s"] = {"import": t1 - t0, "compile": t2 - t1, "simulate": t3 - t2, "reference": t4 - t3}
-    return cim_cli.finish_run(rep, R.summary, args, model, outs, "streams")
+    return finish_run(rep, R.summary, args, model, outs, "streams")
 
 
 # ----------------------------------------------------------------------------- tune
 def _model_kernels(spec: str, hw, seed: int, resident=()):
-    from tvm_cim import cli as cim_cli
-
     import tvm_pim
     from tvm_pim.offload import offload
 
     model = load_model(spec, seed=seed)
-    try:
-        mod, _, _ = cim_cli.import_onnx(model, spec)
-    except cim_cli.UserError as e:
-        raise UserError(str(e)) from None
+    mod, _, _ = onnx_io.import_onnx(model, spec)
     unknown = sorted(set(resident) - {str(v.name) for v in mod["main"].params})
     if unknown:
         raise UserError(f"--resident names {unknown} that are not graph inputs of {spec}")

@@ -44,12 +44,12 @@ from tvm import relax
 from tvm.relax.dpl import is_const, is_op, wildcard
 from tvm.relax.transform import FusionPattern
 
-from tvm_cim.compiler.partition import composite_name as _composite_name
-from tvm_cim.hardware import loader
-from tvm_cim.hardware.schema import PIMHardware
+from tvm_cim.common import hardware as loader
+from tvm_cim.common.relax_utils import composite_name as _composite_name
 
 from .abstraction import PimView, UnsupportedOnDevice
 from .commands import print_stream
+from .hardware.schema import PIMHardware
 from .host import relax_op_cost, roofline
 from .kernels import KernelSpec
 from .runtime import RUN_KERNEL
@@ -592,6 +592,6 @@ def OffloadToPIM(hw: PIMHardware | str | None = None) -> tvm.transform.Pass:  # 
     tvm.transform.Pass
     """
 
-    from tvm_cim.target import offload_pass
+    from tvm_cim.common.target import offload_pass
 
     return offload_pass("OffloadToPIM", "pim", hw, offload)

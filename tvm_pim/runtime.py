@@ -16,7 +16,7 @@ from functools import lru_cache
 import numpy as np
 import tvm
 
-from tvm_cim.runtime import Collectors, PerDevice
+from tvm_cim.common.runtime import Collectors, PerDevice
 
 from .commands import parse_stream
 from .simulator import Simulator

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tvm_cim.hardware import loader
+from tvm_cim.common import hardware as loader
 
 from .abstraction import PimView
 from .codegen import DCC, CodegenOptions, generate

@@ -49,10 +49,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tvm_cim.hardware.schema import PIMHardware
-
 from .abstraction import PimView, ceil_div
 from .commands import Command, Loop, Stream, eval_expr, layout_address, parse_ref, parse_stream
+from .hardware.schema import PIMHardware
 
 
 class SimulationError(RuntimeError):
@@ -902,7 +901,7 @@ _SIMS: dict[str, Simulator] = {}
 
 def simulator_for(hw: PIMHardware) -> Simulator:
     """A cached simulator per hardware description."""
-    from tvm_cim.hardware import loader
+    from tvm_cim.common import hardware as loader
 
     key = id(hw)
     s = _SIMS.get(key)

@@ -41,7 +41,7 @@ from tvm.s_tir.meta_schedule.mutator import PyMutator
 from tvm.s_tir.meta_schedule.postproc import PyPostproc
 from tvm.s_tir.meta_schedule.runner import PyRunner, RunnerFuture, RunnerResult
 
-from tvm_cim.hardware import loader
+from tvm_cim.common import hardware as loader
 
 from .abstraction import PimView
 from .codegen import generate
@@ -73,7 +73,7 @@ def cache_dir(hw_name: str) -> Path:
 
 
 def target_of(view: PimView) -> tvm.target.Target:
-    from tvm_cim.target import register_hardware
+    from tvm_cim.common.target import register_hardware
 
     src = view.hw.source_path
     name = view.name if name_is_preset(view) else src

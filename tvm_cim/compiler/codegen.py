@@ -25,29 +25,18 @@ accumulators, ``%yf`` float results, ``%out`` the output in its layout.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from ..hardware.schema import CIMHardware
-from ..program import Decl, Op, Parallel, Program, Range, Ref, op
+from ..program import Decl, Op, Parallel, Program, Range, Ref, op, verify
+from . import plan as P
 from .mapping import Placement, precision
 from .region import CONV2D, DMATMUL, Region
-from .schedule import Options, chunk_bounds, chunk_count
-
-
-def _chunks(m_total: int, n: int) -> list[Range]:
-    return [Range(int(a), int(b)) for a, b in zip(*chunk_bounds(m_total, n))]
-
-
-def _in_frac(region: Region, v: Range, m_total: int) -> tuple[float, float]:
-    """Share of the region input a chunk of output vectors needs (with halo)."""
-    f0, f1 = region.input_span(v.start, v.stop)
-    return float(f0), float(f1)
+from .strategies import Options
 
 
 def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | None = None,
-             strategy: str = "none") -> Program:
+             strategy: str = "none", name: str | None = None) -> Program:
     """Generate the meta-operator program of a region.
 
     Parameters
@@ -62,6 +51,8 @@ def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | 
         Scheduling techniques (pipeline flags); none by default.
     strategy : str
         Recorded in the program's attributes.
+    name : str, optional
+        Program name (default: the region's).
 
     Returns
     -------
@@ -76,7 +67,6 @@ def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | 
     wbits, ibits = precision(hw)
     mode = hw.chip.computing_mode
     per_core = hw.core.crossbars
-    in_elems = int(np.prod(region.in_shapes[0]))
     decls = [Decl("input", "x", "float32", tuple(region.in_shapes[0]))]
     if region.kind == DMATMUL:
         decls.append(Decl("input", "y", "float32", tuple(region.in_shapes[1])))
@@ -90,11 +80,11 @@ def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | 
             decls.append(Decl("const", "bias", "float32", (n,)))
     decls.append(Decl("output", "out", "float32", tuple(region.out_shape)))
 
-    # a working set larger than the global buffer stays in off-chip memory
-    level = "offchip" if region.spills(hw.chip.global_buffer.capacity_kb * 1024, ibits, wbits) else "global"
     n_rep = len(pl.replicas)
     m_total = m  # vectors per batch element; chunks cut M
-    chunks = _chunks(m_total, chunk_count(region, n_rep))
+    ch = P.chunks(region, n_rep, hw, wbits, ibits)
+    level = ch.level  # a working set larger than the global buffer stays in off-chip memory
+    chunks = [Range(int(a), int(b)) for a, b in zip(ch.starts, ch.stops)]
     row_starts = sorted({t.k0 for t in pl.tiles})
     attrs = [
         ("hw", hw.name),
@@ -142,8 +132,7 @@ def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | 
         extra = {"batch": bt} if (region.kind == DMATMUL and bt > 1) else {}
         out = []
         if region.kind != DMATMUL:  # constant weights come from off-chip memory, one copy for all replicas
-            tiles = [pl.tiles[i] for i in pl.passes[p_idx]]
-            nbytes = sum(-(-(t.k1 - t.k0) * (t.n1 - t.n0) * wbits // 8) for t in tiles)
+            nbytes = int(P.tile_bytes([pl.tiles[i] for i in pl.passes[p_idx]], wbits).sum())
             out.append(op("DMOV", op="fetch", src=Ref("w"), level="offchip", bytes=nbytes))
         for r_idx, xbs in enumerate(pl.replicas):
             for i in pl.passes[p_idx]:
@@ -165,18 +154,18 @@ def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | 
         for p_idx in range(len(pl.passes)):
             setup += writes(p_idx)
 
-    def prep(v: Range) -> list:
-        f0, f1 = _in_frac(region, v, m_total)
-        nb = max(1, math.ceil((f1 - f0) * in_elems * ibits / 8))
-        out = [op("DMOV", op="load", src=Ref("x"), vecs=v, level=level, frac=(f0, f1), bytes=nb)]
+    def prep(c: int, v: Range) -> list:
+        f0, f1 = float(ch.f0[c]), float(ch.f1[c])
+        out = [op("DMOV", op="load", src=Ref("x"), vecs=v, level=level, frac=(f0, f1), bytes=int(ch.load_bytes[c]))]
         out.append(op("DCOM", op="quantize", src=Ref("x"), dst=Ref("xq"), vecs=v, scale=float(region.x_scale),
                       zero=int(region.x_zero), bits=ibits, signed=bool(region.x_signed),
-                      elements=max(1, int((f1 - f0) * in_elems))))
+                      elements=int(ch.quant_elems[c])))
         if region.kind == CONV2D:
-            c = region.conv
-            out.append(op("DCOM", op="im2col", src=Ref("xq"), dst=Ref("xm"), vecs=v, kernel=tuple(c["kernel"]),
-                          strides=tuple(c["strides"]), padding=tuple(c["padding"]), dilation=tuple(c["dilation"]),
-                          pad_value=int(region.x_zero), elements=v.size * k))
+            cv = region.conv
+            out.append(op("DCOM", op="im2col", src=Ref("xq"), dst=Ref("xm"), vecs=v, kernel=tuple(cv["kernel"]),
+                          strides=tuple(cv["strides"]), padding=tuple(cv["padding"]),
+                          dilation=tuple(cv["dilation"]), pad_value=int(region.x_zero),
+                          elements=int(ch.im2col_elems[c])))
         elif region.kind == DMATMUL:
             out.append(op("DCOM", op="reshape", src=Ref("xq"), dst=Ref("xm"), vecs=v, shape=(bt, m, k),
                           batch_shape=region.batch_shape))
@@ -242,12 +231,12 @@ def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | 
             run += writes(0)
         for c_idx, v in enumerate(chunks):
             r_idx = c_idx % n_rep
-            run += prep(v)
+            run += prep(c_idx, v)
             run += reads(v, 0, r_idx)
             run += post(v, r_idx)
     else:  # weights larger than the chip: every pass rewrites the crossbars
-        for v in chunks:
-            run += prep(v)
+        for c_idx, v in enumerate(chunks):
+            run += prep(c_idx, v)
         for p_idx in range(len(pl.passes)):
             run += writes(p_idx)
             for v in chunks:
@@ -256,7 +245,7 @@ def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | 
             run += post(v, 0)
     run.append(op("DCOM", op="layout", src=Ref("yf"), dst=Ref("out"),
                   layout="nchw" if region.kind == CONV2D else "rowmajor", shape=tuple(region.out_shape)))
-    return Program(region.name, tuple(attrs), tuple(decls), tuple(setup), tuple(run))
+    return verify(Program(name or region.name, tuple(attrs), tuple(decls), tuple(setup), tuple(run)), hw.total_crossbars)
 
 
 def region_constants(region: Region) -> dict[str, np.ndarray]:

@@ -7,7 +7,8 @@ Three steps, all driven by the hardware description:
    logical column spans the bit-sliced cells of one weight, twice for the
    differential encoding).  Tiles that hold only zeros (the off-diagonal
    blocks of grouped / depthwise convolutions) are not allocated.
-2. :func:`allocate` assigns chip crossbars to the tiles of all regions.  When
+2. :func:`allocate` assigns chip crossbars to the tiles of all regions, every
+   replica the schedule asks for (or fails with :class:`PlacementError`).  When
    every constant-weight tile fits at once, weights are written once
    (weight-stationary, the ``setup`` section).  Otherwise the network is cut
    into consecutive segments that each fit, and every segment rewrites its
@@ -130,8 +131,12 @@ class ChipMap:
     crossbars_available: int = 0
 
 
-def allocate(regions: list[Region], hw: CIMHardware, sched=None) -> ChipMap:
-    """Assign chip crossbars to the tiles of all regions.
+class PlacementError(ValueError):
+    """The regions of a segment, with their replicas, need more crossbars than the chip has."""
+
+
+def allocate(regions: list[Region], hw: CIMHardware, plans: dict | None = None) -> ChipMap:
+    """Assign chip crossbars to the tiles of all regions, as the plans say.
 
     Parameters
     ----------
@@ -139,19 +144,26 @@ def allocate(regions: list[Region], hw: CIMHardware, sched=None) -> ChipMap:
         In execution (topological) order.
     hw : CIMHardware
         The chip.
-    sched : tvm_cim.compiler.schedule.Schedule, optional
-        Replicas, tile rows and segments per region.  Without one, every
-        region gets one copy and segments are cut greedily.
+    plans : dict, optional
+        Region name -> :class:`tvm_cim.compiler.schedule.RegionPlan` (replicas,
+        tile rows, segment).  Without them, every region gets one copy and
+        segments are cut greedily.
 
     Returns
     -------
     ChipMap
-        Placements keyed by region name.
+        Placements keyed by region name; every replica the plans ask for is placed.
+
+    Raises
+    ------
+    PlacementError
+        A segment's replicas do not fit the chip (a plan edited by hand, say);
+        the message names the segment, what it needs and what to lower.
     """
     cap = hw.total_crossbars
     per_core = hw.core.crossbars
     core_mode = hw.chip.computing_mode == "core"
-    plans = sched.plans if sched is not None else {}
+    plans = plans or {}
     tiles, reps, seg_of = {}, {}, {}
     for r in regions:
         m, k, n = r.mkn
@@ -162,13 +174,13 @@ def allocate(regions: list[Region], hw: CIMHardware, sched=None) -> ChipMap:
     need = sum(len(tiles[r.name]) for r in regions)
     cmap = ChipMap(crossbars_needed=need, crossbars_available=cap)
 
-    def footprint(r):
+    def footprint(r, d=None):
         t = len(tiles[r.name])
         if core_mode:  # a replica occupies whole cores
             t = -(-t // per_core) * per_core
-        return t * reps[r.name]
+        return t * (reps[r.name] if d is None else d)
 
-    if sched is not None:
+    if plans:
         for r in regions:
             seg_of[r.name] = plans[r.name].segment
     else:
@@ -191,19 +203,22 @@ def allocate(regions: list[Region], hw: CIMHardware, sched=None) -> ChipMap:
         if seg_of[r.name] != cur_seg:
             cur_seg, nxt = seg_of[r.name], 0
         if len(ts) > cap:  # one copy larger than the chip: passes over reused crossbars
+            if reps[r.name] > 1:
+                raise PlacementError(f"region {r.name} is larger than the chip ({len(ts)} tiles on {cap} "
+                                     f"crossbars) and runs in passes; it cannot have {reps[r.name]} replicas")
             passes = [list(range(i, min(len(ts), i + cap))) for i in range(0, len(ts), cap)]
             cmap.placements[r.name] = Placement(ts, [[i % cap for i in range(len(ts))]], passes,
                                                 resident=False, segment=seg_of[r.name])
             continue
-        d = reps[r.name]
-        while d > 1 and nxt + footprint(r) // reps[r.name] * d > cap:
-            d -= 1
         replicas = []
-        for _ in range(d):
+        for _ in range(reps[r.name]):
             if core_mode and nxt % per_core:
                 nxt += per_core - nxt % per_core
-            if nxt + len(ts) > cap:  # wrap inside an over-full segment
-                nxt = 0
+            if nxt + len(ts) > cap:
+                used = sum(footprint(q) for q in regions if seg_of[q.name] == cur_seg)
+                raise PlacementError(
+                    f"segment {cur_seg} needs {used} crossbars with its replicas, the chip has {cap}: "
+                    f"lower the replicas of its regions (region {r.name} asks for {reps[r.name]})")
             replicas.append(list(range(nxt, nxt + len(ts))))
             nxt += len(ts)
         cmap.placements[r.name] = Placement(

@@ -21,22 +21,12 @@ from tvm import relax
 from tvm.relax.dpl import is_const, is_op, wildcard
 from tvm.relax.transform import FusionPattern
 
+from ..common.relax_utils import dtype_of, shape_of
+
 PREFIX = "cim."
 
 
-def _shape(expr) -> tuple[int, ...] | None:
-    ty = getattr(expr, "ty", None)
-    shape = getattr(ty, "shape", None)
-    if shape is None:
-        return None
-    try:
-        return tuple(int(s) for s in shape)
-    except (TypeError, ValueError):
-        return None  # symbolic shapes are not offloaded
-
-
-def _dtype(expr) -> str | None:
-    return getattr(getattr(expr, "ty", None), "dtype", None)
+_shape, _dtype = shape_of, dtype_of
 
 
 def _conv_ok(call) -> bool:
@@ -130,26 +120,3 @@ def PartitionForCIM() -> tvm.transform.Pass:  # noqa: N802 - TVM pass naming
         ],
         name="PartitionForCIM",
     )
-
-
-def composite_name(func, prefix: str = PREFIX) -> str | None:
-    """The composite name of a function if it starts with ``prefix`` (``cim.`` by default), else None."""
-    attrs = getattr(func, "attrs", None)
-    if attrs is None or "Composite" not in attrs:
-        return None
-    name = str(attrs["Composite"])
-    return name if name.startswith(prefix) else None
-
-
-def rewrite_callers(mod, mutator):
-    """Apply a ``PyExprMutator`` to every function that is not a ``cim.*`` composite.
-
-    Returns
-    -------
-    tvm.IRModule
-        The mutator's builder module after the rewrite.
-    """
-    for gv, f in mod.functions.items():
-        if isinstance(f, relax.Function) and not composite_name(f):
-            mutator.builder_.update_func(gv, mutator.visit_expr(f))
-    return mutator.builder_.get()

@@ -24,7 +24,8 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from .partition import composite_name, rewrite_callers
+from ..common.relax_utils import composite_name, rewrite_callers
+from .partition import PREFIX
 from .region import CONV2D, DMATMUL, MATMUL, Region, unfold_conv_weight
 
 _OBSERVED: dict[str, list[float]] = {}
@@ -115,7 +116,7 @@ def _channel_vector(bias: np.ndarray | None, n: int) -> np.ndarray | None:
 
 def describe_composite(func) -> CompositeInfo:
     """Read the operator, attributes and constants out of a composite function."""
-    name = composite_name(func)
+    name = composite_name(func, PREFIX)
     in_shapes = [tuple(int(s) for s in p.ty.shape) for p in func.params]
     out_shape = tuple(int(s) for s in func.ret_ty.shape) if hasattr(func, "ret_ty") else None
     bindings = [b for blk in func.body.blocks for b in blk.bindings]
@@ -159,7 +160,7 @@ class _InsertObservers(relax.PyExprMutator):
 
     def visit_call_(self, call):
         call = super().visit_call_(call)
-        if isinstance(call.op, relax.GlobalVar) and composite_name(self.mod_[call.op]):
+        if isinstance(call.op, relax.GlobalVar) and composite_name(self.mod_[call.op], PREFIX):
             region = self.names[call.op.name_hint]
             _FLOAT_REGIONS[region] = describe_composite(self.mod_[call.op])
             return relax.call_dps_packed(

@@ -15,34 +15,22 @@ Every meta-operator has
   the data: an operation depends on the operations that last wrote the vector
   range of every tensor it reads (and a crossbar write on the reads before it).
 
-Cost formulas (all figures from the hardware file):
-
-* ``CIM.write_xb``: ``rows x write_latency_ns``; energy ``rows x bitlines x
-  write_energy_pj_per_cell``.
-* ``CIM.read_xb`` / ``read_core`` / ``read_row`` on ``V`` vectors:
-  ``V x input_steps x ceil(rows / rows_active)`` read steps (one row group for
-  ``read_row``), each ``max(read_latency_ns, ceil(bitlines / adcs) x
-  adc_latency_ns)``; energy per step ``read_energy_pj x active rows / rows``
-  plus one ADC conversion per bitline, DAC energy per driven row and input step,
-  shift-and-add per output.
-* ``DCOM``: elements / ALU ops per cycle x ``ops.<name>.latency_cycles``.
-* ``DMOV``: bytes x 8 / bandwidth (global-buffer port for load/store, core
-  link for scatter, the off-chip interface for ``fetch`` of weights and for
-  load/store at ``level="offchip"``, whose bandwidth is the smaller of the
-  two); energy per bit of the buffers, the NoC and the off-chip interface.
-* Leakage: the summed static power over the elapsed time.
+Every operation is charged with the cost primitives of
+:mod:`tvm_cim.hardware.cost` (the ones the compiler's estimate uses), and the
+kinds it executes are those :mod:`tvm_cim.program.ops` defines.  Leakage is
+the chip's static power over the elapsed time.
 """
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..hardware import cost
 from ..hardware.schema import CIMHardware
-from ..program import Op, Parallel, Program, Range, Ref
+from ..program import OPS, Op, Parallel, Program, Range, Ref
 from . import crossbar as X
 from .functional import im2col
 from .timeline import Events, schedule_graph
@@ -114,12 +102,7 @@ class Chip:
         self.xb_weights: dict[int, np.ndarray] = {}  # decoded, for the exact shortcut
         self.xb_owner: dict[int, tuple] = {}
         self._setup_done: set[str] = set()
-        self._leak_mw = (
-            hw.chip.leakage_mw
-            + hw.chip.global_buffer.leakage_mw
-            + hw.chip.alu.leakage_mw
-            + hw.chip.cores * (hw.core.local_buffer.leakage_mw + hw.core.alu.leakage_mw)
-        )
+        self._leak_mw = cost.leakage_mw(hw)
 
     @property
     def leakage_mw(self) -> float:
@@ -242,6 +225,8 @@ class Chip:
             stats.metaop_counts[s.kind] += 1
             if s.opcode == "CIM.bind_vxb":
                 continue
+            if s.kind not in OPS:
+                raise SimulationError(f"program '{self.prog.name}': unknown meta-operator {s.kind}")
             if not self.options.functional:
                 if s.opcode == "CIM.write_xb":
                     stats.weight_writes += 1
@@ -469,124 +454,92 @@ class Chip:
             return
         self._ranges[key].setdefault((v.start, v.stop), []).append(idx)
 
-    def _read_cost(self, rows: int, cols: int, vectors: int, groups: int) -> tuple[float, float, dict]:
-        hw, xb = self.hw, self.hw.crossbar
-        bitlines = cols * hw.cols_per_weight(self.wbits)
-        step_ns = max(xb.device.read_latency_ns, -(-bitlines // xb.adcs) * xb.adc_latency_ns)
-        in_steps = 2 * hw.input_steps(self.ibits - 1) if self.signed_input else hw.input_steps(self.ibits)
-        steps = vectors * in_steps * groups
-        e = {
-            "crossbar": steps * xb.device.read_energy_pj * min(rows, xb.rows_active) / xb.rows,
-            "adc": steps * bitlines * xb.adc_energy_pj,
-            "dac": vectors * in_steps * rows * xb.dac_energy_pj,
-            "alu": steps * cols * hw.op("shift_add").energy_pj,
-        }
-        return steps * step_ns, steps, e
-
     def _record(self, o: Op, env, ev: Events) -> None:
+        """Charge an operation (:mod:`tvm_cim.hardware.cost`) and put it on the timeline."""
+        handler = self._RECORD.get(o.opcode)
+        if handler is None:
+            raise SimulationError(f"program '{self.prog.name}': no cost for meta-operator {o.kind}")
+        handler(self, o, ev)
+
+    def _record_write(self, o: Op, ev: Events) -> None:
+        xb = o["xb"]
+        dur, e = cost.write(self.hw, o["rows"].size, o["cols"].size, int(o.get("batch", 1)), self.wbits)
+        key = f"xb:{xb}"
+        deps = self._deps(key, Range(0, 1), write=True) + self._deps(o["src"].name, Range(0, self.M), write=False)
+        self._energy["write"] += e
+        i = ev.add(dur, (key,), deps, e, False, "CIM.write_xb")
+        self._mark(key, Range(0, 1), i, True)
+
+    def _record_read(self, o: Op, ev: Events) -> None:
         hw = self.hw
-        cyc = hw.cycle_ns
-        per_core = hw.core.crossbars
+        v = _vecs(o, self.M)
+        ents = self._entries(o)
+        vectors = v.size * int(self.prog.attr("batch", 1))
+        durs, energy = [], defaultdict(float)
+        for xb, rows, cols, _ in ents:
+            groups = 1 if o.opcode == "CIM.read_row" else -(-rows.size // hw.crossbar.rows_active)
+            d, e = cost.read(hw, rows.size, cols.size, vectors, groups, self.wbits, self.ibits, self.signed_input)
+            durs.append(d)
+            for k2, val in e.items():
+                energy[k2] += val
+        blk = o.get("block")
+        # row groups of one crossbar are sequential: they share the resource
         name = self.prog.name
-        M = self.M
-        v = _vecs(o, M)
-        if o.opcode == "CIM.write_xb":
-            xb = o["xb"]
-            batch = int(o.get("batch", 1))
-            rows, cols = o["rows"].size, o["cols"].size
-            dur = batch * rows * hw.crossbar.device.write_latency_ns
-            e = batch * rows * cols * hw.cols_per_weight(self.wbits) * hw.crossbar.device.write_energy_pj_per_cell
-            key = f"xb:{xb}"
-            deps = self._deps(key, Range(0, 1), write=True) + self._deps(o["src"].name, Range(0, M), write=False)
-            self._energy["write"] += e
-            i = ev.add(dur, (key,), deps, e, False, "CIM.write_xb")
-            self._mark(key, Range(0, 1), i, True)
-            return
-        if o.opcode.startswith("CIM.read"):
-            ents = self._entries(o)
-            vectors = v.size * int(self.prog.attr("batch", 1))
-            durs, energy = [], defaultdict(float)
-            for xb, rows, cols, _ in ents:
-                groups = 1 if o.opcode == "CIM.read_row" else -(-rows.size // hw.crossbar.rows_active)
-                d, _, e = self._read_cost(rows.size, cols.size, vectors, groups)
-                durs.append(d)
-                for k2, val in e.items():
-                    energy[k2] += val
-            blk = o.get("block")
-            # row groups of one crossbar are sequential: they share the resource
-            tag = f"vxb:{name}:{o['vxb']}" + (f":{blk.start}" if blk is not None else "")
-            src_key = f"{o['src'].name}@{o['vxb']}" + (f":{blk.start}" if blk is not None else "")
-            deps = self._deps(src_key, v, False) + self._deps(o["src"].name, v, False)
-            for xb, _, _, _ in ents:
-                deps += self._deps(f"xb:{xb}", Range(0, 1), write=False)
-            for k2, val in energy.items():
-                self._energy[k2] += val
-            i = ev.add(max(durs, default=0.0), (tag,), deps, float(sum(energy.values())), True, o.opcode)
-            for xb, _, _, _ in ents:
-                self._mark(f"xb:{xb}", Range(0, 1), i, False)
-            self._mark(o["dst"].name, v, i, True)
-            return
-        if o.opcode == "DMOV":
-            nbytes = int(o.get("bytes", 0))
-            sub = o.get("op")
-            if sub == "scatter":
-                cores = sorted({xb // per_core for xb, _, _, _ in self._entries(o)}) if "vxb" in dict(o.args) else [0]
-                bw = min(hw.chip.noc.link_bandwidth_bits, hw.core.local_buffer.bandwidth_bits)
-                dur = math.ceil(nbytes * 8 / bw) * cyc
-                e = nbytes * 8 * (hw.chip.noc.energy_pj_per_bit_hop + hw.core.local_buffer.write_energy_pj_per_bit
-                                  + hw.chip.global_buffer.read_energy_pj_per_bit)
-                src = o["src"].name
-                deps = self._deps(src, v, False)
-                self._energy["noc+buffer"] += e
-                i = ev.add(dur, tuple(f"link:{c}" for c in cores[:1]), deps, e, False, "DMOV.scatter")
-                blk = o.get("block")
-                self._mark(f"{src}@{o['vxb']}" + (f":{blk.start}" if blk is not None else ""), v, i, True)
-                return
-            buf = hw.chip.global_buffer
-            src = o["src"].name
-            if sub == "fetch":  # constant weights from off-chip memory into the global buffer
-                dur = math.ceil(nbytes * 8 / hw.chip.offchip_bandwidth_bits) * cyc
-                e = nbytes * 8 * (hw.chip.offchip_energy_pj_per_bit + buf.write_energy_pj_per_bit)
-                self._energy["offchip"] += e
-                i = ev.add(dur, ("offchip",), [], e, False, "DMOV.fetch")
-                self._mark(src, Range(0, M), i, True)
-                return
-            offchip = o.get("level") == "offchip"  # the working set does not fit the global buffer
-            bw = min(buf.bandwidth_bits, hw.chip.offchip_bandwidth_bits) if offchip else buf.bandwidth_bits
-            dur = math.ceil(nbytes * 8 / bw) * cyc
-            e = nbytes * 8 * (buf.read_energy_pj_per_bit + buf.write_energy_pj_per_bit)
+        tag = f"vxb:{name}:{o['vxb']}" + (f":{blk.start}" if blk is not None else "")
+        src_key = f"{o['src'].name}@{o['vxb']}" + (f":{blk.start}" if blk is not None else "")
+        deps = self._deps(src_key, v, False) + self._deps(o["src"].name, v, False)
+        for xb, _, _, _ in ents:
+            deps += self._deps(f"xb:{xb}", Range(0, 1), write=False)
+        for k2, val in energy.items():
+            self._energy[k2] += val
+        i = ev.add(max(durs, default=0.0), (tag,), deps, float(sum(energy.values())), True, o.opcode)
+        for xb, _, _, _ in ents:
+            self._mark(f"xb:{xb}", Range(0, 1), i, False)
+        self._mark(o["dst"].name, v, i, True)
+
+    def _record_dmov(self, o: Op, ev: Events) -> None:
+        hw = self.hw
+        v = _vecs(o, self.M)
+        nbytes = int(o.get("bytes", 0))
+        sub = o.get("op")
+        src = o["src"].name
+        if sub == "scatter":
+            cores = sorted({xb // hw.core.crossbars for xb, _, _, _ in self._entries(o)}) if "vxb" in dict(o.args) else [0]
+            dur, e = cost.scatter(hw, nbytes)
             self._energy["noc+buffer"] += e
-            if offchip:
-                e_off = nbytes * 8 * hw.chip.offchip_energy_pj_per_bit
-                self._energy["offchip"] += e_off
-                e += e_off
-            res = ("gbuf", "offchip") if offchip else ("gbuf",)
-            if sub == "load":
-                i = ev.add(dur, res, [], e, False, "DMOV.load")
-                f = o.get("frac", (0.0, 1.0))
-                ev.inputs.append((i, float(f[0]), float(f[1])))
-                self._mark(src, v, i, True)
-            else:  # store
-                deps = self._deps(src, v, False)
-                i = ev.add(dur, res, deps, e, False, "DMOV.store")
-                f = o.get("frac", (0.0, 1.0))
-                ev.outputs.append((i, float(f[0]), float(f[1])))
+            i = ev.add(dur, tuple(f"link:{c}" for c in cores[:1]), self._deps(src, v, False), e, False, "DMOV.scatter")
+            blk = o.get("block")
+            self._mark(f"{src}@{o['vxb']}" + (f":{blk.start}" if blk is not None else ""), v, i, True)
             return
-        # DCOM
+        if sub == "fetch":  # constant weights from off-chip memory into the global buffer
+            dur, e = cost.fetch(hw, nbytes)
+            self._energy["offchip"] += e
+            i = ev.add(dur, ("offchip",), [], e, False, "DMOV.fetch")
+            self._mark(src, Range(0, self.M), i, True)
+            return
+        offchip = o.get("level") == "offchip"  # the working set does not fit the global buffer
+        dur, energy = cost.load_store(hw, nbytes, offchip)
+        for k2, val in energy.items():
+            self._energy[k2] += val
+        e = float(sum(energy.values()))
+        res = ("gbuf", "offchip") if offchip else ("gbuf",)
+        f = o.get("frac", (0.0, 1.0))
+        if sub == "load":
+            i = ev.add(dur, res, [], e, False, "DMOV.load")
+            ev.inputs.append((i, float(f[0]), float(f[1])))
+            self._mark(src, v, i, True)
+        else:  # store
+            i = ev.add(dur, res, self._deps(src, v, False), e, False, "DMOV.store")
+            ev.outputs.append((i, float(f[0]), float(f[1])))
+
+    def _record_dcom(self, o: Op, ev: Events) -> None:
+        v = _vecs(o, self.M)
         sub = o.get("op")
         dst = o.get("dst")
-        src = o.get("src")
-        elements = int(o.get("elements", 0))
         core = o.get("core")
-        if core is not None:
-            alu, res = hw.core.alu, (f"alu:{core}",)
-        else:
-            alu, res = hw.chip.alu, ("chipalu",)
-        cost_name = {"reduce": "add", "dequantize": "mul"}.get(sub, sub)
-        per = hw.ops.get(cost_name)
-        lat = per.latency_cycles if per else 1.0
-        dur = math.ceil(elements / alu.ops_per_cycle) * lat * cyc if elements else 0.0
-        e = elements * (per.energy_pj if per else alu.energy_pj_per_op)
+        elements = int(o.get("elements", 0))
+        dur, e = cost.alu(self.hw, sub, elements, core_level=core is not None)
+        res = (f"alu:{core}",) if core is not None else ("chipalu",)
         self._energy["alu"] += e
         deps = []
         rng_in = v if sub not in ("layout", "colsum") else Range(0, 1 << 60)
@@ -595,5 +548,18 @@ class Chip:
                 deps += self._deps(val.name, rng_in, False)
         i = ev.add(dur, res if dur else (), deps, e, False, o.kind)
         if dst is not None:
-            self._mark(dst.name, v if sub not in ("layout", "colsum", "zeros", "reshape") or o.get("vecs") else Range(0, 1 << 60), i, True)
+            whole = sub in ("layout", "colsum", "zeros", "reshape") and not o.get("vecs")
+            self._mark(dst.name, Range(0, 1 << 60) if whole else v, i, True)
 
+    def _record_bind(self, o: Op, ev: Events) -> None:
+        return
+
+    _RECORD = {
+        "CIM.write_xb": _record_write,
+        "CIM.read_xb": _record_read,
+        "CIM.read_core": _record_read,
+        "CIM.read_row": _record_read,
+        "CIM.bind_vxb": _record_bind,
+        "DMOV": _record_dmov,
+        "DCOM": _record_dcom,
+    }

@@ -27,6 +27,10 @@ Available models (see :data:`MODELS`):
 ``llama_layer``
     One LLaMA decoder layer (Touvron et al. 2023): RMSNorm, rotary position
     embedding, causal self-attention and a SwiGLU feed-forward network.
+``gpt_decode``, ``llama_decode``
+    One decoder layer processing one new token per sequence against a KV
+    cache given as graph inputs (``k_cache`` already transposed), for
+    bank-level PIM experiments (:func:`decode_layer`).
 
 Weight initialisation
 ---------------------
@@ -62,7 +66,7 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 __all__ = [
     "MODELS",
@@ -926,6 +930,143 @@ def llama_layer(seed: int = 0, batch: int = 1, seq_len: int = 128, hidden: int =
 
 
 # ---------------------------------------------------------------------------
+# Decode steps (one new token against a KV cache), for bank-level PIM
+# ---------------------------------------------------------------------------
+def decode_layer(batch: int = 1, ctx: int = 128, hidden: int = 512, heads: int = 4, ffn: int = 2048,
+                 arch: str = "gpt", seed: int = 0):
+    """One decoder layer for one new token (ONNX ModelProto).
+
+    Parameters
+    ----------
+    batch, ctx, hidden, heads, ffn : int
+        Sequences, cached tokens, hidden size, heads, MLP width.
+    arch : {'gpt', 'llama'}
+    seed : int
+        Seed of the weights.
+
+    Returns
+    -------
+    onnx.ModelProto
+        Inputs ``x`` (B, 1, hidden), ``k_cache``, ``v_cache``; outputs ``y``,
+        ``k_new``, ``v_new``.
+    """
+    for k, v in dict(batch=batch, ctx=ctx, hidden=hidden, heads=heads, ffn=ffn).items():
+        if not isinstance(v, int) or v <= 0:
+            raise ValueError(f"decode_layer: {k} must be a positive integer, got {v!r}")
+    if hidden % heads:
+        raise ValueError(f"decode_layer: hidden ({hidden}) must be divisible by heads ({heads})")
+    if arch not in ("gpt", "llama"):
+        raise ValueError(f"decode_layer: arch must be 'gpt' or 'llama', got {arch!r}")
+    D = hidden // heads
+    rng = np.random.default_rng(seed)
+    inits, nodes = [], []
+    cnt = [0]
+
+    def w(name, shape, std):
+        a = (rng.standard_normal(shape) * std).astype(np.float32)
+        inits.append(numpy_helper.from_array(a, name))
+        return name
+
+    def c(value, dtype=np.float32):
+        cnt[0] += 1
+        name = f"const.{cnt[0]}"
+        inits.append(numpy_helper.from_array(np.asarray(value, dtype=dtype), name))
+        return name
+
+    def op(t, ins, **attrs):
+        cnt[0] += 1
+        out = f"t{cnt[0]}"
+        nodes.append(helper.make_node(t, ins, [out], name=f"{t}_{cnt[0]}", **attrs))
+        return out
+
+    def norm(x, name):
+        if arch == "gpt":
+            return op("LayerNormalization", [x, c(np.ones(hidden)), c(np.zeros(hidden))], axis=-1, epsilon=1e-5)
+        sq = op("Mul", [x, x])
+        ms = op("ReduceMean", [sq], axes=[-1], keepdims=1)
+        r = op("Sqrt", [op("Add", [ms, c(1e-6)])])
+        return op("Mul", [op("Div", [x, r]), c(np.ones(hidden))])
+
+    std = 0.02
+    h = norm("x", "ln1")
+    qkv = op("MatMul", [h, w("w_qkv", (hidden, 3 * hidden), std)])
+    q, kn, vn = (op("Slice", [qkv, c([i * hidden], np.int64), c([(i + 1) * hidden], np.int64), c([-1], np.int64)]) for i in range(3))
+    nodes.append(helper.make_node("Identity", [kn], ["k_new"]))
+    nodes.append(helper.make_node("Identity", [vn], ["v_new"]))
+    qh = op("Transpose", [op("Reshape", [q, c([batch, 1, heads, D], np.int64)])], perm=[0, 2, 1, 3])
+    s = op("MatMul", [qh, "k_cache"])
+    s = op("Mul", [s, c(1.0 / math.sqrt(D))])
+    p = op("Softmax", [s], axis=-1)
+    o = op("MatMul", [p, "v_cache"])
+    o = op("Reshape", [op("Transpose", [o], perm=[0, 2, 1, 3]), c([batch, 1, hidden], np.int64)])
+    o = op("MatMul", [o, w("w_o", (hidden, hidden), std)])
+    x1 = op("Add", ["x", o])
+    h2 = norm(x1, "ln2")
+    if arch == "gpt":
+        u = op("MatMul", [h2, w("w_fc1", (hidden, ffn), std)])
+        u = op("Mul", [u, op("Sigmoid", [op("Mul", [u, c(1.702)])])])  # GELU (sigmoid approximation)
+    else:
+        g = op("MatMul", [h2, w("w_gate", (hidden, ffn), std)])
+        up = op("MatMul", [h2, w("w_up", (hidden, ffn), std)])
+        u = op("Mul", [op("Mul", [g, op("Sigmoid", [g])]), up])
+    d = op("MatMul", [u, w("w_fc2", (ffn, hidden), std)])
+    nodes.append(helper.make_node("Add", [x1, d], ["y"]))
+    graph = helper.make_graph(
+        nodes,
+        f"{arch}_decode_layer",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 1, hidden]),
+            helper.make_tensor_value_info("k_cache", TensorProto.FLOAT, [batch, heads, D, ctx]),
+            helper.make_tensor_value_info("v_cache", TensorProto.FLOAT, [batch, heads, ctx, D]),
+        ],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 1, hidden]),
+            helper.make_tensor_value_info("k_new", TensorProto.FLOAT, [batch, 1, hidden]),
+            helper.make_tensor_value_info("v_new", TensorProto.FLOAT, [batch, 1, hidden]),
+        ],
+        inits,
+    )
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.checker.check_model(m)
+    return m
+
+
+def gpt_decode(seed: int = 0, **kwargs: Any) -> onnx.ModelProto:
+    """One GPT-3 style (LayerNorm, GELU MLP) decoder layer for one new token against a KV cache.
+
+    Parameters
+    ----------
+    seed : int
+        Seed of the weights.
+    **kwargs
+        ``batch``, ``ctx``, ``hidden``, ``heads``, ``ffn`` (see :func:`decode_layer`).
+
+    Returns
+    -------
+    onnx.ModelProto
+    """
+    return decode_layer(arch="gpt", seed=seed, **kwargs)
+
+
+def llama_decode(seed: int = 0, **kwargs: Any) -> onnx.ModelProto:
+    """One LLaMA style (RMSNorm, SwiGLU MLP) decoder layer for one new token against a KV cache.
+
+    Parameters
+    ----------
+    seed : int
+        Seed of the weights.
+    **kwargs
+        ``batch``, ``ctx``, ``hidden``, ``heads``, ``ffn`` (see :func:`decode_layer`).
+
+    Returns
+    -------
+    onnx.ModelProto
+    """
+    return decode_layer(arch="llama", seed=seed, **kwargs)
+
+
+# ---------------------------------------------------------------------------
 # Public API
 # ---------------------------------------------------------------------------
 #: Registry of model builders, ``name -> builder(seed=..., batch=..., **size_knobs)``.
@@ -939,6 +1080,8 @@ MODELS: dict[str, Callable[..., onnx.ModelProto]] = {
     "vit_base": vit_base,
     "bert_layer": bert_layer,
     "llama_layer": llama_layer,
+    "gpt_decode": gpt_decode,
+    "llama_decode": llama_decode,
 }
 
 

@@ -1,7 +1,8 @@
-"""Meta-operator programs: the format between the CIM compiler and the simulator.
+"""Text form of meta-operator programs and networks: printer and parser.
 
 A program is what one offloaded region compiles to.  Its operations use the
-meta-operator vocabulary of CIM-MLC (paper 003, Fig. 10-16):
+meta-operator vocabulary of CIM-MLC (paper 003, Fig. 10-16; the typed
+definitions are in :mod:`tvm_cim.program.ops`):
 
 ``CIM.write_xb``  program a weight tile into a crossbar
 ``CIM.read_xb``   bit-serial MVM on one crossbar (crossbar computing mode)
@@ -9,6 +10,7 @@ meta-operator vocabulary of CIM-MLC (paper 003, Fig. 10-16):
 ``CIM.read_row``  MVM on a group of wordlines of a crossbar (wordline mode)
 ``DMOV``          data movement between buffer levels
 ``DCOM``          digital computation on an ALU (quantise, im2col, add, ...)
+``CM.switch``     switch arrays between compute and memory mode (CMSwitch)
 ``parallel{}``    a block whose operations run concurrently
 
 The text form is meant to be read by people.  Example::
@@ -29,143 +31,30 @@ The text form is meant to be read by people.  Example::
       }
     }
 
+A network lists the segments of a model, their order and what runs between
+them::
+
+    network "m1a2b3c4" {
+      attr hw = "dynaplasia"
+      segment 0 {
+        region "m1a2b3c4.r000_conv2d"
+      }
+      segment 1 {
+        CM.switch(type="TOM", xbs=(40, 41))
+        region "m1a2b3c4.r001_conv2d"
+      }
+    }
+
 :func:`print_program` and :func:`parse_program` round-trip exactly:
-``parse_program(print_program(p)) == p``.
+``parse_program(print_program(p)) == p``; so do :func:`print_network` and
+:func:`parse_network`.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Union
 
-# --------------------------------------------------------------------------- values
-
-
-@dataclass(frozen=True)
-class Ref:
-    """A reference to a named tensor of the program (``%name``)."""
-
-    name: str
-
-    def __str__(self) -> str:
-        return f"%{self.name}"
-
-
-@dataclass(frozen=True)
-class Range:
-    """A half-open integer range ``start:stop``."""
-
-    start: int
-    stop: int
-
-    @property
-    def size(self) -> int:
-        return self.stop - self.start
-
-    def slice(self) -> slice:
-        return slice(self.start, self.stop)
-
-    def __str__(self) -> str:
-        return f"{self.start}:{self.stop}"
-
-
-Value = Union[int, float, str, bool, Ref, Range, tuple]
-
-
-@dataclass(frozen=True)
-class Op:
-    """One meta-operator: an opcode and keyword arguments (kept in order)."""
-
-    opcode: str
-    args: tuple[tuple[str, Value], ...] = ()
-
-    def __getitem__(self, key: str) -> Value:
-        for k, v in self.args:
-            if k == key:
-                return v
-        raise KeyError(f"{self.opcode} has no argument '{key}'")
-
-    def get(self, key: str, default=None):
-        for k, v in self.args:
-            if k == key:
-                return v
-        return default
-
-    @property
-    def kind(self) -> str:
-        """The meta-operator name, with DCOM's sub-operation: ``DCOM.add``."""
-        if self.opcode in ("DCOM", "DMOV"):
-            sub = self.get("op")
-            return f"{self.opcode}.{sub}" if sub else self.opcode
-        return self.opcode
-
-
-def op(opcode: str, **kwargs) -> Op:
-    """Build an :class:`Op` from keyword arguments (order preserved)."""
-    return Op(opcode, tuple(kwargs.items()))
-
-
-@dataclass(frozen=True)
-class Parallel:
-    """A ``parallel { ... }`` block: its statements run concurrently."""
-
-    body: tuple["Stmt", ...]
-
-
-Stmt = Union[Op, Parallel]
-
-
-@dataclass(frozen=True)
-class Decl:
-    """Declaration of an external tensor: an input, a constant or the output."""
-
-    role: str  # "input" | "const" | "output"
-    name: str
-    dtype: str
-    shape: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class Program:
-    """A meta-operator program for one offloaded region."""
-
-    name: str
-    attrs: tuple[tuple[str, Value], ...] = ()
-    decls: tuple[Decl, ...] = ()
-    setup: tuple[Stmt, ...] = ()
-    run: tuple[Stmt, ...] = ()
-
-    def attr(self, key: str, default=None):
-        for k, v in self.attrs:
-            if k == key:
-                return v
-        return default
-
-    def decl(self, role: str) -> list[Decl]:
-        return [d for d in self.decls if d.role == role]
-
-    def ops(self, section: str = "all"):
-        """Iterate over every :class:`Op`, flattening parallel blocks."""
-        sections = {"setup": [self.setup], "run": [self.run], "all": [self.setup, self.run]}[section]
-
-        def walk(stmts):
-            for s in stmts:
-                if isinstance(s, Parallel):
-                    yield from walk(s.body)
-                else:
-                    yield s
-
-        for sec in sections:
-            yield from walk(sec)
-
-    def count_ops(self) -> dict[str, int]:
-        """Number of meta-operators of each kind (``DCOM`` split by sub-op)."""
-        counts: dict[str, int] = {}
-        for o in self.ops():
-            counts[o.kind] = counts.get(o.kind, 0) + 1
-        return counts
-
+from .ir import Decl, Network, Op, Parallel, Program, Range, Ref, Segment, Stmt, Value
 
 # --------------------------------------------------------------------------- printer
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
@@ -213,6 +102,21 @@ def print_program(p: Program) -> str:
     for sec in ("setup", "run"):
         out.append(f"  {sec} {{")
         _print_stmts(getattr(p, sec), 2, out)
+        out.append("  }")
+    out.append("}")
+    return "\n".join(out) + "\n"
+
+
+def print_network(n: Network) -> str:
+    """Render a network as text (inverse of :func:`parse_network`)."""
+    out = [f"network {_fmt(n.name)} {{"]
+    for k, v in n.attrs:
+        out.append(f"  attr {k} = {_fmt(v)}")
+    for seg in n.segments:
+        out.append(f"  segment {seg.index} {{")
+        _print_stmts(seg.prologue, 2, out)
+        for r in seg.regions:
+            out.append(f"    region {_fmt(r)}")
         out.append("  }")
     out.append("}")
     return "\n".join(out) + "\n"
@@ -361,6 +265,56 @@ class _Parser:
         return Program(name, tuple(attrs), tuple(decls), sections["setup"], sections["run"])
 
 
+    def network(self) -> Network:
+        self.expect("network")
+        name = self.value()
+        if not isinstance(name, str):
+            raise ProgramSyntaxError("network name must be a quoted string")
+        self.expect("{")
+        attrs, segments = [], []
+        while self.peek()[1] != "}":
+            k, v, line = self.peek()
+            if v == "attr":
+                self.next()
+                key = self.expect(kind="ident")
+                self.expect("=")
+                attrs.append((key, self.value()))
+            elif v == "segment":
+                self.next()
+                index = int(self.expect(kind="num"))
+                self.expect("{")
+                prologue, regions = [], []
+                while self.peek()[1] != "}":
+                    if self.peek()[0] == "eof":
+                        raise ProgramSyntaxError("unexpected end of text: missing '}'")
+                    if self.peek()[1] == "region":
+                        self.next()
+                        r = self.value()
+                        if not isinstance(r, str):
+                            raise ProgramSyntaxError(f"line {line}: region name must be a quoted string")
+                        regions.append(r)
+                    elif self.peek()[1] == "parallel" and self.peek(1)[1] == "{":
+                        self.next()
+                        prologue.append(Parallel(self.stmts()))
+                    else:
+                        prologue.append(self.op())
+                self.expect("}")
+                segments.append(Segment(index, tuple(prologue), tuple(regions)))
+            else:
+                raise ProgramSyntaxError(f"line {line}: unexpected {v or 'end of text'!r} in network body")
+        self.expect("}")
+        return Network(name, tuple(attrs), tuple(segments))
+
+
+def parse_network(text: str) -> Network:
+    """Parse the text form of a network (inverse of :func:`print_network`)."""
+    p = _Parser(text)
+    net = p.network()
+    if p.peek()[0] != "eof":
+        raise ProgramSyntaxError(f"line {p.peek()[2]}: text after the end of the network")
+    return net
+
+
 def parse_program(text: str) -> Program:
     """Parse the text form of a program (inverse of :func:`print_program`)."""
     p = _Parser(text)
@@ -371,9 +325,17 @@ def parse_program(text: str) -> Program:
 
 
 def parse_programs(text: str) -> list[Program]:
-    """Parse several programs written one after another (``--emit`` files)."""
+    """Parse the programs of a text that holds several (``--emit`` files; a network in it is skipped)."""
+    return parse_emitted(text)[1]
+
+
+def parse_emitted(text: str) -> tuple[Network | None, list[Program]]:
+    """Parse what ``--emit`` writes: an optional network, then the programs."""
     p = _Parser(text)
-    progs = []
+    net, progs = None, []
     while p.peek()[0] != "eof":
-        progs.append(p.program())
-    return progs
+        if p.peek()[1] == "network":
+            net = p.network()
+        else:
+            progs.append(p.program())
+    return net, progs

@@ -1,4 +1,4 @@
-"""``cim -hw=<preset|file>`` and ``pim -hw=<preset|file>`` as TVM targets.
+"""``cim -hw=<preset|file>`` and ``pim -hw=<preset|file>`` as TVM targets, and their Relax pipelines.
 
 TVM 0.27 cannot register target kinds from Python and no longer parses
 CLI-style target strings, but any string can be a *tag*.  Each hardware
@@ -8,13 +8,21 @@ attribute names the hardware, so host code still builds with LLVM.
 
 A user's own file (``"cim -hw=./my_chip.toml"``) is validated and registered
 on first use: :class:`tvm.target.Target` is wrapped so that an unregistered
-``cim``/``pim`` string is resolved before TVM parses it, and an unknown
+``cim``/``pim`` string is resolved before TVM parses it (TVM offers no other
+hook: tags must exist before ``Target(str)`` parses them), and an unknown
 preset fails at once with the list of known ones.
 
-``relax.build`` runs ``relax.pipeline.PIPELINE_MAP["default"]`` inside
-``with target:`` for CPU-kind targets; that entry is wrapped so that a target
-whose keys contain a registered accelerator key first runs the accelerator's
-offload pass, and every other target runs TVM's pipeline unchanged.
+Pipelines.  Each backend registers its pipeline (a pass run before TVM's own)
+with :func:`register_backend`, and it becomes a named Relax pipeline
+(``relax.build(mod, target, relax_pipeline="cim")``, through
+``relax.register_pipeline``).  TVM chooses a target-specific pipeline only
+for GPU targets; for every other target ``relax.build`` runs a *named*
+pipeline (``"default"`` unless told otherwise) inside ``with target:``.  So
+that a plain ``relax.build(mod, target="cim -hw=prime")`` never silently
+produces a CPU-only program, every named pipeline of ``relax.pipeline.PIPELINE_MAP``
+is wrapped to run the backend's pipeline first when the target in scope has
+the backend's key; other targets run TVM's pipelines unchanged.  A pipeline
+given as a ``Pass`` object is the user's own composition and runs as given.
 """
 
 from __future__ import annotations
@@ -25,12 +33,14 @@ from typing import Callable
 import tvm
 from tvm import relax
 
-from .hardware import loader
+from . import hardware as loader
 
 _TARGET_RE = re.compile(r"^\s*(cim|pim)\s+-hw=(\S+)\s*$")
 _REGISTERED: set[str] = set()
-# accelerator key -> factory of the offload pass run before TVM's default pipeline
-_OFFLOAD: dict[str, Callable[[], tvm.transform.Pass]] = {}
+# backend key -> factory of the pipeline run before TVM's for its targets
+_BACKENDS: dict[str, Callable[[], tvm.transform.Pass]] = {}
+# TVM's own named pipelines, before wrapping
+_TVM_PIPELINES: dict[str, Callable] = {}
 
 
 def target_string(kind: str, hw: str) -> str:
@@ -55,7 +65,7 @@ def register_hardware(kind: str, name_or_path: str) -> str:
     Raises
     ------
     UnknownHardwareError, HardwareDescriptionError
-        See :func:`tvm_cim.hardware.loader.load`.
+        See :func:`tvm_cim.common.hardware.load`.
     """
     tag = target_string(kind, name_or_path)
     if tag in _REGISTERED:
@@ -122,37 +132,56 @@ def offload_pass(name: str, kind: str, hw, offload: Callable) -> tvm.transform.P
     return _pass
 
 
-def register_offload(key: str, factory: Callable[[], tvm.transform.Pass]) -> None:
-    """Run ``factory()`` before TVM's default pipeline for targets with ``key``."""
-    _OFFLOAD[key] = factory
+def register_backend(key: str, pipeline: Callable[[], tvm.transform.Pass]) -> None:
+    """Run ``pipeline()`` before TVM's pipeline for targets with ``key``; also name it a Relax pipeline.
+
+    Parameters
+    ----------
+    key : str
+        The target key (``cim`` or ``pim``).
+    pipeline : callable
+        Returns the backend's pass (it reads the hardware from the target in scope).
+    """
+    _BACKENDS[key] = pipeline
+    if key not in relax.pipeline.PIPELINE_MAP:
+
+        def _named(**kwargs):
+            return tvm.transform.Sequential([pipeline(), _TVM_PIPELINES["default"](**kwargs)], name=f"{key}_pipeline")
+
+        relax.register_pipeline(key)(_named)
 
 
-_base_default = relax.pipeline.PIPELINE_MAP["default"]
+def _dispatching(base_factory):
+    """A named pipeline that first runs the backend pipeline of the target in scope."""
 
+    def factory(*args, **kwargs):
+        base = base_factory(*args, **kwargs)
 
-def _dispatching_default(*args, **kwargs):
-    base = _base_default(*args, **kwargs)
+        @tvm.transform.module_pass(opt_level=0, name="InMemoryComputingDispatch")
+        def _pipeline(mod: tvm.IRModule, ctx) -> tvm.IRModule:
+            target = tvm.target.Target.current(allow_none=True)
+            if target is not None:
+                for key, backend in _BACKENDS.items():
+                    if key in target.keys:
+                        mod = backend()(mod)
+                        break
+            return base(mod)
 
-    @tvm.transform.module_pass(opt_level=0, name="InMemoryComputingDispatch")
-    def _pipeline(mod: tvm.IRModule, ctx) -> tvm.IRModule:
-        target = tvm.target.Target.current(allow_none=True)
-        if target is not None:
-            for key, factory in _OFFLOAD.items():
-                if key in target.keys:
-                    mod = factory()(mod)
-                    break
-        return base(mod)
+        return _pipeline
 
-    return _pipeline
+    factory.__wrapped__ = base_factory
+    return factory
 
 
 def install() -> None:
-    """Install the target hook, the pipeline dispatch and the preset tags (idempotent)."""
+    """Install the target hook and wrap TVM's named pipelines (idempotent)."""
     if tvm.target.Target.__init__ is not _target_init:
         tvm.target.Target.__init__ = _target_init
-    if relax.pipeline.PIPELINE_MAP["default"] is not _dispatching_default:
-        relax.pipeline.PIPELINE_MAP["default"] = _dispatching_default
-        relax.pipeline.PIPELINE_MAP["default_build"] = _dispatching_default
+    for name, f in list(relax.pipeline.PIPELINE_MAP.items()):
+        if name in _BACKENDS or getattr(f, "__wrapped__", None) is not None:
+            continue
+        _TVM_PIPELINES.setdefault(name, f)
+        relax.pipeline.PIPELINE_MAP[name] = _dispatching(f)
 
 
 def register_presets(kind: str) -> list[str]:

@@ -1,0 +1,1 @@
+"""Hardware presets: one TOML file per chip or device (package data ``tvm_cim.targets``)."""

@@ -1,0 +1,91 @@
+"""Report plumbing both backends share: comparison with a reference, units, output files.
+
+The report itself (what a run measured) is built by each backend
+(:mod:`tvm_cim.report`, :mod:`tvm_pim.report`); this module compares outputs
+with TVM's float ``llvm`` build, formats quantities and writes the report's
+JSON, the outputs and the terminal summary.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+from pathlib import Path
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from .onnx_io import outputs_list
+
+
+def compare(outputs: list[np.ndarray], reference: list[np.ndarray]) -> dict:
+    """Max absolute error and cosine similarity of outputs against a reference."""
+    a = np.concatenate([np.asarray(o, np.float64).ravel() for o in outputs])
+    b = np.concatenate([np.asarray(r, np.float64).ravel() for r in reference])
+    denom = float(np.linalg.norm(a) * np.linalg.norm(b))
+    cos = float(a @ b / denom) if denom > 0 else (1.0 if np.array_equal(a, b) else 0.0)
+    return {
+        "max_abs_err": float(np.abs(a - b).max(initial=0.0)),
+        "cosine": cos,
+        "ref_max_abs": float(np.abs(b).max(initial=0.0)),
+    }
+
+
+def run_vm(ex, inputs: dict[str, np.ndarray], order: list[str]) -> list[np.ndarray]:
+    """Run an executable's ``main`` on named inputs (in graph order); outputs flattened."""
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    return outputs_list(vm["main"](*[tvm.runtime.tensor(inputs[k]) for k in order]))
+
+
+def reference_outputs(mod: tvm.IRModule, inputs: dict[str, np.ndarray], order: list[str]) -> list[np.ndarray]:
+    """The float reference: TVM's ``llvm`` build of the same Relax module."""
+    return run_vm(relax.build(mod, target="llvm"), inputs, order)
+
+
+def si(v: float, unit: str) -> str:
+    """A quantity with an SI prefix and three significant digits (``1.57 ms``)."""
+    for f, p in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1, ""), (1e-3, "m"), (1e-6, "u"), (1e-9, "n")):
+        if abs(v) >= f:
+            return f"{v / f:.3g} {p}{unit}"
+    return f"{v:.3g} {unit}"
+
+
+def write_json(rep: dict, path: str | Path) -> None:
+    """Write a report as indented JSON."""
+    Path(path).write_text(json.dumps(rep, indent=2))
+
+
+def finish_run(rep: dict, summary, args, model, outs: list, emitted: str) -> int:
+    """Print the summary of a run, write its JSON report, outputs and emitted code paths.
+
+    Parameters
+    ----------
+    rep : dict
+        The report (``peak_rss_mb`` is added).
+    summary : callable
+        ``rep -> str``, the terminal summary.
+    args : argparse.Namespace
+        With ``report``, ``outputs`` and ``emit``.
+    model : onnx.ModelProto
+        For the output names.
+    outs : list of numpy.ndarray
+    emitted : str
+        What ``--emit`` wrote (``program`` or ``streams``).
+
+    Returns
+    -------
+    int
+        0.
+    """
+    rep["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(summary(rep))
+    if args.report:
+        write_json(rep, args.report)
+        print(f"report        {args.report}")
+    if args.outputs:
+        np.savez(args.outputs, **{o.name: a for o, a in zip(model.graph.output, outs)})
+        print(f"outputs       {args.outputs}")
+    if getattr(args, "emit", None):
+        print(f"{emitted:13s} {args.emit}")
+    return 0

@@ -1,0 +1,451 @@
+"""The fast estimate: latency and energy of regions and graphs, from the chunk plan and the cost primitives.
+
+What the optimisers minimise.  It applies the per-operation cost primitives
+of :mod:`tvm_cim.hardware.cost` (the ones the simulator charges) to the
+chunks of :mod:`tvm_cim.compiler.plan` (the ones the code generator emits),
+aggregated per shared resource with max-plus recurrences instead of an event
+timeline:
+
+* every chunk's input is loaded through the shared global-buffer port and
+  quantised / unfolded by the chip ALU, in program order;
+* it is scattered to its replica's core and read there; a replica reads its
+  chunks one after another;
+* post-processing on the replica's core ALU and the store follow the read;
+* a region lasts until its last chunk is stored, and at least as long as
+  the global-buffer port and the chip ALU are busy.
+
+:meth:`Estimator.graph_ns` stitches regions with the inter-layer pipeline and
+segments; :meth:`Estimator.linear_terms` exposes the region cost in the
+form mixed-integer programs need (linear in replicas).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..hardware import cost
+from ..hardware.schema import CIMHardware
+from . import plan as P
+from .mapping import tile_matrix
+from .region import CONV2D, DMATMUL, Region
+
+
+def maxplus(ready: np.ndarray, work: np.ndarray, axis: int = 0) -> np.ndarray:
+    """Finish times of jobs served in order by one unit: ``f[i] = max(f[i-1], ready[i]) + work[i]``."""
+    w = np.cumsum(work, axis=axis)
+    return np.maximum.accumulate(ready - (w - work), axis=axis) + w
+
+
+def range_max(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """``max(values[lo[i]:hi[i]])`` for every ``i`` (sparse table, vectorised; ranges non-empty)."""
+    table = [np.asarray(values, dtype=float)]
+    span = 1
+    while 2 * span <= len(values):
+        prev = table[-1]
+        table.append(np.maximum(prev[:-span], prev[span:]))
+        span *= 2
+    length = np.maximum(hi - lo, 1)
+    level = np.floor(np.log2(length)).astype(np.int64)
+    out = np.empty(len(lo))
+    for lv in np.unique(level):
+        sel = level == lv
+        t = table[lv]
+        out[sel] = np.maximum(t[lo[sel]], t[hi[sel] - (1 << lv)])
+    return out
+
+
+@dataclass(frozen=True)
+class LinearTerms:
+    """A region's cost in the form an MIP takes: ``latency ~ fixed_ns + max(serial_ns, parallel_ns / replicas)``.
+
+    Attributes
+    ----------
+    fixed_ns : float
+        Work that does not shrink with replicas and does not overlap the reads:
+        writing run-time weights, the last chunk's post-processing and store.
+    serial_ns : float
+        Work on units every replica shares (global-buffer port, chip ALU).
+    parallel_ns : float
+        Work split among replicas (crossbar reads, scatters, core post-processing).
+    tiles : int
+        Crossbars one replica occupies.
+    energy_pj : float
+        Dynamic energy of one inference (does not depend on replicas).
+    """
+
+    fixed_ns: float
+    serial_ns: float
+    parallel_ns: float
+    tiles: int
+    energy_pj: float
+
+    def latency_ns(self, replicas):
+        """The linearised latency at ``replicas`` copies (works on arrays)."""
+        return self.fixed_ns + np.maximum(self.serial_ns, self.parallel_ns / np.asarray(replicas, dtype=float))
+
+
+class Estimator:
+    """Fast analytical latency (and energy) of regions under a plan.
+
+    Parameters
+    ----------
+    hw : CIMHardware
+    wbits, ibits : int
+        Quantised precision.
+    mvm_pipeline : bool
+        Whether row blocks of a replica start as their own input slices arrive.
+    """
+
+    def __init__(self, hw: CIMHardware, wbits: int, ibits: int, mvm_pipeline: bool = False):
+        self.hw, self.wbits, self.ibits = hw, wbits, ibits
+        self.mvm_pipeline = mvm_pipeline
+        self.xbs_per_core = hw.core.crossbars
+        self._tile_bytes: dict = {}
+        self._tiles: dict = {}
+
+    def logical_cols(self) -> int:
+        return self.hw.logical_cols(self.wbits)
+
+    def tiles(self, r: Region, tile_rows: int) -> int:
+        """Crossbar tiles of one copy of a region's weights (all-zero tiles of grouped convolutions skipped)."""
+        key = (r.name, tile_rows)
+        t = self._tiles.get(key)
+        if t is None:
+            m, k, n = r.mkn
+            if r.kind == CONV2D and r.conv.get("groups", 1) > 1 and r.w_int is not None:
+                t = len(tile_matrix(k, n, self.hw, r.w_int, tile_rows=tile_rows))
+            else:
+                t = math.ceil(k / tile_rows) * math.ceil(n / self.logical_cols())
+            self._tiles[key] = t
+        return t
+
+    def plan_cores(self, r: Region, tile_rows: int) -> int:
+        """Cores one replica spans."""
+        return max(1, math.ceil(self.tiles(r, tile_rows) / self.xbs_per_core))
+
+    def fetch_ns(self, r: Region, tile_rows: int, passes: int = 1) -> np.ndarray:
+        """Time to bring each pass's weight tiles (one copy) over the off-chip interface.
+
+        Zero for a ``dmatmul``, whose weights are computed on chip.
+        """
+        if r.kind == DMATMUL:
+            return np.zeros(passes)
+        key = (r.name, tile_rows)
+        b = self._tile_bytes.get(key)
+        if b is None:  # the tiles the mapper places (all-zero tiles of grouped convolutions skipped)
+            _, k, n = r.mkn
+            grouped = r.kind == CONV2D and r.conv.get("groups", 1) > 1
+            ts = tile_matrix(k, n, self.hw, r.w_int if grouped else None, tile_rows=tile_rows)
+            b = self._tile_bytes[key] = P.tile_bytes(ts, self.wbits)
+        cap = self.hw.total_crossbars
+        per_pass = np.array([b[p * cap:(p + 1) * cap].sum() for p in range(passes)])
+        return cost.fetch(self.hw, per_pass)[0]
+
+    def mvm_ns(self, r: Region, tile_rows: int, rows: int | None = None) -> float:
+        """One input vector through one replica (its tiles work in parallel).
+
+        ``rows``: the tallest tile read (``tile_rows`` unless only a last, shorter row block is).
+        """
+        m, k, n = r.mkn
+        driven = min(tile_rows if rows is None else rows, k)
+        return cost.mvm_ns(self.hw, driven, min(self.logical_cols(), n), self.wbits, self.ibits, bool(r.x_signed))
+
+    def write_ns(self, r: Region, tile_rows: int) -> float:
+        """Programming one replica's crossbars (rows serially, crossbars in parallel)."""
+        return cost.write(self.hw, min(tile_rows, r.mkn[1]), 0, r.batch, self.wbits)[0]
+
+    def region_ns(self, r: Region, replicas: int, tile_rows: int, resident: bool = True, passes: int = 1) -> float:
+        """Analytical latency of one region with ``replicas`` copies, inputs ready at time 0."""
+        fin, busy = self.chunk_finish(r, replicas, tile_rows, resident, passes)
+        return max(float(np.max(fin)), *busy)
+
+    def chunks(self, r: Region, replicas: int) -> P.Chunks:
+        """The chunks the code generator emits (:func:`tvm_cim.compiler.plan.chunks`)."""
+        return P.chunks(r, replicas, self.hw, self.wbits, self.ibits)
+
+    # ------------------------------------------------------------------ per-chunk work
+    def _chunk_work(self, r: Region, ch: P.Chunks, tile_rows: int):
+        """What every chunk costs on each unit, from the cost primitives."""
+        hw = self.hw
+        m, k, n = r.mkn
+        bt = r.batch
+        off = ch.level == "offchip"
+        size = ch.size
+        row_blocks = math.ceil(k / tile_rows)
+        load = cost.load_store(hw, ch.load_bytes, off)[0]
+        prep = cost.alu(hw, "quantize", ch.quant_elems, core_level=False)[0]
+        if r.kind == CONV2D:
+            prep = prep + cost.alu(hw, "im2col", size * k, core_level=False)[0]
+        scatter = cost.scatter(hw, bt * size * k * self.ibits / 8)[0]
+        read = bt * size * self.mvm_ns(r, tile_rows)
+        post = cost.alu(hw, "dequantize", bt * size * n * 3, core_level=True)[0]
+        if row_blocks > 1:
+            post = post + cost.alu(hw, "reduce", bt * size * n * (row_blocks - 1), core_level=True)[0]
+        store = cost.load_store(hw, bt * size * n, off)[0]
+        return load, prep, scatter, read, post, store
+
+    def chunk_finish(self, r: Region, replicas: int, tile_rows: int, resident: bool = True, passes: int = 1,
+                     t_in: np.ndarray | float = 0.0,
+                     t_free: float | None = None,
+                     t_offchip: float | None = None) -> tuple[np.ndarray, tuple[float, float, float]]:
+        """When each chunk of a region is stored, given when its input is available.
+
+        Weights written at run time (not resident, or a ``dmatmul``'s run-time
+        operand) delay the first read by the write time, and constant weights
+        are first fetched over the off-chip interface; a layer larger than the
+        chip runs ``passes`` times over its prepared inputs.  A region whose
+        working set exceeds the global buffer loads and stores at the off-chip
+        bandwidth.
+
+        Parameters
+        ----------
+        r : Region
+        replicas, tile_rows : int
+            The plan.
+        resident : bool
+            Weights programmed once, outside the inference.
+        passes : int
+            Passes of a layer larger than the chip.
+        t_in : numpy.ndarray or float
+            Time each chunk's input is available (producers, inter-layer pipeline).
+        t_free : float, optional
+            When work that needs no input may start (writing run-time weights):
+            the start of the segment; the earliest ``t_in`` by default.
+        t_offchip : float, optional
+            When the off-chip interface is free for this region's weight
+            fetches (after the fetches of earlier regions of the segment).
+
+        Returns
+        -------
+        finish : numpy.ndarray
+            Store-completion time of every chunk.
+        busy : tuple of float
+            Busy time of the three units all regions share: the global-buffer
+            port, the chip ALU and the off-chip interface.
+        """
+        hw = self.hw
+        m, k, n = r.mkn
+        bt = r.batch
+        cyc = hw.cycle_ns
+        ib = self.ibits
+        ch = self.chunks(r, replicas)
+        spill = ch.level == "offchip"
+        link = cost.link_bits(hw)
+        row_blocks = math.ceil(k / tile_rows)
+        size = ch.size
+        nch = len(size)
+        reps = max(1, min(replicas, nch)) if passes == 1 else 1
+        load, prep, scatter, read, post, store = self._chunk_work(r, ch, tile_rows)
+        # ---- inputs ready in program order (global-buffer port, then chip ALU)
+        t_in = np.broadcast_to(np.asarray(t_in, dtype=float), (nch,))
+        t0 = float(t_in.min())
+        tf = t0 if t_free is None else min(t0, t_free)
+        fetch = self.fetch_ns(r, tile_rows, passes) if not resident else np.zeros(passes)
+        t_off = tf if t_offchip is None else max(tf, t_offchip)
+        if spill and passes == 1 and fetch[0] > 0:  # the loads queue behind the weights on the off-chip port
+            t_in = np.maximum(t_in, t_off + fetch[0])
+        loaded = maxplus(t_in, load)
+        if spill and passes > 1:  # here the weights of every pass queue behind the loads
+            t_off = max(t_off, float(loaded[-1]))
+        fetched = t_off + np.cumsum(fetch)
+        ready = maxplus(loaded, prep)
+        start = t0
+        if r.kind == DMATMUL:  # the run-time operand is loaded, quantised and written first
+            y_el = float(np.prod(r.in_shapes[1]))
+            y_load = cost.load_store(hw, math.ceil(y_el * self.wbits / 8), spill)[0]
+            y_q = cost.alu(hw, "quantize", y_el, core_level=False)[0]
+            start = max(t0, tf + y_load + y_q + self.write_ns(r, tile_rows))
+            ready = np.maximum(ready, tf + y_load + y_q)
+        if r.kind != DMATMUL and not resident and passes == 1:
+            start = max(t0, float(fetched[0]) + self.write_ns(r, tile_rows))
+        moved = float(np.sum(load) + np.sum(store))
+        busy = (moved, float(np.sum(prep)), float(np.sum(fetch)) + (moved if spill else 0.0))
+        if passes > 1:
+            # every pass rewrites all crossbars with the next tiles (row-major over row and column
+            # blocks), then reads every chunk; the link sends the passes' inputs in program order
+            cap, nct = hw.total_crossbars, math.ceil(n / self.logical_cols())
+            n_tiles = row_blocks * nct
+            pipelined = self.mvm_pipeline and hw.chip.computing_mode != "core" and row_blocks > 1
+            sc_p = np.empty((passes, nch))
+            for p_idx in range(passes):
+                i0, i1 = p_idx * cap, min(n_tiles, (p_idx + 1) * cap)
+                blocks = range(i0 // nct, (i1 - 1) // nct + 1)
+                rows_in = sum(min(tile_rows, k - b * tile_rows) for b in blocks)  # a pass sends its rows only
+                # with the MVM-grained pipeline, each row block goes over the link of its first tile's core
+                links = len({(max(b * nct, i0) % cap) // hw.core.crossbars for b in blocks}) if pipelined else 1
+                sc_p[p_idx] = np.ceil(bt * size * rows_in * ib / link) * cyc / links
+            sent = maxplus(np.tile(ready, passes), sc_p.ravel()).reshape(passes, nch)
+            t = tf
+            for p_idx in range(passes):
+                b_last = (min(n_tiles, (p_idx + 1) * cap) - 1) // nct
+                rows_p = min(tile_rows, k - b_last * tile_rows) if p_idx * cap // nct == b_last else tile_rows
+                t = max(t, float(fetched[p_idx])) + r.batch * min(rows_p, k) * hw.crossbar.device.write_latency_ns
+                t = float(maxplus(np.maximum(sent[p_idx], t), bt * size * self.mvm_ns(r, tile_rows, rows_p))[-1])
+            return maxplus(maxplus(np.full(nch, t), post), store), busy
+        # ---- per replica: scatter over its core's link, read (row blocks in parallel with the
+        # MVM-grained pipeline), post-process on its core's ALU; replicas that share a core share both
+        nb = row_blocks if (self.mvm_pipeline and hw.chip.computing_mode != "core" and row_blocks > 1) else 1
+        tiles = self.tiles(r, tile_rows)
+        per_core = hw.core.crossbars
+        q = 1 if (hw.chip.computing_mode == "core" or tiles >= per_core) else min(reps, -(-per_core // tiles))
+        R = -(-reps // q) * q
+        rounds = -(-nch // reps)
+
+        def grid(x, fill):  # chunk c -> (round, core, slot): replica c % reps, round c // reps
+            g = np.full((rounds, R), fill, dtype=float)
+            flat = np.full(rounds * reps, fill, dtype=float)
+            flat[:nch] = x
+            g[:, :reps] = flat.reshape(rounds, reps)
+            return g.reshape(rounds, R // q, q)
+
+        rdy = grid(ready, -np.inf)
+        sc, rd, po = grid(scatter / nb, 0.0), grid(read, 0.0), grid(post, 0.0)
+        C = R // q
+        # row block b of a replica starts at its tile b * (column tiles); its scatter uses the link of
+        # that tile's core, so blocks on different cores are sent in parallel
+        nct = math.ceil(n / self.logical_cols())
+        on_core = np.bincount([(b * nct) // per_core for b in range(nb)]) if nb > 1 else np.array([1])
+        L, nbg = int(np.count_nonzero(on_core)), int(on_core.max())  # links, blocks on the busiest one
+        blk_w = np.zeros(L * nbg)
+        blk_w[:nb] = 1.0
+        # each link sends its (round, slot, block) in program order
+        link_in = np.broadcast_to(rdy.transpose(1, 0, 2)[:, None, :, :, None], (C, L, rounds, q, nbg)).reshape(C, L, -1)
+        link_w = (sc.transpose(1, 0, 2)[:, None, :, :, None] * blk_w.reshape(L, nbg)[None, :, None, None, :]).reshape(C, L, -1)
+        sent = maxplus(link_in, link_w, axis=2).reshape(C, L, rounds, q, nbg).transpose(2, 0, 3, 1, 4)
+        sent = sent.reshape(rounds, C, q, L * nbg)[..., :nb]
+        # each (replica, block) reads its chunks in order
+        read_done = maxplus(np.maximum(sent, start), np.broadcast_to(rd[..., None], sent.shape), axis=0).max(axis=3)
+        alu_in = read_done.transpose(1, 0, 2).reshape(C, -1)
+        posted = maxplus(alu_in, po.transpose(1, 0, 2).reshape(C, -1), axis=1).reshape(C, rounds, q).transpose(1, 0, 2)
+        done = posted.reshape(rounds, R)[:, :reps].ravel()[:nch]
+        return maxplus(done, store), busy  # the stores share the global-buffer port, in program order
+
+    # ------------------------------------------------------------------ for solvers
+    def linear_terms(self, r: Region, tile_rows: int, resident: bool = True) -> LinearTerms:
+        """The region's cost as terms linear in the replica count (for MIP objectives).
+
+        Built from the same per-chunk work as :meth:`chunk_finish`: the
+        shared units' total (global-buffer port, chip ALU) cannot shrink with
+        replicas, the per-replica work (scatter, read, core post-processing)
+        is divided among them, and run-time weight writes (plus, for weights
+        that are not resident, their off-chip fetch) come first.  How far
+        this is from the simulator is reported by ``benchmarks/cim_multilevel.py``.
+        """
+        ch = self.chunks(r, 1)
+        load, prep, scatter, read, post, store = self._chunk_work(r, ch, tile_rows)
+        fixed = 0.0
+        if r.kind == DMATMUL or not resident:
+            fixed += self.write_ns(r, tile_rows)
+        if r.kind != DMATMUL and not resident:
+            fixed += float(self.fetch_ns(r, tile_rows)[0])
+        fixed += float(post[-1] + store[-1])
+        serial = float(max(np.sum(load) + np.sum(store), np.sum(prep)))
+        parallel = float(np.sum(scatter) + np.sum(read) + np.sum(post))
+        return LinearTerms(fixed, serial, parallel, self.tiles(r, tile_rows), self.region_energy_pj(r, tile_rows, resident))
+
+    def region_energy_pj(self, r: Region, tile_rows: int, resident: bool = True, replicas: int = 1) -> float:
+        """Dynamic energy of one inference of a region, from the cost primitives.
+
+        Every operation the program runs is charged as the simulator charges
+        it; only weight writes (run-time operands, weights that are not
+        resident) grow with the replica count.
+        """
+        hw = self.hw
+        m, k, n = r.mkn
+        bt = r.batch
+        ch = self.chunks(r, replicas)
+        off = ch.level == "offchip"
+        size = ch.size
+        e = 0.0
+        for nbytes in (ch.load_bytes, bt * size * n):
+            e += sum(float(np.sum(v)) for v in cost.load_store(hw, nbytes, off)[1].values())
+        e += float(np.sum(cost.alu(hw, "quantize", ch.quant_elems, False)[1]))
+        if r.kind == CONV2D:
+            e += float(np.sum(cost.alu(hw, "im2col", size * k, False)[1]))
+        grouped = r.kind == CONV2D and r.conv.get("groups", 1) > 1
+        tiles = tile_matrix(k, n, hw, r.w_int if grouped else None, tile_rows=tile_rows)
+        e += float(np.sum(cost.scatter(hw, np.floor(bt * size * k * self.ibits / 8))[1]))
+        ra = hw.crossbar.rows_active
+        for t in tiles:
+            _, er = cost.read(hw, t.rows, t.cols, bt * m, math.ceil(t.rows / ra), self.wbits, self.ibits,
+                              bool(r.x_signed))
+            e += sum(er.values())
+        row_blocks = len({t.k0 for t in tiles})
+        e += float(cost.alu(hw, "dequantize", bt * m * n * 3, True)[1])
+        if row_blocks > 1:
+            e += float(cost.alu(hw, "reduce", bt * m * n * (row_blocks - 1), True)[1])
+        if r.kind == DMATMUL:
+            y_el = int(np.prod(r.in_shapes[1]))
+            e += sum(float(v) for v in cost.load_store(hw, y_el * self.wbits // 8, off)[1].values())
+            e += float(cost.alu(hw, "quantize", y_el, False)[1]) + float(cost.alu(hw, "colsum", bt * k * n, False)[1])
+        if r.kind == DMATMUL or not resident:
+            e += replicas * sum(cost.write(hw, t.rows, t.cols, bt if r.kind == DMATMUL else 1, self.wbits)[1]
+                                for t in tiles)
+        if r.kind != DMATMUL and not resident:
+            e += float(cost.fetch(hw, float(np.sum(P.tile_bytes(tiles, self.wbits))))[1])
+        return e
+
+    # ------------------------------------------------------------------ whole graph
+    def graph_ns(self, regions: list[Region], plans: dict, pipeline: bool,
+                 producers: dict[str, list[str]] | None = None) -> tuple[float, dict[str, float]]:
+        """End-to-end estimate of one inference.
+
+        Without the pipeline, regions run one after the other.  With it, each
+        chunk of a region may load its input as soon as the producing regions
+        have stored the part of their output it needs (its input span, kernel
+        halo included; outputs of producers are matched by share of the
+        tensor, as host operators in between are element-wise or pooling);
+        :meth:`chunk_finish` then gives when each of its chunks is stored.
+        Segments run one after the other.
+
+        Returns
+        -------
+        float
+            End-to-end latency (ns).
+        dict
+            Per-region latency when run alone (the plans').
+        """
+        per = {r.name: plans[r.name].latency_ns for r in regions}
+        producers = producers or {}
+        curves: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        end = seg_start = 0.0
+        cur_seg = shared_seg = None
+        shared = (0.0, 0.0, 0.0)
+        off_free = 0.0  # the off-chip interface fetches the weights of a segment's regions in order
+        for r in regions:
+            p = plans[r.name]
+            if p.segment != cur_seg:  # a new segment starts once the previous one is done
+                cur_seg, seg_start = p.segment, end
+                off_free = seg_start
+            ch = self.chunks(r, p.replicas)
+            starts, stops = ch.starts, ch.stops
+            t_in = np.full(len(starts), seg_start if pipeline else end)
+            if pipeline:
+                f0, f1 = ch.f0, ch.f1
+                for q in producers.get(r.name, []):
+                    if q not in curves:
+                        continue
+                    g0, g1, fq = curves[q]
+                    if plans[q].segment != p.segment:
+                        t_in = np.maximum(t_in, fq.max())
+                        continue
+                    lo = np.searchsorted(g1, f0 + 1e-12, side="right")
+                    hi = np.maximum(np.searchsorted(g0, f1 - 1e-12, side="left"), lo + 1)
+                    t_in = np.maximum(t_in, range_max(fq, lo, np.minimum(hi, len(fq))))
+            fin, busy = self.chunk_finish(r, p.replicas, p.tile_rows, p.resident, p.passes, t_in,
+                                          t_free=seg_start if pipeline else end,
+                                          t_offchip=off_free if pipeline else None)
+            if not p.resident:
+                off_free = max(off_free, seg_start if pipeline else end) + float(
+                    np.sum(self.fetch_ns(r, p.tile_rows, p.passes)))
+            # the global-buffer port, the chip ALU and the off-chip interface serve every region of the segment
+            shared = busy if p.segment != shared_seg else tuple(a + b for a, b in zip(shared, busy))
+            shared_seg = p.segment
+            base = seg_start if pipeline else float(t_in.min())
+            m = r.mkn[0]
+            curves[r.name] = (starts / m, stops / m, fin)
+            end = max(end, float(fin.max()), base + (max(shared) if pipeline else max(busy)))
+        return end, per

@@ -1,0 +1,117 @@
+"""The dataflow inside a region: how its input vectors are cut into chunks, and what each chunk moves.
+
+The code generator emits one load / quantise / unfold / scatter / read /
+post-process / store sequence per chunk, and the fast estimate
+(:mod:`tvm_cim.compiler.estimate`) costs the same chunks: both read this
+module, so the estimate describes the program the simulator runs.
+
+* :func:`chunk_count` -- the pipeline granularity: output rows of a
+  convolution, at most 16 row blocks of a matrix product (at least one chunk
+  per replica); a ``dmatmul``'s chunks cut ``M`` and hold every head.
+* :class:`Chunks` -- per chunk: its output vectors ``[start, stop)``, the
+  share of the region input it needs (kernel halo included), the bytes it
+  loads and the elements it quantises and unfolds.
+* :func:`tile_bytes`, :func:`pass_ranges` -- the weight bytes of every
+  crossbar tile, and which tiles each pass of a layer larger than the chip
+  holds.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..hardware.schema import CIMHardware
+from .region import CONV2D, DMATMUL, Region
+
+
+def chunk_bounds(m_total: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``[start, stop)`` of the ``n`` near-equal chunks of ``m_total`` vectors (empty ones dropped)."""
+    edges = np.linspace(0, m_total, n + 1).round().astype(np.int64)
+    keep = edges[1:] > edges[:-1]
+    return edges[:-1][keep], edges[1:][keep]
+
+
+def chunk_count(r: Region, replicas: int) -> int:
+    """Pipeline granularity: output rows for convolutions, at most 16 row blocks otherwise
+    (at least one per replica); a ``dmatmul``'s chunks cut ``M`` and hold every head."""
+    m, _, _ = r.mkn
+    if r.kind == DMATMUL:
+        return int(min(m, max(16, replicas)))
+    if r.kind == CONV2D:
+        base = r.out_shape[0] * r.out_shape[2]  # batch x output rows
+    else:
+        base = min(16, r.batch * m)
+    n = max(base, replicas)
+    return int(min(n, r.batch * m))
+
+
+def spill_level(r: Region, hw: CIMHardware, wbits: int, ibits: int) -> str:
+    """Where the region's activations live: ``global`` buffer, or ``offchip`` when its working set does not fit."""
+    return "offchip" if r.spills(hw.chip.global_buffer.capacity_kb * 1024, ibits, wbits) else "global"
+
+
+@dataclass(frozen=True)
+class Chunks:
+    """The chunks of a region's input vectors and what each moves (arrays over chunks).
+
+    Attributes
+    ----------
+    starts, stops : numpy.ndarray
+        Output vectors ``[start, stop)`` of every chunk (vectors of one batch element).
+    f0, f1 : numpy.ndarray
+        Share ``[f0, f1)`` of the region input each chunk needs.
+    load_bytes : numpy.ndarray
+        Bytes of quantised input each chunk loads.
+    quant_elems : numpy.ndarray
+        Input elements each chunk quantises.
+    im2col_elems : numpy.ndarray
+        Elements each chunk unfolds (convolutions; zero otherwise).
+    level : str
+        ``global`` or ``offchip`` (:func:`spill_level`).
+    """
+
+    starts: np.ndarray
+    stops: np.ndarray
+    f0: np.ndarray
+    f1: np.ndarray
+    load_bytes: np.ndarray
+    quant_elems: np.ndarray
+    im2col_elems: np.ndarray
+    level: str
+
+    @property
+    def size(self) -> np.ndarray:
+        return (self.stops - self.starts).astype(float)
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+
+def chunks(r: Region, replicas: int, hw: CIMHardware, wbits: int, ibits: int) -> Chunks:
+    """The chunks the code generator emits for a region with ``replicas`` copies of its weights."""
+    m, k, _ = r.mkn
+    starts, stops = chunk_bounds(m, chunk_count(r, replicas))
+    f0, f1 = r.input_span(starts, stops)
+    share = (f1 - f0) * float(np.prod(r.in_shapes[0]))
+    load = np.maximum(1, np.ceil(share * ibits / 8))
+    quant = np.maximum(1, share.astype(np.int64))
+    im2col = (stops - starts) * k if r.kind == CONV2D else np.zeros(len(starts), dtype=np.int64)
+    return Chunks(starts, stops, f0, f1, load, quant, im2col, spill_level(r, hw, wbits, ibits))
+
+
+def tile_bytes(tiles, wbits: int) -> np.ndarray:
+    """Bytes of the weights of every tile (``ceil(rows x cols x wbits / 8)``)."""
+    return np.array([-(-(t.k1 - t.k0) * (t.n1 - t.n0) * wbits // 8) for t in tiles])
+
+
+def pass_ranges(n_tiles: int, capacity: int) -> list[range]:
+    """Tile indices of every pass of a layer whose ``n_tiles`` tiles exceed the chip's ``capacity`` crossbars."""
+    return [range(i, min(n_tiles, i + capacity)) for i in range(0, n_tiles, capacity)]
+
+
+def passes_of(n_tiles: int, capacity: int) -> int:
+    """Passes a layer of ``n_tiles`` tiles needs on ``capacity`` crossbars."""
+    return max(1, math.ceil(n_tiles / capacity))

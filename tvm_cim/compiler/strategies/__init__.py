@@ -1,0 +1,154 @@
+"""Scheduling strategies: one registry, each strategy a composition of shared pieces.
+
+A :class:`Strategy` names the techniques it uses (:class:`Options`); the
+Relax passes of :mod:`tvm_cim.compiler.transform` run the pieces those
+options select:
+
+=================  ===========================================================
+piece              module
+=================  ===========================================================
+segmentation       :mod:`~tvm_cim.compiler.strategies.segmentation` (greedy
+                   maximal segments, CIM-MLC's refinement)
+duplication        :mod:`~tvm_cim.compiler.strategies.duplication` (DP
+                   knapsack, Poly-Schedule's greedy, crossbar-level Eq. 1,
+                   wordline remapping)
+dataflow           :mod:`~tvm_cim.compiler.plan` (chunks of output vectors)
+pipeline           inter-layer and MVM-grained pipelines (codegen + estimate)
+=================  ===========================================================
+
+The CLI's ``--strategy`` choices, :func:`tvm_cim.scheduling`, the README and
+the tests read :func:`names` and :func:`get`; a new method registers itself
+with :func:`register`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Callable
+
+from ...hardware.schema import CIMHardware
+
+
+@dataclass(frozen=True)
+class Options:
+    """Which techniques a schedule uses (a strategy's pieces; ablations override them).
+
+    Attributes
+    ----------
+    segmentation : {'greedy', 'refine'}
+        How a network larger than the chip is cut: maximal prefixes that fit
+        (``greedy``), or CIM-MLC's refinement that moves trailing operators to
+        the next segment while that lowers latency (``refine``, used with DP
+        duplication).
+    duplication : {'none', 'dp', 'greedy'}
+        Graph-level operator duplication over cores.
+    pipeline : bool
+        Inter-layer pipeline (consumers start on partial producer output).
+    crossbar_dup : bool
+        Crossbar-level duplication inside the allocated cores (Eq. 1).
+    mvm_pipeline : bool
+        MVM-grained pipeline: crossbars start when their own input slice arrives.
+    remap : bool
+        Wordline-level row remapping.
+    """
+
+    segmentation: str = "greedy"
+    duplication: str = "none"
+    pipeline: bool = False
+    crossbar_dup: bool = False
+    mvm_pipeline: bool = False
+    remap: bool = False
+
+    def as_attrs(self) -> dict:
+        """The options as plain values (module attributes, reports)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @staticmethod
+    def from_attrs(attrs) -> "Options":
+        """Inverse of :meth:`as_attrs` (values as TVM gives them back)."""
+        kw = {}
+        for f in fields(Options):
+            if f.name in attrs:
+                v = attrs[f.name]
+                kw[f.name] = bool(v) if isinstance(f.default, bool) else str(v)
+        return Options(**kw)
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """A named scheduling method.
+
+    Attributes
+    ----------
+    name : str
+        What ``--strategy`` and :func:`tvm_cim.scheduling` take.
+    doc : str
+        One line for ``--help`` and the README.
+    techniques : callable
+        ``hw -> Options``: the pieces it uses on a chip (restricted to what
+        the chip's computing mode allows).
+    """
+
+    name: str
+    doc: str
+    techniques: Callable[[CIMHardware], Options]
+
+    def options(self, hw: CIMHardware) -> Options:
+        return self.techniques(hw)
+
+
+_REGISTRY: dict[str, Strategy] = {}
+DEFAULT = "cim-mlc"
+
+
+def register(strategy: Strategy) -> Strategy:
+    """Add a strategy to the registry (its name must be new)."""
+    if strategy.name in _REGISTRY:
+        raise ValueError(f"strategy {strategy.name!r} is already registered")
+    _REGISTRY[strategy.name] = strategy
+    return strategy
+
+
+def get(name: str) -> Strategy:
+    """The strategy of a name.
+
+    Raises
+    ------
+    ValueError
+        Unknown name; the message lists the known ones.
+    """
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown strategy {name!r}; choose one of {', '.join(_REGISTRY)}") from None
+
+
+def names() -> list[str]:
+    """Registered strategy names, in registration order."""
+    return list(_REGISTRY)
+
+
+def all_strategies() -> list[Strategy]:
+    """Registered strategies, in registration order."""
+    return list(_REGISTRY.values())
+
+
+def _cim_mlc(hw: CIMHardware) -> Options:
+    mode = hw.chip.computing_mode
+    return Options(
+        segmentation="refine",
+        duplication="dp",
+        pipeline=True,
+        crossbar_dup=mode in ("crossbar", "wordline"),
+        mvm_pipeline=mode in ("crossbar", "wordline"),
+        remap=mode == "wordline",
+    )
+
+
+register(Strategy("none", "no optimisation: one copy per layer, layers one after another", lambda hw: Options()))
+register(Strategy("greedy", "Poly-Schedule's greedy duplication of the slowest layer, batch pipeline",
+                  lambda hw: Options(duplication="greedy")))
+register(Strategy("puma", "PUMA's inter-layer pipeline without duplication", lambda hw: Options(pipeline=True)))
+register(Strategy("cim-mlc", "CIM-MLC's multi-level method: DP duplication, inter-layer and MVM-grained "
+                  "pipelines, crossbar-level duplication, wordline remapping, segmentation refined by latency",
+                  _cim_mlc))

@@ -1,0 +1,120 @@
+"""Duplication pieces: how many copies of each operator's weights, and how tall their tiles are.
+
+* :func:`dp` -- CIM-MLC's graph level: replicas by dynamic programming
+  (:func:`tvm_cim.compiler.solvers.knapsack.duplicate`) under the core
+  budget, minimising the slowest operator (pipeline) or the sum, then
+  balanced so that no operator has more replicas than the bottleneck needs;
+* :func:`greedy` -- Poly-Schedule's policy: duplicate the slowest operator
+  while cores remain;
+* :func:`crossbar_level` -- CIM-MLC Eq. 1: fill the crossbars of the cores an
+  operator holds with more copies;
+* :func:`remap` -- CIM-MLC's wordline level: tiles of ``rows_active`` rows so
+  a read step drives every row of its tile.
+
+The latency each piece minimises is the fast estimate
+(:class:`tvm_cim.compiler.estimate.Estimator`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ...hardware.schema import CIMHardware
+from ..estimate import Estimator
+from ..region import DMATMUL, Region
+from ..solvers.knapsack import duplicate as knapsack
+
+
+def latency_curve(latency, max_d: int, exact: int = 32, step: float = 1.08) -> np.ndarray:
+    """``latency(d)`` for ``d = 1 .. max_d``, evaluated exactly up to ``exact`` replicas and then on a
+    geometric grid (ratio ``step``); between grid points the value of the grid point below holds, so
+    the duplication DP, which pays for every replica, only picks grid points there."""
+    grid = sorted({*range(1, min(exact, max_d) + 1), *np.unique(np.geomspace(exact, max_d, num=max(
+        2, int(math.log(max(max_d, exact) / exact) / math.log(step)) + 2)).astype(int)).tolist(), max_d})
+    grid = [d for d in grid if 1 <= d <= max_d]
+    vals = np.array([latency(d) for d in grid])
+    idx = np.searchsorted(grid, np.arange(1, max_d + 1), side="right") - 1
+    return vals[idx]
+
+
+def vectors(r: Region) -> int:
+    """Input vectors that replicas can share out (a ``dmatmul``'s chunks cut ``M``; each holds every head)."""
+    return r.mkn[0] if r.kind == DMATMUL else r.batch * r.mkn[0]
+
+
+def max_replicas(r: Region, budget_units: int, unit_cost: int) -> int:
+    """Most copies worth making: one per input vector, within the budget.
+
+    A ``dmatmul``'s replicas each write the run-time operand (in parallel, at
+    the start of the region).
+    """
+    return max(1, min(vectors(r), budget_units // max(1, unit_cost)))
+
+
+def dp(seg: list[Region], est: Estimator, tile_rows: dict, costs: list[int], budget: int, resident: bool,
+       pipeline: bool) -> list[int]:
+    """Replicas by dynamic programming under a core budget, balanced to the bottleneck with the pipeline."""
+    lat = [
+        latency_curve(lambda d, r=r: est.region_ns(r, d, tile_rows[r.name], resident), max_replicas(r, budget, c))
+        for r, c in zip(seg, costs)
+    ]
+    reps = knapsack(lat, costs, budget, "max" if pipeline else "sum")
+    if pipeline:  # balance: no more replicas than the bottleneck needs
+        bott = max(l[d - 1] for l, d in zip(lat, reps))
+        reps = [int(np.argmax(l <= bott * (1 + 1e-9))) + 1 for l in lat]
+    return reps
+
+
+def greedy(seg: list[Region], est: Estimator, tile_rows: dict, costs: list[int], budget: int) -> list[int]:
+    """Poly-Schedule's greedy policy: keep duplicating the slowest operator while cores remain."""
+    reps = [1] * len(seg)
+    used = sum(costs)
+    lat = [est.region_ns(r, 1, tile_rows[r.name]) for r in seg]
+    while True:
+        order = np.argsort(lat)[::-1]
+        for i in order:
+            if used + costs[i] <= budget and reps[i] < vectors(seg[i]):
+                reps[i] += 1
+                used += costs[i]
+                lat[i] = est.region_ns(seg[i], reps[i], tile_rows[seg[i].name])
+                break
+        else:
+            return reps
+
+
+def crossbar_level(seg: list[Region], reps: list[int], costs: list[int], est: Estimator, tile_rows: dict,
+                   budget: int, hw: CIMHardware) -> list[int]:
+    """CIM-MLC Eq. 1: fill the crossbars of the cores an operator holds, never exceeding the chip."""
+    per_core = hw.core.crossbars
+    xbs = [est.tiles(r, tile_rows[r.name]) for r in seg]
+    reps = [
+        max(d, min(max_replicas(r, budget * per_core, 1), (c * d * per_core) // max(1, x)))
+        if c * per_core >= x else d
+        for r, c, d, x in zip(seg, costs, reps, xbs)
+    ]
+    while sum(d * x for x, d in zip(xbs, reps)) > hw.total_crossbars and max(reps) > 1:
+        i = int(np.argmax([d * x if d > 1 else -1 for x, d in zip(xbs, reps)]))
+        reps[i] -= 1
+    return reps
+
+
+def remap(seg: list[Region], reps: list[int], est: Estimator, tile_rows: dict, hw: CIMHardware,
+          resident: bool) -> list[int]:
+    """Wordline level: spread each tile's rows over crossbars of ``rows_active`` rows when the replicas'
+    crossbars can hold the remapped copies and that is faster (updates ``tile_rows`` in place)."""
+    ra = hw.crossbar.rows_active
+    if ra >= hw.crossbar.rows:
+        return reps
+    reps = list(reps)
+    for i, r in enumerate(seg):
+        if r.kind == DMATMUL:
+            continue
+        full = est.tiles(r, tile_rows[r.name])
+        remapped = est.tiles(r, ra)
+        d_r = (reps[i] * full) // remapped
+        if d_r >= 1 and est.region_ns(r, d_r, ra, resident) < est.region_ns(r, reps[i], hw.crossbar.rows, resident):
+            tile_rows[r.name] = ra
+            reps[i] = d_r
+    return reps

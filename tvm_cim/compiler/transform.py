@@ -1,0 +1,743 @@
+"""The CIM compilation pipeline as Relax passes, each usable on its own.
+
+``relax.build(mod, target="cim -hw=prime")`` runs :func:`CIMPipeline`, a
+``tvm.transform.Sequential`` of these module passes (exposed as
+``tvm_cim.transform.<Name>``), then TVM's own pipeline for the host part:
+
+=====================  =============================================================================
+pass                   what it decides, and where it writes it
+=====================  =============================================================================
+``FindRegions``        dpl patterns + ``FuseOpsByPattern``: ``cim.*`` composite functions, one per
+                       call site, named in call order (``cim.region``)
+``Calibrate``          input ranges observed on calibration samples through TVM's ``llvm`` build
+                       (``cim.range``)
+``Quantize``           activation scales and signedness, precision (``cim.x_scale``, ``cim.x_zero``,
+                       ``cim.x_signed``, ``cim.y_scale``, ``cim.weight_bits``, ``cim.input_bits``);
+                       weights are quantised per output channel from the function's constants
+``Segment``            the strategy and its techniques (module attributes ``cim.strategy``,
+                       ``cim.options``); segment of every region and whether weights stay resident
+                       (``cim.segment``, ``cim.resident``)
+``DuplicateWeights``   replicas and tile rows (``cim.replicas``, ``cim.tile_rows``, ``cim.passes``)
+``Place``              crossbars of every replica (``cim.xbs``)
+``GenerateMetaOps``    the meta-operator program of every region (``cim.program``) and the network
+                       of segments (module attribute ``cim.network``)
+``LowerToRuntime``     calls of regions become ``call_dps_packed("tvm_cim.run_region", ...)``; the
+                       analytical estimate (module attribute ``cim.estimate_ns``)
+=====================  =============================================================================
+
+Every decision is an attribute of the region functions (or of the module),
+so ``mod.script()`` shows it between passes, and later passes read the
+attributes: edit one (``cim.replicas`` of a layer, say) and the program
+follows it.  Passes that need the chip take it as an argument or read it from
+the target in scope (``cim -hw=...``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import numpy as np
+import tvm
+import tvm_ffi
+from tvm import relax
+
+from ..common import hardware as loader
+from ..common.relax_utils import (
+    UniqueCallSites,
+    call_order,
+    composite_name,
+    has_op,
+    host_ops,
+    lower_composites,
+    rewrite_callers,
+)
+from ..common.target import hardware_of
+from ..hardware.schema import CIMHardware
+from ..program import Network, Program, print_network, print_program, verify_network
+from ..program import Segment as NetSegment
+from . import codegen, mapping, schedule, strategies
+from .estimate import Estimator
+from .partition import PREFIX, PartitionForCIM
+from .quantize import CalibrationConfig, activation_params, calibrate, describe_composite, quantize_weights
+from .region import CONV2D, DMATMUL, MATMUL, Region, unfold_conv_weight
+
+RUN_REGION = "tvm_cim.run_region"
+A = "cim."  # prefix of every attribute the passes write
+
+
+# ============================================================================ build settings
+_STATE = threading.local()
+
+
+def calibration_config() -> CalibrationConfig:
+    """The calibration settings in force (see :func:`calibration`)."""
+    return getattr(_STATE, "calib", None) or CalibrationConfig()
+
+
+@contextlib.contextmanager
+def calibration(samples: int = 1, seed: int = 0, inputs=None):
+    """Set how builds inside the block calibrate activations.
+
+    Parameters
+    ----------
+    samples : int
+        Seeded random samples when ``inputs`` is not given.
+    seed : int
+        Seed of those samples.
+    inputs : list of dict, optional
+        Calibration inputs (graph input name -> array).
+    """
+    prev = getattr(_STATE, "calib", None)
+    _STATE.calib = CalibrationConfig(samples=samples, seed=seed, inputs=inputs)
+    try:
+        yield
+    finally:
+        _STATE.calib = prev
+
+
+def current_scheduling() -> tuple[str, strategies.Options | None]:
+    """The scheduling strategy (and technique overrides) in force."""
+    return getattr(_STATE, "sched", (strategies.DEFAULT, None))
+
+
+@contextlib.contextmanager
+def scheduling(strategy: str = strategies.DEFAULT, options: strategies.Options | None = None):
+    """Set the scheduling strategy of builds inside the block.
+
+    Parameters
+    ----------
+    strategy : str
+        A registered strategy (:func:`tvm_cim.compiler.strategies.names`):
+        ``cim-mlc`` (default) is the multi-level method of CIM-MLC.
+    options : tvm_cim.compiler.strategies.Options, optional
+        Switch individual techniques (ablations).
+    """
+    strategies.get(strategy)  # unknown names fail here, with the known ones
+    prev = current_scheduling()
+    _STATE.sched = (strategy, options)
+    try:
+        yield
+    finally:
+        _STATE.sched = prev
+
+
+@dataclass
+class CompileInfo:
+    """What the CIM passes decided, for reports and ``--emit`` (:func:`last_compile_info`).
+
+    Attributes
+    ----------
+    hw : CIMHardware
+    regions : list of Region
+    programs : list of Program
+    network : Network
+        Segments, their order and what runs between them.
+    chip_map : mapping.ChipMap
+    host_ops : dict
+        Relax operator name -> count of operators left on the host.
+    schedule : schedule.Schedule
+        Replicas, segments, options and the analytical latency estimate.
+    producers : dict
+        Region name -> regions whose outputs feed its inputs (through host operators).
+    """
+
+    hw: CIMHardware
+    regions: list[Region] = field(default_factory=list)
+    programs: list[Program] = field(default_factory=list)
+    network: Network | None = None
+    chip_map: mapping.ChipMap | None = None
+    host_ops: dict[str, int] = field(default_factory=dict)
+    schedule: schedule.Schedule | None = None
+    producers: dict[str, list[str]] = field(default_factory=dict)
+
+    def program_text(self) -> str:
+        """The network and every program, as ``--emit`` writes them."""
+        head = print_network(self.network) if self.network else ""
+        return head + "".join(print_program(p) for p in self.programs)
+
+
+def last_compile_info() -> CompileInfo | None:
+    """The :class:`CompileInfo` of the most recent CIM build in this thread."""
+    return getattr(_STATE, "info", None)
+
+
+# ============================================================================ reading the module
+def _resolve_hw(hw) -> CIMHardware:
+    if hw is None:
+        target = tvm.target.Target.current(allow_none=True)
+        if target is None:
+            raise ValueError("no chip: pass hw= to the pass, or run it inside `with tvm.target.Target('cim -hw=...')`")
+        return hardware_of(target)
+    if isinstance(hw, str):
+        return loader.load(hw, kind="cim")
+    return hw
+
+
+def region_functions(mod: tvm.IRModule) -> list[tuple[str, relax.Function]]:
+    """``(global name, function)`` of every region, in the order the model calls them."""
+    return [(g, mod[g]) for g in call_order(mod, PREFIX) if A + "region" in (mod[g].attrs or {})]
+
+
+def _attr(func, key: str, default=None):
+    attrs = func.attrs
+    return attrs[A + key] if attrs is not None and A + key in attrs else default
+
+
+def _with_attrs(mod: tvm.IRModule, updates: dict[str, dict]) -> tvm.IRModule:
+    """A copy of the module with attributes set on region functions: ``{global name: {key: value}}``."""
+    mod = mod.clone()
+    for g, kv in updates.items():
+        f = mod[g]
+        for k, v in kv.items():
+            f = f.with_attr(A + k, v)
+        mod.update_func(mod.get_global_var(g), f)
+    return mod
+
+
+def _need(func, key: str, pass_name: str):
+    v = _attr(func, key)
+    if v is None:
+        raise ValueError(f"region {_attr(func, 'region')}: attribute cim.{key} is missing; run {pass_name} first")
+    return v
+
+
+_REGIONS: OrderedDict = OrderedDict()  # (body, quantisation attrs) -> Region; the body is kept alive
+
+
+def region_of(func: relax.Function) -> Region:
+    """The quantised :class:`Region` a region function describes (memoised).
+
+    Shapes and float weights come from the function body; quantisation from
+    its attributes (``Quantize``).  Weights are quantised symmetrically per
+    output channel to ``cim.weight_bits``.
+    """
+    name = str(_need(func, "region", "FindRegions"))
+    qkeys = ("x_scale", "x_zero", "x_signed", "y_scale", "weight_bits", "input_bits")
+    q = tuple(_attr(func, k) for k in qkeys)
+    if q[0] is None:
+        raise ValueError(f"region {name}: not quantised; run Quantize first")
+    key = (hash(func.body), name, q)
+    hit = _REGIONS.get(key)
+    if hit is not None and hit[0].same_as(func.body):
+        _REGIONS.move_to_end(key)
+        return hit[1]
+    info = describe_composite(func)
+    x_scale, x_zero, x_signed, y_scale, wbits, _ = q
+    r = Region(name, info.kind, info.in_shapes, info.out_shape, x_scale=float(x_scale), x_zero=int(x_zero),
+               x_signed=bool(x_signed), y_scale=float(y_scale), conv=dict(info.conv))
+    if info.kind == CONV2D:
+        wq, s = quantize_weights(info.weight, int(wbits), axis=0)
+        r.w_int, r.w_scale = unfold_conv_weight(wq, info.conv["groups"]), s
+    elif info.kind == MATMUL:
+        r.w_int, r.w_scale = quantize_weights(info.weight, int(wbits), axis=1)
+    if info.bias is not None:
+        r.bias = info.bias.astype(np.float32)
+    _REGIONS[key] = (func.body, r)
+    while len(_REGIONS) > 1024:
+        _REGIONS.popitem(last=False)
+    return r
+
+
+def regions_of(mod: tvm.IRModule) -> list[tuple[str, Region]]:
+    """``(global name, Region)`` of every region, in call order."""
+    return [(g, region_of(f)) for g, f in region_functions(mod)]
+
+
+def producers_of(mod: tvm.IRModule) -> dict[str, list[str]]:
+    """For every region, the regions whose outputs reach its inputs through host operators."""
+    names = {g: str(_attr(f, "region")) for g, f in region_functions(mod)}
+    reach: dict = {}
+    result: dict[str, list[str]] = {}
+
+    def vars_in(e):
+        found = []
+        relax.analysis.post_order_visit(e, lambda x: found.append(x) if isinstance(x, relax.Var) else None)
+        return found
+
+    for blk in mod["main"].body.blocks:
+        for b in blk.bindings:
+            val = b.value
+            src = set()
+            for v in vars_in(val):
+                src |= reach.get(v, set())
+            if isinstance(val, relax.Call) and isinstance(val.op, relax.GlobalVar) and val.op.name_hint in names:
+                region = names[val.op.name_hint]
+                result[region] = sorted(src)
+                reach[b.var] = {region}
+            else:
+                reach[b.var] = src
+    return result
+
+
+def module_options(mod: tvm.IRModule) -> tuple[str, strategies.Options]:
+    """The strategy and techniques ``Segment`` recorded on the module."""
+    attrs = mod.attrs
+    if attrs is None or A + "strategy" not in attrs:
+        raise ValueError("the module has no scheduling strategy; run Segment first")
+    return str(attrs[A + "strategy"]), strategies.Options.from_attrs(attrs[A + "options"])
+
+
+def plans_of(mod: tvm.IRModule, hw: CIMHardware, est: Estimator, latency: bool = True) -> dict[str, schedule.RegionPlan]:
+    """The plan of every region from its attributes (``Segment`` and ``DuplicateWeights``).
+
+    ``latency``: also estimate each region alone (the plans' ``latency_ns``).
+    """
+    plans = {}
+    for g, f in region_functions(mod):
+        r = region_of(f)
+        plans[r.name] = schedule.make_plan(
+            r, est, int(_need(f, "replicas", "DuplicateWeights")), int(_need(f, "tile_rows", "DuplicateWeights")),
+            int(_need(f, "segment", "Segment")), bool(_need(f, "resident", "Segment")), latency=latency)
+    return plans
+
+
+def _precision(mod: tvm.IRModule) -> tuple[int, int]:
+    fs = region_functions(mod)
+    if not fs:
+        return 8, 8
+    return int(_need(fs[0][1], "weight_bits", "Quantize")), int(_need(fs[0][1], "input_bits", "Quantize"))
+
+
+def _xbs_text(replicas: list[list[int]]) -> str:
+    """Crossbars of every replica, compactly: ``0:12 12:24`` (ranges joined by ``+`` when not contiguous)."""
+    out = []
+    for xbs in replicas:
+        parts, start, prev = [], xbs[0], xbs[0]
+        for x in xbs[1:]:
+            if x != prev + 1:
+                parts.append(f"{start}:{prev + 1}")
+                start = x
+            prev = x
+        parts.append(f"{start}:{prev + 1}")
+        out.append("+".join(parts))
+    return " ".join(out)
+
+
+def _xbs_parse(text: str) -> list[list[int]]:
+    reps = []
+    for rep in str(text).split():
+        ids: list[int] = []
+        for part in rep.split("+"):
+            a, b = part.split(":")
+            ids.extend(range(int(a), int(b)))
+        reps.append(ids)
+    return reps
+
+
+# ============================================================================ the passes
+@tvm.transform.module_pass(opt_level=0, name="FindRegions")
+class FindRegions:
+    """Group what a crossbar runs into ``cim.*`` composite functions (dpl patterns), one per call site.
+
+    BatchNorm after a convolution is folded into it first.  Each region is
+    named in call order, ``r<index>_<operator>`` (attribute ``cim.region``).
+    """
+
+    def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
+        if has_op(mod, "relax.nn.batch_norm"):
+            mod = relax.transform.FoldBatchnormToConv2D()(mod)
+        mod = PartitionForCIM()(mod)
+        mod = rewrite_callers(mod, UniqueCallSites(mod, PREFIX))
+        names = {g: f"r{i:03d}_{str(composite_name(mod[g], PREFIX)).split('.')[1]}"
+                 for i, g in enumerate(call_order(mod, PREFIX))}
+        return _with_attrs(mod, {g: {"region": n} for g, n in names.items()})
+
+
+@tvm.transform.module_pass(opt_level=0, name="Calibrate")
+class Calibrate:
+    """Observe the range of every region's inputs on calibration samples (``cim.range``).
+
+    The float model runs through TVM's ``llvm`` build with the regions
+    replaced by float observers.
+
+    Parameters
+    ----------
+    samples, seed : int, optional
+        Seeded random samples; default: :func:`calibration`'s settings.
+    inputs : list of dict, optional
+        User samples (graph input name -> array) instead of random ones.
+    """
+
+    def __init__(self, samples: int | None = None, seed: int | None = None, inputs=None):
+        base = calibration_config()
+        self.config = CalibrationConfig(samples=base.samples if samples is None else samples,
+                                        seed=base.seed if seed is None else seed,
+                                        inputs=base.inputs if inputs is None else inputs)
+
+    def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
+        fs = region_functions(mod)
+        if not fs:
+            return mod
+        observed = calibrate(mod, {g: str(_attr(f, "region")) for g, f in fs}, self.config)
+        updates = {}
+        for g, f in fs:
+            name = str(_attr(f, "region"))
+            rng = [observed.get(f"{name}:0", (-1.0, 1.0))]
+            if len(f.params) > 1:
+                rng.append(observed.get(f"{name}:1", (-1.0, 1.0)))
+            updates[g] = {"range": [float(v) for lohi in rng for v in lohi]}
+        c = self.config
+        where = "user inputs" if c.inputs is not None else f"{c.samples} seeded sample(s), seed {c.seed}"
+        return _with_attrs(mod, updates).with_attr(A + "calibration", where)
+
+
+@tvm.transform.module_pass(opt_level=0, name="Quantize")
+class Quantize:
+    """Choose every region's quantisation: int8 (capped by the chip), activation scales from the ranges.
+
+    Non-negative inputs use unsigned codes; signed ones symmetric codes
+    applied in two unsigned phases; a ``dmatmul``'s run-time right operand
+    is a signed per-tensor weight.
+
+    Parameters
+    ----------
+    hw : CIMHardware or str, optional
+        The chip (default: the target in scope).
+    """
+
+    def __init__(self, hw=None):
+        self.hw = hw
+
+    def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
+        hw = _resolve_hw(self.hw)
+        wbits, ibits = mapping.precision(hw)
+        updates = {}
+        for g, f in region_functions(mod):
+            rng = [float(v) for v in _need(f, "range", "Calibrate")]
+            x_scale, x_signed = activation_params(rng[0], rng[1], ibits)
+            y_scale = 1.0
+            if len(rng) > 2:
+                y_scale = max(abs(rng[2]), abs(rng[3]), 1e-12) / (2 ** (wbits - 1) - 1)
+            updates[g] = {"x_scale": float(x_scale), "x_zero": 0, "x_signed": bool(x_signed),
+                          "y_scale": float(y_scale), "weight_bits": wbits, "input_bits": ibits}
+        return _with_attrs(mod, updates)
+
+
+def _resolve_options(strategy, options, hw) -> tuple[str, strategies.Options]:
+    ctx_strategy, ctx_options = current_scheduling()
+    name = strategy or ctx_strategy
+    opts = options or (ctx_options if strategy is None else None) or strategies.get(name).options(hw)
+    return name, opts
+
+
+@tvm.transform.module_pass(opt_level=0, name="Segment")
+class Segment:
+    """Cut the network into segments that fit the chip (``cim.segment``, ``cim.resident``).
+
+    Records the strategy and its techniques on the module (``cim.strategy``,
+    ``cim.options``) for the later passes.
+
+    Parameters
+    ----------
+    hw : CIMHardware or str, optional
+        The chip (default: the target in scope).
+    strategy : str, optional
+        A registered strategy (default: :func:`scheduling`'s).
+    options : Options, optional
+        Technique overrides (ablations).
+    """
+
+    def __init__(self, hw=None, strategy: str | None = None, options: strategies.Options | None = None):
+        self.hw, self.strategy, self.options = hw, strategy, options
+
+    def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
+        hw = _resolve_hw(self.hw)
+        name, opts = _resolve_options(self.strategy, self.options, hw)
+        wbits, ibits = _precision(mod)
+        est = Estimator(hw, wbits, ibits, mvm_pipeline=opts.mvm_pipeline)
+        items = regions_of(mod)
+        seg_of, resident = schedule.segment([r for _, r in items], hw, opts, est)
+        mod = _with_attrs(mod, {g: {"segment": s, "resident": resident} for (g, _), s in zip(items, seg_of)})
+        return mod.with_attr(A + "strategy", name).with_attr(A + "options", opts.as_attrs())
+
+
+@tvm.transform.module_pass(opt_level=0, name="DuplicateWeights")
+class DuplicateWeights:
+    """Choose replicas and tile rows of every region, segment by segment (``cim.replicas``, ``cim.tile_rows``).
+
+    Runs the strategy's duplication pieces: graph-level (DP or greedy),
+    crossbar-level (Eq. 1), wordline remapping.
+
+    Parameters
+    ----------
+    hw : CIMHardware or str, optional
+        The chip (default: the target in scope).
+    """
+
+    def __init__(self, hw=None):
+        self.hw = hw
+
+    def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
+        hw = _resolve_hw(self.hw)
+        _, opts = module_options(mod)
+        wbits, ibits = _precision(mod)
+        est = Estimator(hw, wbits, ibits, mvm_pipeline=opts.mvm_pipeline)
+        fs = region_functions(mod)
+        regions = [region_of(f) for _, f in fs]
+        seg_of = [int(_need(f, "segment", "Segment")) for _, f in fs]
+        resident = all(bool(_need(f, "resident", "Segment")) for _, f in fs)
+        plans = schedule.duplicate(regions, seg_of, resident, hw, opts, est)
+        return _with_attrs(mod, {g: {"replicas": plans[r.name].replicas, "tile_rows": plans[r.name].tile_rows,
+                                     "passes": plans[r.name].passes}
+                                 for (g, _), r in zip(fs, regions)})
+
+
+@tvm.transform.module_pass(opt_level=0, name="Place")
+class Place:
+    """Assign chip crossbars to every replica of every region (``cim.xbs``).
+
+    Fails with a clear message when a segment's replicas (as edited, say)
+    do not fit the chip; never lowers them silently.
+
+    Parameters
+    ----------
+    hw : CIMHardware or str, optional
+        The chip (default: the target in scope).
+    """
+
+    def __init__(self, hw=None):
+        self.hw = hw
+
+    def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
+        hw = _resolve_hw(self.hw)
+        _, opts = module_options(mod)
+        wbits, ibits = _precision(mod)
+        est = Estimator(hw, wbits, ibits, mvm_pipeline=opts.mvm_pipeline)
+        fs = region_functions(mod)
+        regions = [region_of(f) for _, f in fs]
+        cmap = mapping.allocate(regions, hw, plans_of(mod, hw, est, latency=False))
+        return _with_attrs(mod, {g: {"xbs": _xbs_text(cmap.placements[r.name].replicas)}
+                                 for (g, _), r in zip(fs, regions)})
+
+
+def _chip_map(mod: tvm.IRModule, hw: CIMHardware, regions: list[Region]) -> mapping.ChipMap:
+    """The placement ``Place`` recorded, as a :class:`mapping.ChipMap`."""
+    fs = region_functions(mod)
+    cap = hw.total_crossbars
+    cmap = mapping.ChipMap(crossbars_available=cap)
+    stationary = True
+    for (_, f), r in zip(fs, regions):
+        m, k, n = r.mkn
+        ts = mapping.tile_matrix(k, n, hw, r.w_int if r.kind != DMATMUL else None,
+                                 tile_rows=int(_need(f, "tile_rows", "DuplicateWeights")))
+        cmap.crossbars_needed += len(ts)
+        reps = _xbs_parse(_need(f, "xbs", "Place"))
+        seg = int(_need(f, "segment", "Segment"))
+        resident = bool(_need(f, "resident", "Segment"))
+        stationary = stationary and resident
+        if len(ts) > cap:
+            passes = [list(rg) for rg in (range(i, min(len(ts), i + cap)) for i in range(0, len(ts), cap))]
+            cmap.placements[r.name] = mapping.Placement(ts, reps, passes, resident=False, segment=seg)
+        else:
+            cmap.placements[r.name] = mapping.Placement(ts, reps, [list(range(len(ts)))],
+                                                        resident=resident and r.kind != DMATMUL, segment=seg)
+    cmap.segments = max((p.segment for p in cmap.placements.values()), default=0) + 1
+    cmap.weight_stationary = stationary and cmap.segments == 1
+    return cmap
+
+
+def _build_uid(mod: tvm.IRModule, hw: CIMHardware) -> str:
+    """Digest of everything that decides a region's weights and placement.
+
+    Program names carry it, and the simulator keeps a program's weights in
+    crossbars between runs by name: two builds of the same model with another
+    schedule, chip or calibration must never share a name, or the second
+    would read the first one's crossbars.
+    """
+    h = hashlib.sha256()
+    h.update(str(tvm_ffi.structural_hash(mod)).encode())
+    h.update(loader.to_json(hw).encode())
+    return h.hexdigest()[:8]
+
+
+@tvm.transform.module_pass(opt_level=0, name="GenerateMetaOps")
+class GenerateMetaOps:
+    """Generate the meta-operator program of every region (``cim.program``) and the network above them.
+
+    Programs are verified against the meta-operator definitions and the
+    chip.  The module gets the network (``cim.network``: segments, their
+    order, what runs between them).
+
+    Parameters
+    ----------
+    hw : CIMHardware or str, optional
+        The chip (default: the target in scope).
+    """
+
+    def __init__(self, hw=None):
+        self.hw = hw
+
+    def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
+        hw = _resolve_hw(self.hw)
+        strategy, opts = module_options(mod)
+        fs = region_functions(mod)
+        if not fs:
+            return mod
+        uid = _build_uid(mod, hw)
+        regions = [region_of(f) for _, f in fs]
+        cmap = _chip_map(mod, hw, regions)
+        updates, names, segs = {}, [], {}
+        for (g, _), r in zip(fs, regions):
+            prog = codegen.generate(r, cmap.placements[r.name], hw, opts, strategy, name=f"m{uid}.{r.name}")
+            _PROGRAMS[prog.name] = prog
+            updates[g] = {"program": print_program(prog)}
+            names.append(prog.name)
+            segs.setdefault(cmap.placements[r.name].segment, []).append(prog.name)
+        net = Network(f"m{uid}", (("hw", hw.name), ("strategy", strategy)),
+                      tuple(NetSegment(i, (), tuple(rs)) for i, rs in sorted(segs.items())))
+        verify_network(net, {n: None for n in names}, hw.total_crossbars)
+        return _with_attrs(mod, updates).with_attr(A + "network", print_network(net))
+
+
+_PROGRAMS: OrderedDict = OrderedDict()  # program name -> Program, so lowering need not re-parse its text
+
+
+def _program(text: str) -> Program:
+    from ..program import parse_program
+
+    name = text[len('program "'):text.index('"', len('program "'))]
+    p = _PROGRAMS.get(name)
+    if p is not None and print_program(p) == text:
+        return p
+    p = parse_program(text)
+    _PROGRAMS[p.name] = p
+    while len(_PROGRAMS) > 4096:
+        _PROGRAMS.popitem(last=False)
+    return p
+
+
+@tvm.transform.module_pass(opt_level=0, name="LowerToRuntime")
+class LowerToRuntime:
+    """Replace calls of regions with ``call_dps_packed("tvm_cim.run_region", ...)``.
+
+    The arguments are the region's inputs, its constants (int8 weights,
+    scales, bias), the hardware description (JSON) and the program (text);
+    both strings travel inside the built executable.  Records what the
+    passes decided for :func:`last_compile_info`.
+
+    Parameters
+    ----------
+    hw : CIMHardware or str, optional
+        The chip (default: the target in scope).
+    """
+
+    def __init__(self, hw=None):
+        self.hw = hw
+
+    def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
+        hw = _resolve_hw(self.hw)
+        fs = region_functions(mod)
+        info = CompileInfo(hw=hw)
+        if not fs:
+            info.host_ops = host_ops(mod)
+            _STATE.info = info
+            return mod
+        strategy, opts = module_options(mod)
+        regions = [region_of(f) for _, f in fs]
+        programs = [_program(str(_need(f, "program", "GenerateMetaOps"))) for _, f in fs]
+        hw_json = loader.to_json(hw)
+        lowered = {}
+        for (g, _), r, prog in zip(fs, regions, programs):
+            consts = codegen.region_constants(r)
+            args_c = [relax.const(consts[d.name]) for d in prog.decl("const")]
+            text = print_program(prog)
+
+            def build(args, out_ty, args_c=args_c, text=text):
+                extra = [tvm.ir.StringImm(hw_json), tvm.ir.StringImm(text)]
+                return relax.call_dps_packed(RUN_REGION, list(args) + args_c + extra, out_ty)
+
+            lowered[g] = build
+        info.producers = producers_of(mod)
+        wbits, ibits = _precision(mod)
+        est = Estimator(hw, wbits, ibits, mvm_pipeline=opts.mvm_pipeline)
+        plans = plans_of(mod, hw, est)
+        sched = schedule.Schedule(strategy, opts, plans, segments=max(p.segment for p in plans.values()) + 1)
+        sched.estimate_ns, sched.estimate_regions_ns = est.graph_ns(regions, plans, opts.pipeline, info.producers)
+        uid_names = {r.name: p.name for r, p in zip(regions, programs)}
+        sched.plans = {uid_names[k]: v for k, v in plans.items()}
+        sched.estimate_regions_ns = {uid_names[k]: v for k, v in sched.estimate_regions_ns.items()}
+        info.producers = {uid_names[k]: [uid_names[q] for q in v] for k, v in info.producers.items()}
+        cmap = _chip_map(mod, hw, regions)
+        cmap.placements = {uid_names[k]: v for k, v in cmap.placements.items()}
+        info.regions = [_renamed(r, uid_names[r.name]) for r in regions]
+        info.programs, info.chip_map, info.schedule = programs, cmap, sched
+        from ..program import parse_network
+
+        info.network = parse_network(str(mod.attrs[A + "network"]))
+        mod = lower_composites(mod, lowered)
+        info.host_ops = host_ops(mod)
+        _STATE.info = info
+        return mod.with_attr(A + "estimate_ns", float(sched.estimate_ns))
+
+
+def _renamed(r: Region, name: str) -> Region:
+    from dataclasses import replace
+
+    return replace(r, name=name)
+
+
+# ============================================================================ the pipeline
+def CIMPipeline(hw=None, strategy: str | None = None, options: strategies.Options | None = None,  # noqa: N802
+                calibration: CalibrationConfig | None = None) -> tvm.transform.Pass:
+    """The whole CIM compilation as a ``tvm.transform.Sequential`` of the passes above.
+
+    Parameters
+    ----------
+    hw : CIMHardware or str, optional
+        The chip (default: the target in scope).
+    strategy : str, optional
+        A registered strategy (default: :func:`scheduling`'s).
+    options : Options, optional
+        Technique overrides (ablations).
+    calibration : CalibrationConfig, optional
+        Default: :func:`calibration`'s settings.
+
+    Returns
+    -------
+    tvm.transform.Pass
+    """
+    c = calibration
+    return tvm.transform.Sequential(
+        [
+            FindRegions(),
+            Calibrate(c.samples, c.seed, c.inputs) if c else Calibrate(),
+            Quantize(hw),
+            Segment(hw, strategy, options),
+            DuplicateWeights(hw),
+            Place(hw),
+            GenerateMetaOps(hw),
+            LowerToRuntime(hw),
+        ],
+        name="CIMPipeline",
+    )
+
+
+def offload(mod: tvm.IRModule, hw: CIMHardware, calib: CalibrationConfig | None = None,
+            strategy: str | None = None, options: strategies.Options | None = None) -> tuple[tvm.IRModule, CompileInfo]:
+    """Run the whole CIM pipeline on a module.
+
+    Parameters
+    ----------
+    mod : tvm.IRModule
+        A float Relax module (e.g. from the ONNX frontend).
+    hw : CIMHardware
+        The target chip.
+    calib : CalibrationConfig, optional
+        Calibration settings; defaults to :func:`calibration`'s.
+    strategy : str, optional
+        Scheduling strategy; defaults to :func:`scheduling`'s (``cim-mlc``).
+    options : Options, optional
+        Technique overrides for ablations.
+
+    Returns
+    -------
+    tvm.IRModule
+        The module with offloaded regions lowered to ``call_dps_packed``.
+    CompileInfo
+    """
+    out = CIMPipeline(hw, strategy, options, calib)(mod)
+    return out, last_compile_info()

@@ -1,0 +1,177 @@
+"""Cost primitives: what one meta-operator costs on a chip, from its hardware description.
+
+This is the one cost model of the project.  The simulator's engine charges
+every operation it executes with these functions, and the compiler's fast
+estimate (:mod:`tvm_cim.compiler.estimate`) applies the same functions to the
+chunk plan the code generator emits, aggregated per shared resource.  Every
+function accepts numpy arrays as well as scalars, so the estimate evaluates
+all chunks of a region at once.
+
+==================  ==========================================================  ============================
+operation           duration                                                     resource
+==================  ==========================================================  ============================
+crossbar read       ``vectors x input_steps x row_groups x read_step``           the crossbars it activates
+crossbar write      ``batch x rows x write_latency``                             the crossbar
+digital op          ``ceil(elements / ops_per_cycle) x latency_cycles x cycle``  chip ALU or a core's ALU
+load / store        ``ceil(bytes x 8 / global-buffer bandwidth) x cycle``        global-buffer port
+  ... off-chip      at the smaller of the buffer and off-chip bandwidths         global-buffer port, off-chip
+scatter             ``ceil(bytes x 8 / min(link, local buffer)) x cycle``        the core's link
+weight fetch        ``ceil(bytes x 8 / off-chip bandwidth) x cycle``             off-chip interface
+==================  ==========================================================  ============================
+
+``read_step = max(read_latency, ceil(bitlines / adcs) x adc_latency)``;
+signed activations run in two unsigned phases (twice the input steps of the
+magnitude bits).  Energies are per operation; leakage is the chip's static
+power times elapsed time (:func:`leakage_mw`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .schema import CIMHardware
+
+# ALU cost names of the digital meta-operators whose hardware cost is another's
+ALU_COST_OF = {"reduce": "add", "dequantize": "mul"}
+
+
+def _ceil(x):
+    return np.ceil(x) if isinstance(x, np.ndarray) else float(np.ceil(x))
+
+
+# --------------------------------------------------------------------------- crossbars
+def input_steps(hw: CIMHardware, ibits: int, signed: bool) -> int:
+    """Bit-serial input steps of one MVM (two unsigned phases for signed activations)."""
+    return 2 * hw.input_steps(ibits - 1) if signed else hw.input_steps(ibits)
+
+
+def read_step_ns(hw: CIMHardware, cols, wbits: int):
+    """One read step of a crossbar using ``cols`` logical weight columns: analogue read or ADC sweep."""
+    xb = hw.crossbar
+    bitlines = np.asarray(cols) * hw.cols_per_weight(wbits)
+    t = np.maximum(xb.device.read_latency_ns, np.ceil(bitlines / xb.adcs) * xb.adc_latency_ns)
+    return t if isinstance(cols, np.ndarray) else float(t)
+
+
+def read(hw: CIMHardware, rows, cols, vectors, groups, wbits: int, ibits: int, signed: bool):
+    """A crossbar read of ``vectors`` input vectors over ``rows`` x ``cols`` (``groups`` row groups in turn).
+
+    Returns
+    -------
+    ns : float or numpy.ndarray
+    energy : dict
+        pJ by component: ``crossbar``, ``adc``, ``dac``, ``alu`` (shift-and-add).
+    """
+    xb = hw.crossbar
+    steps_in = input_steps(hw, ibits, signed)
+    steps = vectors * steps_in * groups
+    bitlines = cols * hw.cols_per_weight(wbits)
+    energy = {
+        "crossbar": steps * xb.device.read_energy_pj * np.minimum(rows, xb.rows_active) / xb.rows,
+        "adc": steps * bitlines * xb.adc_energy_pj,
+        "dac": vectors * steps_in * rows * xb.dac_energy_pj,
+        "alu": steps * cols * hw.op("shift_add").energy_pj,
+    }
+    return steps * read_step_ns(hw, cols, wbits), energy
+
+
+def mvm_ns(hw: CIMHardware, rows, cols, wbits: int, ibits: int, signed: bool):
+    """One input vector through a crossbar tile of ``rows`` driven rows and ``cols`` logical columns."""
+    groups = np.ceil(np.asarray(rows) / hw.crossbar.rows_active)
+    t = input_steps(hw, ibits, signed) * groups * read_step_ns(hw, cols, wbits)
+    return t if isinstance(rows, np.ndarray) or isinstance(cols, np.ndarray) else float(t)
+
+
+def write(hw: CIMHardware, rows, cols, batch, wbits: int):
+    """Programming ``rows`` x ``cols`` weights into a crossbar (rows serially), ``batch`` matrices in turn.
+
+    Returns
+    -------
+    ns, energy_pj
+    """
+    dev = hw.crossbar.device
+    ns = batch * rows * dev.write_latency_ns
+    e = batch * rows * cols * hw.cols_per_weight(wbits) * dev.write_energy_pj_per_cell
+    return ns, e
+
+
+# --------------------------------------------------------------------------- digital units
+def alu(hw: CIMHardware, op: str, elements, core_level: bool):
+    """A digital meta-operator on ``elements`` elements, on a core's ALU or the chip ALU.
+
+    Returns
+    -------
+    ns, energy_pj
+    """
+    unit = hw.core.alu if core_level else hw.chip.alu
+    per = hw.ops.get(ALU_COST_OF.get(op, op))
+    lat = per.latency_cycles if per else 1.0
+    ns = _ceil(np.asarray(elements) / unit.ops_per_cycle) * lat * hw.cycle_ns
+    ns = np.where(np.asarray(elements) > 0, ns, 0.0) if isinstance(elements, np.ndarray) else (ns if elements else 0.0)
+    e = elements * (per.energy_pj if per else unit.energy_pj_per_op)
+    return ns, e
+
+
+# --------------------------------------------------------------------------- data movement
+def link_bits(hw: CIMHardware) -> int:
+    """Bits per cycle a core receives: the smaller of its NoC link and its local buffer port."""
+    return min(hw.chip.noc.link_bandwidth_bits, hw.core.local_buffer.bandwidth_bits)
+
+
+def buffer_bits(hw: CIMHardware, offchip: bool) -> int:
+    """Bits per cycle of a load / store: the global-buffer port, or off-chip memory through it."""
+    gb = hw.chip.global_buffer.bandwidth_bits
+    return min(gb, hw.chip.offchip_bandwidth_bits) if offchip else gb
+
+
+def load_store(hw: CIMHardware, nbytes, offchip: bool):
+    """A load or store between the global buffer (or off-chip memory) and the compute path.
+
+    Returns
+    -------
+    ns : float or numpy.ndarray
+    energy : dict
+        pJ by component: ``noc+buffer`` and, off-chip, ``offchip``.
+    """
+    buf = hw.chip.global_buffer
+    ns = _ceil(np.asarray(nbytes) * 8 / buffer_bits(hw, offchip)) * hw.cycle_ns
+    energy = {"noc+buffer": nbytes * 8 * (buf.read_energy_pj_per_bit + buf.write_energy_pj_per_bit)}
+    if offchip:
+        energy["offchip"] = nbytes * 8 * hw.chip.offchip_energy_pj_per_bit
+    return ns, energy
+
+
+def scatter(hw: CIMHardware, nbytes):
+    """Input codes sent from the global buffer over a core's link into its local buffer.
+
+    Returns
+    -------
+    ns, energy_pj
+    """
+    ns = _ceil(np.asarray(nbytes) * 8 / link_bits(hw)) * hw.cycle_ns
+    e = nbytes * 8 * (hw.chip.noc.energy_pj_per_bit_hop + hw.core.local_buffer.write_energy_pj_per_bit
+                      + hw.chip.global_buffer.read_energy_pj_per_bit)
+    return ns, e
+
+
+def fetch(hw: CIMHardware, nbytes):
+    """Constant weights brought over the off-chip interface into the global buffer.
+
+    Returns
+    -------
+    ns, energy_pj
+    """
+    ns = _ceil(np.asarray(nbytes) * 8 / hw.chip.offchip_bandwidth_bits) * hw.cycle_ns
+    e = nbytes * 8 * (hw.chip.offchip_energy_pj_per_bit + hw.chip.global_buffer.write_energy_pj_per_bit)
+    return ns, e
+
+
+# --------------------------------------------------------------------------- static power
+def leakage_mw(hw: CIMHardware) -> float:
+    """Static power of the whole chip (mW; times ns gives pJ)."""
+    return (
+        hw.chip.leakage_mw
+        + hw.chip.global_buffer.leakage_mw
+        + hw.chip.alu.leakage_mw
+        + hw.chip.cores * (hw.core.local_buffer.leakage_mw + hw.core.alu.leakage_mw)
+    )

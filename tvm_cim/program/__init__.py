@@ -1,0 +1,31 @@
+"""Program format: the layer between the CIM compiler and the simulator.
+
+==============  ================================================================
+module          what it holds
+==============  ================================================================
+``ir``          values, operations, ``parallel{}`` blocks, programs and networks
+``ops``         the typed definition of every meta-operator (one place)
+``text``        printer and parser (round-trip exactly)
+``verify``      the verifier run after code generation
+==============  ================================================================
+"""
+
+from .ir import Decl, Network, Op, Parallel, Program, Range, Ref, Segment, Stmt, Value, op, walk
+from .ops import OPS, OpDef, Operand, definition
+from .text import (
+    ProgramSyntaxError,
+    parse_emitted,
+    parse_network,
+    parse_program,
+    parse_programs,
+    print_network,
+    print_program,
+)
+from .verify import ProgramError, verify, verify_network
+
+__all__ = [
+    "Decl", "Network", "Op", "Parallel", "Program", "Range", "Ref", "Segment", "Stmt", "Value", "op", "walk",
+    "OPS", "OpDef", "Operand", "definition",
+    "ProgramSyntaxError", "parse_emitted", "parse_network", "parse_program", "parse_programs",
+    "print_network", "print_program", "ProgramError", "verify", "verify_network",
+]

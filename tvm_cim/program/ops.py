@@ -1,0 +1,129 @@
+"""The meta-operators: one typed definition per operator, with its operands.
+
+Every operation a program may hold is defined here once (:data:`OPS`, keyed
+by :attr:`tvm_cim.program.ir.Op.kind`): what it does, the unit that executes
+it and the operands it takes with their types.  The verifier
+(:mod:`tvm_cim.program.verify`) checks programs against these definitions,
+the simulator dispatches on the same kinds, and ``--emit`` output can be read
+with them at hand.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .ir import Op, Range, Ref
+
+INT, FLOAT, STR, BOOL, REF, RANGE, TUPLE = int, (int, float), str, bool, Ref, Range, tuple
+
+
+@dataclass(frozen=True)
+class Operand:
+    """One keyword operand of a meta-operator."""
+
+    name: str
+    types: type | tuple[type, ...]
+    required: bool = True
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class OpDef:
+    """The definition of a meta-operator kind.
+
+    Attributes
+    ----------
+    kind : str
+        ``CIM.read_xb``, ``DMOV.load``, ``DCOM.quantize``, ``CM.switch`` ...
+    unit : str
+        What executes it: ``crossbar``, ``chip-alu`` / ``core-alu``, ``buffer``
+        (global-buffer port), ``link`` (a core's NoC link), ``offchip``,
+        ``mode`` (array mode control) or ``none`` (declarations).
+    doc : str
+    operands : tuple of Operand
+    """
+
+    kind: str
+    unit: str
+    doc: str
+    operands: tuple[Operand, ...]
+
+    def operand(self, name: str) -> Operand | None:
+        for o in self.operands:
+            if o.name == name:
+                return o
+        return None
+
+
+OPS: dict[str, OpDef] = {}
+
+
+def define(kind: str, unit: str, doc: str, *operands: Operand) -> OpDef:
+    """Add a meta-operator definition (one per kind)."""
+    if kind in OPS:
+        raise ValueError(f"meta-operator {kind} is already defined")
+    d = OpDef(kind, unit, doc, tuple(operands))
+    OPS[kind] = d
+    return d
+
+
+def definition(o: Op) -> OpDef | None:
+    """The definition of an operation's kind, or None if the kind is unknown."""
+    return OPS.get(o.kind)
+
+
+def _o(name, types, required=True, doc=""):
+    return Operand(name, types, required, doc)
+
+
+_SUB = _o("op", STR, doc="sub-operation")
+_VECS = _o("vecs", RANGE, False, "input vectors (rows of the M dimension) the operation covers")
+_BATCH = _o("batch", INT, False, "independent matrices of a run-time operand")
+_BLOCK = _o("block", RANGE, False, "the row block of a virtual crossbar (MVM-grained pipeline)")
+_ELEMS = _o("elements", INT, False, "elements the ALU processes (its cost)")
+
+# ---------------------------------------------------------------------------- crossbars
+define("CIM.bind_vxb", "none", "bind physical crossbars to row and column ranges of the weight matrix (a virtual crossbar)",
+       _o("vxb", INT), _o("xbs", TUPLE), _o("rows", TUPLE), _o("cols", TUPLE))
+define("CIM.write_xb", "crossbar", "program a weight tile into a crossbar (rows serially)",
+       _o("xb", INT), _o("src", REF), _o("rows", RANGE), _o("cols", RANGE), _BATCH)
+define("CIM.read_xb", "crossbar", "bit-serial MVM on the crossbars of a virtual crossbar (crossbar mode)",
+       _o("vxb", INT), _o("src", REF), _VECS, _o("dst", REF), _BLOCK, _BATCH)
+define("CIM.read_core", "crossbar", "MVM on all crossbars of the cores of a virtual crossbar (core mode)",
+       _o("vxb", INT), _o("src", REF), _VECS, _o("dst", REF), _BATCH)
+define("CIM.read_row", "crossbar", "MVM on one group of rows_active wordlines (wordline mode)",
+       _o("vxb", INT), _o("group", INT), _o("src", REF), _VECS, _o("dst", REF), _BLOCK, _BATCH)
+# ---------------------------------------------------------------------------- array modes
+define("CM.switch", "mode", "switch arrays to memory mode (TOM) or to compute mode (TOC) (CMSwitch)",
+       _o("type", STR, doc="'TOM' or 'TOC'"), _o("xbs", TUPLE, doc="crossbar ids"))
+# ---------------------------------------------------------------------------- data movement
+_LEVEL = _o("level", STR, doc="'global', 'offchip' or 'core'")
+_FRAC = _o("frac", TUPLE, False, "share [f0, f1) of the region input or output it moves")
+_BYTES = _o("bytes", INT, doc="bytes moved (its cost)")
+define("DMOV.load", "buffer", "bring the region input (codes) from the global buffer or off-chip memory",
+       _SUB, _o("src", REF), _VECS, _LEVEL, _FRAC, _BYTES)
+define("DMOV.store", "buffer", "store region output to the global buffer or off-chip memory",
+       _SUB, _o("src", REF), _VECS, _LEVEL, _FRAC, _BYTES)
+define("DMOV.scatter", "link", "send input codes over a core's link to a virtual crossbar (or one row block)",
+       _SUB, _o("src", REF), _VECS, _o("vxb", INT), _LEVEL, _BYTES, _BLOCK)
+define("DMOV.fetch", "offchip", "bring constant weights over the off-chip interface (before they are written)",
+       _SUB, _o("src", REF), _LEVEL, _BYTES)
+# ---------------------------------------------------------------------------- digital computation
+define("DCOM.quantize", "chip-alu", "float -> integer codes (scale, zero point, signed or unsigned)",
+       _SUB, _o("src", REF), _o("dst", REF), _VECS, _o("scale", FLOAT), _o("zero", INT), _o("bits", INT),
+       _o("signed", BOOL), _ELEMS)
+define("DCOM.im2col", "chip-alu", "unfold a convolution input into input vectors",
+       _SUB, _o("src", REF), _o("dst", REF), _VECS, _o("kernel", TUPLE), _o("strides", TUPLE),
+       _o("padding", TUPLE), _o("dilation", TUPLE), _o("pad_value", INT), _ELEMS)
+define("DCOM.reshape", "none", "view codes as (batch, vectors, length)",
+       _SUB, _o("src", REF), _o("dst", REF), _VECS, _o("shape", TUPLE), _o("batch_shape", TUPLE, False))
+define("DCOM.colsum", "chip-alu", "column sums of a run-time operand (offset removal)",
+       _SUB, _o("src", REF), _o("dst", REF), _ELEMS)
+define("DCOM.zeros", "none", "clear the integer accumulators", _SUB, _o("dst", REF), _o("shape", TUPLE))
+define("DCOM.reduce", "core-alu", "add the partial sums of a layer's row blocks",
+       _SUB, _o("dst", REF), _VECS, _o("core", INT), _o("terms", INT), _ELEMS)
+define("DCOM.dequantize", "core-alu", "integer accumulators -> float (scales, zero point, bias)",
+       _SUB, _o("src", REF), _o("dst", REF), _VECS, _o("core", INT), _o("scale", FLOAT),
+       _o("zero", INT, False), _o("wsum", REF, False), _o("wscale", REF, False), _o("bias", REF, False), _ELEMS)
+define("DCOM.layout", "none", "results into the output layout (NCHW or row-major)",
+       _SUB, _o("src", REF), _o("dst", REF), _o("layout", STR), _o("shape", TUPLE))

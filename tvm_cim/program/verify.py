@@ -1,0 +1,118 @@
+"""Verifier: a program is well formed against the meta-operator definitions and the chip.
+
+Run after code generation (and by the parser's users on hand-written text).
+Checks every operation's kind and operands against :data:`tvm_cim.program.ops.OPS`,
+that tensors are declared or produced before they are read, that virtual
+crossbars are bound before use, that crossbar ids exist on the chip, and that
+vector ranges lie inside the region's ``M`` dimension.
+"""
+
+from __future__ import annotations
+
+from .ir import Network, Op, Program, Range, Ref
+from .ops import OPS
+
+
+class ProgramError(ValueError):
+    """A program is not well formed; the message names the program, the operation and the problem."""
+
+
+def _check_op(o: Op, where: str) -> None:
+    d = OPS.get(o.kind)
+    if d is None:
+        raise ProgramError(f"{where}: unknown meta-operator {o.kind}")
+    names = [k for k, _ in o.args]
+    for k, v in o.args:
+        spec = d.operand(k)
+        if spec is None:
+            raise ProgramError(f"{where}: {o.kind} has no operand '{k}' "
+                               f"(operands: {', '.join(x.name for x in d.operands)})")
+        if not isinstance(v, spec.types) or (isinstance(v, bool) and spec.types in (int, (int, float))):
+            raise ProgramError(f"{where}: {o.kind} operand '{k}' is {v!r}, not of the expected type")
+    for spec in d.operands:
+        if spec.required and spec.name not in names:
+            raise ProgramError(f"{where}: {o.kind} lacks the operand '{spec.name}'")
+
+
+def verify(prog: Program, crossbars: int | None = None) -> Program:
+    """Check a program; return it unchanged.
+
+    Parameters
+    ----------
+    prog : Program
+    crossbars : int, optional
+        Crossbars on the chip; crossbar ids must be below it.
+
+    Raises
+    ------
+    ProgramError
+    """
+    m_total = int(prog.attr("M", 0)) or None
+    known = {d.name for d in prog.decls}
+    bound: set[int] = set()
+    for section in ("setup", "run"):
+        for i, o in enumerate(prog.ops(section)):
+            where = f"program '{prog.name}' {section}[{i}]"
+            _check_op(o, where)
+            for k, v in o.args:
+                if isinstance(v, Ref) and k != "dst" and v.name not in known:
+                    raise ProgramError(f"{where}: {o.kind} reads %{v.name} before it is declared or computed")
+            dst = o.get("dst")
+            if isinstance(dst, Ref):
+                known.add(dst.name)
+            if o.kind == "CIM.bind_vxb":
+                bound.add(int(o["vxb"]))
+                if not len(o["xbs"]) == len(o["rows"]) == len(o["cols"]):
+                    raise ProgramError(f"{where}: CIM.bind_vxb binds {len(o['xbs'])} crossbars to "
+                                       f"{len(o['rows'])} row and {len(o['cols'])} column ranges")
+                xbs = o["xbs"]
+            elif o.kind == "CIM.write_xb":
+                xbs = (o["xb"],)
+            elif o.kind == "CM.switch":
+                xbs = o["xbs"]
+                if o["type"] not in ("TOM", "TOC"):
+                    raise ProgramError(f"{where}: CM.switch type must be 'TOM' or 'TOC', got {o['type']!r}")
+            else:
+                xbs = ()
+            if crossbars is not None:
+                for xb in xbs:
+                    if not 0 <= int(xb) < crossbars:
+                        raise ProgramError(f"{where}: crossbar {xb} does not exist (the chip has {crossbars})")
+            if "vxb" in dict(o.args) and o.kind != "CIM.bind_vxb" and int(o["vxb"]) not in bound:
+                raise ProgramError(f"{where}: {o.kind} uses virtual crossbar {o['vxb']} before CIM.bind_vxb")
+            v = o.get("vecs")
+            if isinstance(v, Range) and (v.start < 0 or v.stop < v.start or (m_total and v.stop > m_total)):
+                raise ProgramError(f"{where}: vector range {v} outside 0:{m_total}")
+    return prog
+
+
+def verify_network(net: Network, programs: dict[str, Program] | None = None,
+                   crossbars: int | None = None) -> Network:
+    """Check a network: segments in order, prologue operations well formed, regions known.
+
+    Raises
+    ------
+    ProgramError
+    """
+    prev = -1
+    seen: set[str] = set()
+    for seg in net.segments:
+        if seg.index <= prev:
+            raise ProgramError(f"network '{net.name}': segment {seg.index} after segment {prev}")
+        prev = seg.index
+        for i, s in enumerate(seg.prologue):
+            ops = [s] if isinstance(s, Op) else list(getattr(s, "body", ()))
+            for o in ops:
+                where = f"network '{net.name}' segment {seg.index} prologue[{i}]"
+                _check_op(o, where)
+                if crossbars is not None:
+                    for xb in (o.get("xbs") or ()):
+                        if not 0 <= int(xb) < crossbars:
+                            raise ProgramError(f"{where}: crossbar {xb} does not exist (the chip has {crossbars})")
+        for r in seg.regions:
+            if r in seen:
+                raise ProgramError(f"network '{net.name}': region {r} appears twice")
+            seen.add(r)
+            if programs is not None and r not in programs:
+                raise ProgramError(f"network '{net.name}': segment {seg.index} names unknown region {r}")
+    return net

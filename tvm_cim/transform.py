@@ -1,0 +1,28 @@
+"""The CIM compilation passes, as TVM exposes ``relax.transform`` (see :mod:`tvm_cim.compiler.transform`).
+
+Each is a ``tvm.transform`` module pass usable on its own, in this order::
+
+    seq = tvm.transform.Sequential([
+        tvm_cim.transform.FindRegions(), tvm_cim.transform.Calibrate(), tvm_cim.transform.Quantize("prime"),
+        tvm_cim.transform.Segment("prime"), tvm_cim.transform.DuplicateWeights("prime"),
+        tvm_cim.transform.Place("prime"), tvm_cim.transform.GenerateMetaOps("prime"),
+        tvm_cim.transform.LowerToRuntime("prime"),
+    ])
+
+:func:`CIMPipeline` is that sequence.
+"""
+
+from .compiler.transform import (
+    Calibrate,
+    CIMPipeline,
+    DuplicateWeights,
+    FindRegions,
+    GenerateMetaOps,
+    LowerToRuntime,
+    Place,
+    Quantize,
+    Segment,
+)
+
+__all__ = ["FindRegions", "Calibrate", "Quantize", "Segment", "DuplicateWeights", "Place", "GenerateMetaOps",
+           "LowerToRuntime", "CIMPipeline"]

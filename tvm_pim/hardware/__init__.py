@@ -1,0 +1,1 @@
+"""PIM hardware: the schema of device files and the system / group / core view the compiler uses."""
