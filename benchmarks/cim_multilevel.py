@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import tvm_cim  # noqa: E402
 from tvm_cim.common import zoo  # noqa: E402
 from tvm_cim.common.onnx_io import import_onnx  # noqa: E402
-from tvm_cim.compiler import quantize  # noqa: E402
+from tvm_cim.compiler import quantize, strategies  # noqa: E402
 from tvm_cim.compiler.strategies import Options  # noqa: E402
 from tvm_cim.compiler.transform import offload  # noqa: E402
 from tvm_cim.report import simulate_timing  # noqa: E402
@@ -105,7 +105,7 @@ def exp1(nets, image, isaac) -> dict:
 def exp2(image, puma) -> dict:
     mod = relax_module("vgg16", image_size=image)
     on = measure(mod, puma, "cim-mlc", None)
-    off = measure(mod, puma, "cim-mlc", R(Options.for_strategy("cim-mlc", puma), mvm_pipeline=False))
+    off = measure(mod, puma, "cim-mlc", R(strategies.get("cim-mlc").options(puma), mvm_pipeline=False))
     print("\n[2] PUMA preset, VGG-16: peak computing power")
     print(f"  without MVM-grained pipeline {off['peak_power_mw'] / 1e3:9.3f} W   latency {off['latency_ns'] / 1e6:8.3f} ms")
     print(f"  with MVM-grained pipeline    {on['peak_power_mw'] / 1e3:9.3f} W   latency {on['latency_ns'] / 1e6:8.3f} ms")
@@ -243,10 +243,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="small inputs and fewer sweep points")
     ap.add_argument("--only", nargs="*", type=int, help="experiment numbers to run")
+    ap.add_argument("--image", type=int, help="image size of the CNNs (default 224, 64 with --quick)")
     ap.add_argument("--json", help="write all figures to this file")
     ap.add_argument("--plots", default=".", help="folder for the PNG plots")
     args = ap.parse_args()
-    image = 64 if args.quick else 224
+    image = args.image or (64 if args.quick else 224)
     nets = ["resnet18", "resnet50"] if args.quick else ["resnet18", "resnet34", "resnet50", "resnet101"]
     vit_kw = dict(image_size=64, patch_size=16, depth=4) if args.quick else {}
     isaac, puma = tvm_cim.load("isaac"), tvm_cim.load("puma")

@@ -43,7 +43,7 @@ def cosine(a, b):
 
 @pytest.mark.parametrize("name", CIM_PRESETS)
 def test_every_preset_builds_and_runs(cnn, name):
-    """Lossless ADCs leave only int8 quantisation error; lossy ones report theirs."""
+    """Lossless ADCs leave only int8 quantisation error; lossy ones report theirs, within a bound."""
     from tvm_cim.simulator import crossbar
 
     mod, x, ref = cnn
@@ -56,8 +56,9 @@ def test_every_preset_builds_and_runs(cnn, name):
     if crossbar.is_lossless(info.hw):
         assert cosine(y, ref) > 0.99
         assert not any(s.adc_error for s in stats)
-    else:  # the error is measured (whether or not this input saturates the ADC)
+    else:  # the error is measured (whether or not this input saturates the ADC), and bounded
         assert all(s.adc_error.get("sum_sq_ref", 0) > 0 for s in stats)
+        assert cosine(y, ref) > 0.98
     # the same model with the preset's ADC made lossless is accurate
     lossless = R(info.hw, crossbar=R(info.hw.crossbar, adc_bits=24, adc_mode="clip"))
     lowered, _ = tvm_cim.offload(mod, lossless)

@@ -85,7 +85,7 @@ def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | 
     ch = P.chunks(region, n_rep, hw, wbits, ibits)
     level = ch.level  # a working set larger than the global buffer stays in off-chip memory
     chunks = [Range(int(a), int(b)) for a, b in zip(ch.starts, ch.stops)]
-    row_starts = sorted({t.k0 for t in pl.tiles})
+    n_blocks = len(P.row_blocks(pl.tiles))
     attrs = [
         ("hw", hw.name),
         ("mode", mode),
@@ -176,7 +176,7 @@ def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | 
     def reads(v: Range, p_idx: int, r_idx: int) -> list:
         vid = vxb_of[(p_idx, r_idx)]
         tiles = [pl.tiles[i] for i in pl.passes[p_idx]]
-        blocks = sorted({t.k0 for t in tiles})
+        blocks = P.row_blocks(tiles)
         extra = {"batch": bt} if bt > 1 else {}
 
         def read_ops(blk: dict, max_rows: int) -> list:
@@ -191,26 +191,25 @@ def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | 
 
         if opts.mvm_pipeline and mode != "core" and len(blocks) > 1:
             out = []
-            for b0 in blocks:  # each row block starts as soon as its own input slice arrives
-                b1 = max(t.k1 for t in tiles if t.k0 == b0)
+            for b0, b1 in blocks:  # each row block starts as soon as its own input slice arrives
                 blk = {"block": Range(b0, b1)}
                 out.append(op("DMOV", op="scatter", src=Ref("xm"), vecs=v, vxb=vid, level="core",
-                              bytes=bt * v.size * (b1 - b0) * ibits // 8, **blk))
+                              bytes=P.scatter_bytes(bt, v.size, b1 - b0, ibits), **blk))
                 out.append(Parallel(tuple(read_ops(blk, b1 - b0))))
             return out
-        rows_used = sum(max(t.k1 for t in tiles if t.k0 == b0) - b0 for b0 in blocks)  # this pass's rows only
+        rows_used = sum(b1 - b0 for b0, b1 in blocks)  # this pass's rows only
         return [
             op("DMOV", op="scatter", src=Ref("xm"), vecs=v, vxb=vid, level="core",
-               bytes=bt * v.size * rows_used * ibits // 8),
+               bytes=P.scatter_bytes(bt, v.size, rows_used, ibits)),
             Parallel(tuple(read_ops({}, max(t.rows for t in tiles)))),
         ]
 
     def post(v: Range, r_idx: int) -> list:
         core = pl.replicas[r_idx][0] // per_core
         out = []
-        if len(row_starts) > 1:
-            out.append(op("DCOM", op="reduce", dst=Ref("acc"), vecs=v, core=core, terms=len(row_starts),
-                          elements=bt * v.size * n * (len(row_starts) - 1)))
+        if n_blocks > 1:
+            out.append(op("DCOM", op="reduce", dst=Ref("acc"), vecs=v, core=core, terms=n_blocks,
+                          elements=bt * v.size * n * (n_blocks - 1)))
         deq = dict(op="dequantize", src=Ref("acc"), dst=Ref("yf"), vecs=v, core=core,
                    scale=float(region.x_scale * (region.y_scale if region.kind == DMATMUL else 1.0)))
         if region.x_zero:

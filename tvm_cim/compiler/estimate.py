@@ -109,18 +109,19 @@ class Estimator:
     def logical_cols(self) -> int:
         return self.hw.logical_cols(self.wbits)
 
-    def tiles(self, r: Region, tile_rows: int) -> int:
-        """Crossbar tiles of one copy of a region's weights (all-zero tiles of grouped convolutions skipped)."""
+    def tile_list(self, r: Region, tile_rows: int) -> list:
+        """The tiles the mapper places for one copy (all-zero tiles of grouped convolutions skipped)."""
         key = (r.name, tile_rows)
         t = self._tiles.get(key)
         if t is None:
-            m, k, n = r.mkn
-            if r.kind == CONV2D and r.conv.get("groups", 1) > 1 and r.w_int is not None:
-                t = len(tile_matrix(k, n, self.hw, r.w_int, tile_rows=tile_rows))
-            else:
-                t = math.ceil(k / tile_rows) * math.ceil(n / self.logical_cols())
-            self._tiles[key] = t
+            _, k, n = r.mkn
+            grouped = r.kind == CONV2D and r.conv.get("groups", 1) > 1
+            t = self._tiles[key] = tile_matrix(k, n, self.hw, r.w_int if grouped else None, tile_rows=tile_rows)
         return t
+
+    def tiles(self, r: Region, tile_rows: int) -> int:
+        """Crossbar tiles of one copy of a region's weights."""
+        return len(self.tile_list(r, tile_rows))
 
     def plan_cores(self, r: Region, tile_rows: int) -> int:
         """Cores one replica spans."""
@@ -135,11 +136,8 @@ class Estimator:
             return np.zeros(passes)
         key = (r.name, tile_rows)
         b = self._tile_bytes.get(key)
-        if b is None:  # the tiles the mapper places (all-zero tiles of grouped convolutions skipped)
-            _, k, n = r.mkn
-            grouped = r.kind == CONV2D and r.conv.get("groups", 1) > 1
-            ts = tile_matrix(k, n, self.hw, r.w_int if grouped else None, tile_rows=tile_rows)
-            b = self._tile_bytes[key] = P.tile_bytes(ts, self.wbits)
+        if b is None:
+            b = self._tile_bytes[key] = P.tile_bytes(self.tile_list(r, tile_rows), self.wbits)
         cap = self.hw.total_crossbars
         per_pass = np.array([b[p * cap:(p + 1) * cap].sum() for p in range(passes)])
         return cost.fetch(self.hw, per_pass)[0]
@@ -174,12 +172,13 @@ class Estimator:
         bt = r.batch
         off = ch.level == "offchip"
         size = ch.size
-        row_blocks = math.ceil(k / tile_rows)
+        blocks = P.row_blocks(self.tile_list(r, tile_rows))
+        row_blocks = len(blocks)
         load = cost.load_store(hw, ch.load_bytes, off)[0]
         prep = cost.alu(hw, "quantize", ch.quant_elems, core_level=False)[0]
         if r.kind == CONV2D:
-            prep = prep + cost.alu(hw, "im2col", size * k, core_level=False)[0]
-        scatter = cost.scatter(hw, bt * size * k * self.ibits / 8)[0]
+            prep = prep + cost.alu(hw, "im2col", ch.im2col_elems, core_level=False)[0]
+        scatter = cost.scatter(hw, P.scatter_bytes(bt, size, sum(b1 - b0 for b0, b1 in blocks), self.ibits))[0]
         read = bt * size * self.mvm_ns(r, tile_rows)
         post = cost.alu(hw, "dequantize", bt * size * n * 3, core_level=True)[0]
         if row_blocks > 1:
@@ -229,12 +228,12 @@ class Estimator:
         hw = self.hw
         m, k, n = r.mkn
         bt = r.batch
-        cyc = hw.cycle_ns
         ib = self.ibits
         ch = self.chunks(r, replicas)
         spill = ch.level == "offchip"
-        link = cost.link_bits(hw)
-        row_blocks = math.ceil(k / tile_rows)
+        tiles = self.tile_list(r, tile_rows)
+        blocks = P.row_blocks(tiles)
+        row_blocks = len(blocks)
         size = ch.size
         nch = len(size)
         reps = max(1, min(replicas, nch)) if passes == 1 else 1
@@ -266,31 +265,33 @@ class Estimator:
         if passes > 1:
             # every pass rewrites all crossbars with the next tiles (row-major over row and column
             # blocks), then reads every chunk; the link sends the passes' inputs in program order
-            cap, nct = hw.total_crossbars, math.ceil(n / self.logical_cols())
-            n_tiles = row_blocks * nct
+            cap, per_core = hw.total_crossbars, hw.core.crossbars
             pipelined = self.mvm_pipeline and hw.chip.computing_mode != "core" and row_blocks > 1
             sc_p = np.empty((passes, nch))
-            for p_idx in range(passes):
-                i0, i1 = p_idx * cap, min(n_tiles, (p_idx + 1) * cap)
-                blocks = range(i0 // nct, (i1 - 1) // nct + 1)
-                rows_in = sum(min(tile_rows, k - b * tile_rows) for b in blocks)  # a pass sends its rows only
+            rows_p = []
+            for p_idx, idx in enumerate(P.pass_ranges(len(tiles), cap)):
+                ptiles = [tiles[i] for i in idx]
+                pblocks = P.row_blocks(ptiles)
+                rows_in = sum(b1 - b0 for b0, b1 in pblocks)  # a pass sends its rows only
                 # with the MVM-grained pipeline, each row block goes over the link of its first tile's core
-                links = len({(max(b * nct, i0) % cap) // hw.core.crossbars for b in blocks}) if pipelined else 1
-                sc_p[p_idx] = np.ceil(bt * size * rows_in * ib / link) * cyc / links
+                first = {}
+                for i in idx:
+                    first.setdefault(tiles[i].k0, (i % cap) // per_core)
+                links = len(set(first.values())) if pipelined else 1
+                sc_p[p_idx] = cost.scatter(hw, P.scatter_bytes(bt, size, rows_in, ib))[0] / links
+                rows_p.append(max(t.rows for t in ptiles))
             sent = maxplus(np.tile(ready, passes), sc_p.ravel()).reshape(passes, nch)
             t = tf
             for p_idx in range(passes):
-                b_last = (min(n_tiles, (p_idx + 1) * cap) - 1) // nct
-                rows_p = min(tile_rows, k - b_last * tile_rows) if p_idx * cap // nct == b_last else tile_rows
-                t = max(t, float(fetched[p_idx])) + r.batch * min(rows_p, k) * hw.crossbar.device.write_latency_ns
-                t = float(maxplus(np.maximum(sent[p_idx], t), bt * size * self.mvm_ns(r, tile_rows, rows_p))[-1])
+                t = max(t, float(fetched[p_idx])) + cost.write(hw, min(rows_p[p_idx], k), 0, r.batch, self.wbits)[0]
+                t = float(maxplus(np.maximum(sent[p_idx], t), bt * size * self.mvm_ns(r, tile_rows, rows_p[p_idx]))[-1])
             return maxplus(maxplus(np.full(nch, t), post), store), busy
         # ---- per replica: scatter over its core's link, read (row blocks in parallel with the
         # MVM-grained pipeline), post-process on its core's ALU; replicas that share a core share both
         nb = row_blocks if (self.mvm_pipeline and hw.chip.computing_mode != "core" and row_blocks > 1) else 1
-        tiles = self.tiles(r, tile_rows)
+        n_tiles = len(tiles)
         per_core = hw.core.crossbars
-        q = 1 if (hw.chip.computing_mode == "core" or tiles >= per_core) else min(reps, -(-per_core // tiles))
+        q = 1 if (hw.chip.computing_mode == "core" or n_tiles >= per_core) else min(reps, -(-per_core // n_tiles))
         R = -(-reps // q) * q
         rounds = -(-nch // reps)
 
@@ -302,15 +303,19 @@ class Estimator:
             return g.reshape(rounds, R // q, q)
 
         rdy = grid(ready, -np.inf)
-        sc, rd, po = grid(scatter / nb, 0.0), grid(read, 0.0), grid(post, 0.0)
+        sc, rd, po = grid(scatter, 0.0), grid(read, 0.0), grid(post, 0.0)
         C = R // q
-        # row block b of a replica starts at its tile b * (column tiles); its scatter uses the link of
-        # that tile's core, so blocks on different cores are sent in parallel
-        nct = math.ceil(n / self.logical_cols())
-        on_core = np.bincount([(b * nct) // per_core for b in range(nb)]) if nb > 1 else np.array([1])
+        # a row block of a replica starts at its first tile; its scatter uses the link of that
+        # tile's core, so blocks on different cores are sent in parallel, each its share of the rows
+        first: dict[int, int] = {}
+        for i, t in enumerate(tiles):
+            first.setdefault(t.k0, i // per_core)
+        cores = [first[b0] for b0, _ in blocks] if nb > 1 else [0]
+        on_core = np.bincount(cores)
         L, nbg = int(np.count_nonzero(on_core)), int(on_core.max())  # links, blocks on the busiest one
         blk_w = np.zeros(L * nbg)
-        blk_w[:nb] = 1.0
+        rows_all = sum(b1 - b0 for b0, b1 in blocks)
+        blk_w[:nb] = [(b1 - b0) / rows_all for b0, b1 in blocks] if nb > 1 else [1.0]
         # each link sends its (round, slot, block) in program order
         link_in = np.broadcast_to(rdy.transpose(1, 0, 2)[:, None, :, :, None], (C, L, rounds, q, nbg)).reshape(C, L, -1)
         link_w = (sc.transpose(1, 0, 2)[:, None, :, :, None] * blk_w.reshape(L, nbg)[None, :, None, None, :]).reshape(C, L, -1)
@@ -369,10 +374,12 @@ class Estimator:
         tiles = tile_matrix(k, n, hw, r.w_int if grouped else None, tile_rows=tile_rows)
         e += float(np.sum(cost.scatter(hw, np.floor(bt * size * k * self.ibits / 8))[1]))
         ra = hw.crossbar.rows_active
-        for t in tiles:
-            _, er = cost.read(hw, t.rows, t.cols, bt * m, math.ceil(t.rows / ra), self.wbits, self.ibits,
-                              bool(r.x_signed))
-            e += sum(er.values())
+        for t in tiles:  # wordline mode reads one group of rows_active rows per operation
+            groups = [(min(ra, t.rows - g), 1) for g in range(0, t.rows, ra)] \
+                if hw.chip.computing_mode == "wordline" else [(t.rows, math.ceil(t.rows / ra))]
+            for rows, g in groups:
+                _, er = cost.read(hw, rows, t.cols, bt * m, g, self.wbits, self.ibits, bool(r.x_signed))
+                e += sum(er.values())
         row_blocks = len({t.k0 for t in tiles})
         e += float(cost.alu(hw, "dequantize", bt * m * n * 3, True)[1])
         if row_blocks > 1:

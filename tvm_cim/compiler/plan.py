@@ -11,9 +11,11 @@ module, so the estimate describes the program the simulator runs.
 * :class:`Chunks` -- per chunk: its output vectors ``[start, stop)``, the
   share of the region input it needs (kernel halo included), the bytes it
   loads and the elements it quantises and unfolds.
-* :func:`tile_bytes`, :func:`pass_ranges` -- the weight bytes of every
-  crossbar tile, and which tiles each pass of a layer larger than the chip
-  holds.
+* :func:`tile_bytes`, :func:`pass_ranges`, :func:`row_blocks`,
+  :func:`scatter_bytes` -- the weight bytes of every crossbar tile, which
+  tiles each pass of a layer larger than the chip holds, the row blocks a
+  set of tiles covers (each gets its own input slice), and the bytes of
+  input codes sent to them.
 """
 
 from __future__ import annotations
@@ -115,3 +117,18 @@ def pass_ranges(n_tiles: int, capacity: int) -> list[range]:
 def passes_of(n_tiles: int, capacity: int) -> int:
     """Passes a layer of ``n_tiles`` tiles needs on ``capacity`` crossbars."""
     return max(1, math.ceil(n_tiles / capacity))
+
+
+def row_blocks(tiles) -> list[tuple[int, int]]:
+    """``(k0, k1)`` of every row block a set of tiles covers, in row order (``k1``: its tallest tile)."""
+    ends: dict[int, int] = {}
+    for t in tiles:
+        ends[t.k0] = max(ends.get(t.k0, t.k1), t.k1)
+    return sorted(ends.items())
+
+
+def scatter_bytes(batch: int, vectors, rows: int, ibits: int):
+    """Bytes of the input codes of ``vectors`` vectors over ``rows`` rows (works on arrays)."""
+    if isinstance(vectors, np.ndarray):
+        return np.floor(batch * vectors * rows * ibits / 8)
+    return batch * vectors * rows * ibits // 8

@@ -236,4 +236,5 @@ NOT_MODELLED: dict[str, str] = {
     "ops.pool": "pooling runs on the host (Relax), not in CIM programs",
     "ops.sigmoid": "activations run on the host (Relax), not in CIM programs",
     "ops.dmov": "data movement is costed by buffer and link bandwidths",
+    "dual_mode": "no registered strategy switches arrays to memory mode yet; every array computes",
 }

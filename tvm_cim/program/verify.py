@@ -34,6 +34,29 @@ def _check_op(o: Op, where: str) -> None:
             raise ProgramError(f"{where}: {o.kind} lacks the operand '{spec.name}'")
 
 
+def _crossbars_of(o: Op) -> tuple:
+    if o.kind == "CIM.bind_vxb":
+        return tuple(o["xbs"])
+    if o.kind == "CIM.write_xb":
+        return (o["xb"],)
+    if o.kind == "CM.switch":
+        return tuple(o["xbs"])
+    return ()
+
+
+def _check_values(o: Op, where: str, crossbars: int | None) -> None:
+    """Operand values the definitions constrain beyond their type: switch types, crossbar ids."""
+    if o.kind == "CM.switch" and o["type"] not in ("TOM", "TOC"):
+        raise ProgramError(f"{where}: CM.switch type must be 'TOM' or 'TOC', got {o['type']!r}")
+    if o.kind == "CIM.bind_vxb" and not len(o["xbs"]) == len(o["rows"]) == len(o["cols"]):
+        raise ProgramError(f"{where}: CIM.bind_vxb binds {len(o['xbs'])} crossbars to "
+                           f"{len(o['rows'])} row and {len(o['cols'])} column ranges")
+    if crossbars is not None:
+        for xb in _crossbars_of(o):
+            if not 0 <= int(xb) < crossbars:
+                raise ProgramError(f"{where}: crossbar {xb} does not exist (the chip has {crossbars})")
+
+
 def verify(prog: Program, crossbars: int | None = None) -> Program:
     """Check a program; return it unchanged.
 
@@ -60,24 +83,9 @@ def verify(prog: Program, crossbars: int | None = None) -> Program:
             dst = o.get("dst")
             if isinstance(dst, Ref):
                 known.add(dst.name)
+            _check_values(o, where, crossbars)
             if o.kind == "CIM.bind_vxb":
                 bound.add(int(o["vxb"]))
-                if not len(o["xbs"]) == len(o["rows"]) == len(o["cols"]):
-                    raise ProgramError(f"{where}: CIM.bind_vxb binds {len(o['xbs'])} crossbars to "
-                                       f"{len(o['rows'])} row and {len(o['cols'])} column ranges")
-                xbs = o["xbs"]
-            elif o.kind == "CIM.write_xb":
-                xbs = (o["xb"],)
-            elif o.kind == "CM.switch":
-                xbs = o["xbs"]
-                if o["type"] not in ("TOM", "TOC"):
-                    raise ProgramError(f"{where}: CM.switch type must be 'TOM' or 'TOC', got {o['type']!r}")
-            else:
-                xbs = ()
-            if crossbars is not None:
-                for xb in xbs:
-                    if not 0 <= int(xb) < crossbars:
-                        raise ProgramError(f"{where}: crossbar {xb} does not exist (the chip has {crossbars})")
             if "vxb" in dict(o.args) and o.kind != "CIM.bind_vxb" and int(o["vxb"]) not in bound:
                 raise ProgramError(f"{where}: {o.kind} uses virtual crossbar {o['vxb']} before CIM.bind_vxb")
             v = o.get("vecs")
@@ -105,10 +113,7 @@ def verify_network(net: Network, programs: dict[str, Program] | None = None,
             for o in ops:
                 where = f"network '{net.name}' segment {seg.index} prologue[{i}]"
                 _check_op(o, where)
-                if crossbars is not None:
-                    for xb in (o.get("xbs") or ()):
-                        if not 0 <= int(xb) < crossbars:
-                            raise ProgramError(f"{where}: crossbar {xb} does not exist (the chip has {crossbars})")
+                _check_values(o, where, crossbars)
         for r in seg.regions:
             if r in seen:
                 raise ProgramError(f"network '{net.name}': region {r} appears twice")

@@ -198,4 +198,9 @@ NOT_MODELLED: dict[str, str] = {
     "dram.timing.trc": "row cycles are charged as tRAS + tRP",
     "dram.act_energy_pj": "energy is charged per command from the command set",
     "dram.column_energy_pj": "energy is charged per command from the command set",
+    "group.banks_per_bank_group": "only the banks per group (bank_groups x banks_per_bank_group) and the bank-group "
+                                  "count are used",
+    "core.srf_entries": "scalar registers are not used by the generated kernels",
+    "core.crf_entries": "command buffers are not modelled: the host issues every command",
+    "core.register_bits": "register width is taken as simd_lanes x 16 bits (FP16)",
 }

@@ -1,0 +1,35 @@
+"""The benchmark scripts run (in their quick modes), so that they cannot rot; their figures are not asserted."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def bench(script, *args, tmp):
+    out = tmp / "out.json"
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *map(str, args), "--json", str(out)],
+                       capture_output=True, text=True, cwd=tmp)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return json.loads(out.read_text()), p.stdout
+
+
+def test_cim_multilevel_strategies(tmp_path):
+    res, out = bench("cim_multilevel.py", "--quick", "--image", "32", "--only", "3", "--plots", tmp_path, tmp=tmp_path)
+    assert set(res) == {"exp3"} and "[3]" in out
+    assert res["exp3"]["cim-mlc"]["latency_ns"] < res["exp3"]["none"]["latency_ns"]
+
+
+@pytest.mark.slow
+def test_cim_multilevel_quick(tmp_path):
+    res, out = bench("cim_multilevel.py", "--quick", "--plots", tmp_path, tmp=tmp_path)
+    assert set(res) == {f"exp{i}" for i in range(1, 7)}
+
+
+def test_resnet18_sim_quick(tmp_path):
+    rows, out = bench("resnet18_sim.py", "--hw", "isaac", "--image", "32", tmp=tmp_path)
+    assert rows[0]["hw"] == "isaac" and rows[0]["cosine"] > 0.99 and "isaac" in out

@@ -1,0 +1,144 @@
+"""The CIM build as Relax passes: decisions as attributes, edits followed, the pipeline hook, the registry."""
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+
+import tvm_cim
+from tvm_cim import transform as T
+from tvm_cim.common.onnx_io import import_onnx
+from tvm_cim.compiler import strategies
+from tvm_cim.compiler.estimate import Estimator
+from tvm_cim.report import simulate_timing
+
+from .onnx_models import small_cnn
+
+HW = "isaac"
+
+
+@pytest.fixture(scope="module")
+def model():
+    mod = import_onnx(small_cnn(), "small")[0]
+    x = np.random.default_rng(3).standard_normal((1, 3, 16, 16)).astype("float32")
+    return mod, x
+
+
+def run(mod, x):
+    ex = relax.build(mod, target="llvm")
+    with tvm_cim.runtime.collect() as stats:
+        y = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+    return y, stats
+
+
+def regions(mod):
+    return [(gv, f) for gv, f in mod.functions.items() if f.attrs is not None and "cim.region" in f.attrs]
+
+
+def test_each_pass_writes_its_decisions(model):
+    mod, _ = model
+    steps = [("FindRegions", T.FindRegions(), "cim.region"), ("Calibrate", T.Calibrate(), "cim.range"),
+             ("Quantize", T.Quantize(HW), "cim.x_scale"), ("Segment", T.Segment(HW), "cim.segment"),
+             ("DuplicateWeights", T.DuplicateWeights(HW), "cim.replicas"), ("Place", T.Place(HW), "cim.xbs"),
+             ("GenerateMetaOps", T.GenerateMetaOps(HW), "cim.program")]
+    for name, p, attr in steps:
+        before = mod.script()
+        mod = p(mod)
+        assert attr not in before and attr in mod.script(), name  # visible between passes
+        assert all(attr in f.attrs for _, f in regions(mod)), name
+    assert str(mod.attrs["cim.strategy"]) == strategies.DEFAULT
+    assert "CIM.read_xb" in str(regions(mod)[0][1].attrs["cim.program"])
+    lowered = T.LowerToRuntime(HW)(mod)
+    assert not regions(lowered) and "tvm_cim.run_region" in lowered.script()
+
+
+def test_the_passes_in_sequence_equal_the_pipeline(model):
+    mod, x = model
+    seq = tvm.transform.Sequential([T.FindRegions(), T.Calibrate(), T.Quantize(HW), T.Segment(HW),
+                                    T.DuplicateWeights(HW), T.Place(HW), T.GenerateMetaOps(HW),
+                                    T.LowerToRuntime(HW)])
+    by_hand, _ = run(seq(mod), x)
+    ref, _ = run(tvm_cim.offload(mod, tvm_cim.load(HW))[0], x)
+    np.testing.assert_array_equal(by_hand, ref)
+
+
+def test_an_edited_decision_is_followed(model):
+    """Set the replicas of one layer by hand: placement, program and timing follow, results do not change."""
+    mod, x = model
+    mod = tvm.transform.Sequential([T.FindRegions(), T.Calibrate(), T.Quantize(HW), T.Segment(HW),
+                                    T.DuplicateWeights(HW)])(mod)
+    gv, f = regions(mod)[0]
+    chosen = int(f.attrs["cim.replicas"])
+    edited = mod.clone()
+    edited.update_func(gv, f.with_attr("cim.replicas", 3))
+    outs, lat, reps = {}, {}, {}
+    for key, m in (("chosen", mod), ("edited", edited)):
+        m = tvm.transform.Sequential([T.Place(HW), T.GenerateMetaOps(HW), T.LowerToRuntime(HW)])(m)
+        info = tvm_cim.last_compile_info()
+        prog = info.programs[0]
+        reps[key] = (prog.attr("replicas"), len(info.chip_map.placements[prog.name].replicas))
+        outs[key], stats = run(m, x)
+        lat[key] = stats[0].latency_ns
+    assert chosen != 3 and reps["edited"] == (3, 3) and reps["chosen"] == (chosen, chosen)
+    np.testing.assert_array_equal(outs["edited"], outs["chosen"])
+    assert lat["edited"] != lat["chosen"]
+
+
+def test_replicas_that_do_not_fit_fail_clearly(model):
+    mod, _ = model
+    mod = tvm.transform.Sequential([T.FindRegions(), T.Calibrate(), T.Quantize(HW), T.Segment(HW),
+                                    T.DuplicateWeights(HW)])(mod)
+    gv, f = regions(mod)[0]
+    mod.update_func(gv, f.with_attr("cim.replicas", 10**6))
+    with pytest.raises(Exception) as e:
+        T.Place(HW)(mod)
+    assert "lower the replicas" in str(e.value) and "crossbars" in str(e.value)
+
+
+def test_a_pass_out_of_order_says_what_is_missing(model):
+    mod, _ = model
+    with pytest.raises(Exception) as e:
+        T.DuplicateWeights(HW)(T.FindRegions()(mod))
+    assert "run Quantize first" in str(e.value) or "run Segment first" in str(e.value)
+
+
+@pytest.mark.parametrize("pipeline", ["default", "cim"])
+def test_relax_build_runs_the_cim_pipeline(model, pipeline):
+    mod, x = model
+    ex = relax.build(mod, target=f"cim -hw={HW}", relax_pipeline=pipeline)
+    info = tvm_cim.last_compile_info()
+    assert len(info.regions) == 3 and not any("conv2d" in k for k in info.host_ops)
+    with tvm_cim.runtime.collect() as stats:
+        relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x))
+    assert len(stats) == 3  # the regions ran on the simulator
+
+
+def test_strategy_registry_is_the_one_list():
+    names = strategies.names()
+    assert names[:4] == ["none", "greedy", "puma", "cim-mlc"] and strategies.DEFAULT in names
+    for s in strategies.all_strategies():
+        assert isinstance(s.options(tvm_cim.load(HW)), strategies.Options) and s.doc
+    with pytest.raises(ValueError) as e:
+        strategies.get("nope")
+    assert all(n in str(e.value) for n in names)
+    with pytest.raises(ValueError):
+        with tvm_cim.scheduling("nope"):
+            pass
+    from tvm_cim.cli import main
+
+    with pytest.raises(SystemExit):  # argparse choices come from the registry
+        main(["run", "zoo:resnet18", "--strategy", "nope"])
+
+
+@pytest.mark.parametrize("hw_name", ["isaac", "prime", "jain21", "jia21", "dynaplasia", "puma"])
+def test_estimated_energy_is_what_the_simulator_charges(model, hw_name):
+    """The estimate and the simulator charge the same cost primitives: per region, the same energy."""
+    mod, _ = model
+    hw = tvm_cim.load(hw_name)
+    _, info = tvm_cim.offload(mod, hw)
+    stats, _ = simulate_timing(info)
+    est = Estimator(hw, 8, 8, info.schedule.options.mvm_pipeline)
+    for r, st in zip(info.regions, stats):
+        p = info.schedule.plans[r.name]
+        e_sim = sum(v for k, v in st.energy_pj.items() if not k.startswith("setup_") and k != "leakage")
+        assert est.region_energy_pj(r, p.tile_rows, p.resident, p.replicas) == pytest.approx(e_sim, rel=1e-6)
