@@ -40,6 +40,11 @@ class Options:
         (``greedy``), or CIM-MLC's refinement that moves trailing operators to
         the next segment while that lowers latency (``refine``, used with DP
         duplication).
+    modes : {'compute'}
+        Array modes: every array computes (``compute``).
+    dataflow : {'chunks'}
+        Dataflow inside a region: output vectors in fixed chunks
+        (:mod:`tvm_cim.compiler.plan`).
     duplication : {'none', 'dp', 'greedy'}
         Graph-level operator duplication over cores.
     pipeline : bool
@@ -54,6 +59,8 @@ class Options:
 
     segmentation: str = "greedy"
     duplication: str = "none"
+    modes: str = "compute"
+    dataflow: str = "chunks"
     pipeline: bool = False
     crossbar_dup: bool = False
     mvm_pipeline: bool = False
