@@ -45,7 +45,8 @@ setup(
     ],
     extras_require={
         # tests compare with onnxruntime; benchmarks too
-        "test": ["pytest", "hypothesis", "onnxruntime>=1.18", "ruff"],
+        "test": ["pytest", "hypothesis", "onnxruntime>=1.18", "ruff", "ray"],
+        "sweep": ["ray"],
         "bench": ["onnxruntime>=1.18"],
     },
     entry_points={"console_scripts": ["tvm-cim=tvm_cim.cli:main", "tvm-pim=tvm_pim.cli:main"]},
