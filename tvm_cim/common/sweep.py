@@ -30,6 +30,7 @@ import traceback
 from pathlib import Path
 
 import numpy as np
+from matplotlib.figure import Figure
 from tqdm import tqdm
 
 from . import hardware
@@ -266,11 +267,6 @@ def plot(rows: list[dict], out_dir: str | Path, swept: list[str], latency: str =
     list of str
         The PNG files written.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     ok = [r for r in rows if not r.get("error") and r.get(latency) is not None]
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -283,7 +279,8 @@ def plot(rows: list[dict], out_dir: str | Path, swept: list[str], latency: str =
 
     lat = np.array([float(r[latency]) for r in ok])
     en = np.array([float(r.get(energy, np.nan)) for r in ok])
-    fig, axs = plt.subplots(2, 1, figsize=(max(6, 0.35 * len(ok)), 6), sharex=True)
+    fig = Figure(figsize=(max(6, 0.35 * len(ok)), 6))
+    axs = fig.subplots(2, 1, sharex=True)
     axs[0].bar(range(len(ok)), lat * 1e-6)
     axs[0].set_ylabel("latency (ms)")
     axs[1].bar(range(len(ok)), en * 1e-9, color="tab:orange")
@@ -292,8 +289,8 @@ def plot(rows: list[dict], out_dir: str | Path, swept: list[str], latency: str =
     fig.tight_layout()
     files.append(str(out / "sweep_points.png"))
     fig.savefig(files[-1], dpi=120)
-    plt.close(fig)
-    fig, ax = plt.subplots(figsize=(6, 4.5))
+    fig = Figure(figsize=(6, 4.5))
+    ax = fig.subplots()
     ax.scatter(lat * 1e-6, en * 1e-9, s=14, alpha=0.6)
     valid = np.isfinite(en)
     if valid.any():
@@ -309,7 +306,6 @@ def plot(rows: list[dict], out_dir: str | Path, swept: list[str], latency: str =
     fig.tight_layout()
     files.append(str(out / "sweep_pareto.png"))
     fig.savefig(files[-1], dpi=120)
-    plt.close(fig)
     if "strategy" in swept and len({r["strategy"] for r in ok}) > 1:
         base = baseline or sorted({r["strategy"] for r in ok})[0]
         groups: dict = {}
@@ -319,7 +315,8 @@ def plot(rows: list[dict], out_dir: str | Path, swept: list[str], latency: str =
         strategies = sorted({r["strategy"] for r in ok})
         keys = [k for k, g in groups.items() if base in g]
         if keys:
-            fig, ax = plt.subplots(figsize=(max(6, 0.5 * len(keys) * len(strategies)), 4))
+            fig = Figure(figsize=(max(6, 0.5 * len(keys) * len(strategies)), 4))
+            ax = fig.subplots()
             w = 0.8 / len(strategies)
             for j, s in enumerate(strategies):
                 ax.bar(np.arange(len(keys)) + j * w, [groups[k][base] / groups[k][s] if s in groups[k] else 0
@@ -331,8 +328,7 @@ def plot(rows: list[dict], out_dir: str | Path, swept: list[str], latency: str =
             fig.tight_layout()
             files.append(str(out / "sweep_speedup.png"))
             fig.savefig(files[-1], dpi=120)
-            plt.close(fig)
-    return files
+            return files
 
 
 def summary(rows: list[dict], swept: list[str], figures: list[str]) -> str:

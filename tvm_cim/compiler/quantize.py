@@ -22,8 +22,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import tvm
+import tvm_ffi
 from tvm import relax
 
+from ..common.layout import im2col
 from ..common.relax_utils import composite_name, rewrite_callers
 from .partition import PREFIX
 from .region import CONV2D, DMATMUL, MATMUL, Region, unfold_conv_weight
@@ -45,8 +47,6 @@ def _record(key: str, a: np.ndarray) -> None:
 def float_reference(info: "CompositeInfo", args: list[np.ndarray]) -> np.ndarray:
     """The float result of a composite (numpy, float32 BLAS), used during calibration."""
     if info.kind == CONV2D:
-        from ..simulator.functional import im2col
-
         c = info.conv
         x = args[0]
         n = x.shape[0]
@@ -185,8 +185,6 @@ def calibrate(mod: tvm.IRModule, region_names: dict[str, str], config: Calibrati
     dict
         ``"<region>:<input index>" -> (min, max)``.
     """
-    import tvm_ffi
-
     key = None
     if config.inputs is None:
         key = (tvm_ffi.structural_hash(mod), tuple(sorted(region_names.items())), config.samples, config.seed)

@@ -28,11 +28,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..common.layout import im2col
 from ..hardware import cost
 from ..hardware.schema import CIMHardware
 from ..program import OPS, Op, Parallel, Program, Range, Ref
 from . import crossbar as X
-from .functional import im2col
 from .timeline import Events, schedule_graph
 
 
