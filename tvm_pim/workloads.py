@@ -1,24 +1,75 @@
-"""LLM decode-step layers (ONNX) and their operator lists, for PIM experiments.
+"""Kernel workloads: the sizes of DCC's evaluation and LLM decode layers as kernels.
 
-:func:`decode_layer` builds one transformer decoder layer processing one new
-token per sequence against a KV cache given as graph inputs
-(``k_cache`` ``(B, heads, D, L)``, already transposed; ``v_cache``
-``(B, heads, L, D)``), in GPT-3 style (LayerNorm, GELU MLP) or LLaMA style
-(RMSNorm, SwiGLU MLP).  The cache holds the context; appending the new
-token's K/V (also graph outputs) is outside the graph.
+=======================  ========================================================
+name                     what it lists
+=======================  ========================================================
+:func:`paper_kernels`    the kernel workloads of ``benchmarks/pim_kernels.py`` (small
+                         scale), tuned by ``python -m tvm_pim tune --paper``
+:func:`default_workloads` training workloads of the coupled predictor, per kind
+                         (``python -m tvm_pim predictor``)
+:data:`LLMS`,            GPT3-13B and LLaMA2-33B, and one decode layer of either as
+:func:`decode_ops`       PIM-capable kernels plus host-only operators with their
+                         bytes and flops, so that end-to-end decode latency can be
+                         evaluated per kernel without building multi-gigabyte weights
+=======================  ========================================================
 
-:func:`decode_ops` lists the same layer's operators as sizes, so that
-end-to-end decode latency can be evaluated per kernel without building
-multi-gigabyte weights.
-
-Shapes from shared/notes/hardware-reference.md: GPT3-13B (40 layers, hidden
-5120, 40 heads of 128, FFN 4x) and LLaMA2-33B (60 layers, hidden 6656, 52
-heads of 128, FFN 17920).
+The decode layers as ONNX models (``zoo:gpt_decode``, ``zoo:llama_decode``)
+are in :mod:`tvm_cim.common.zoo`.  Shapes from
+shared/notes/hardware-reference.md: GPT3-13B (40 layers, hidden 5120, 40
+heads of 128, FFN 4x) and LLaMA2-33B (60 layers, hidden 6656, 52 heads of
+128, FFN 17920).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from .compiler.kernels import KernelSpec
+from .hardware.view import PimView
+
+
+def paper_kernels(view: PimView) -> list[KernelSpec]:
+    """The kernel workloads of ``benchmarks/pim_kernels.py`` (small scale) that the device can run.
+
+    ``python -m tvm_pim tune --paper`` tunes them.
+    """
+    out = []
+    for bt in (1, 4, 16):
+        for n in (1024, 2048, 4096):
+            out.append(KernelSpec.make("gemv", b=32 * bt, m=1, n=n, k=128))
+            out.append(KernelSpec.make("red", b=bt, n=n, k=n, resident=("A",)))
+            out.append(KernelSpec.make("va", b=bt, i=n * n, resident=("A", "B")))
+            out.append(KernelSpec.make("relu", b=bt, i=n * n, resident=("A",)))
+            out.append(KernelSpec.make("attn", b=32 * bt, n=n, k=128))
+    return [s for s in out if view.supports(s.kind)]
+
+
+def default_workloads(view: PimView, kind: str, scale: str = "small") -> list[KernelSpec]:
+    """Workloads of a kind like DCC's evaluation (batch x heads, head size 128, LLM sizes)."""
+    out: list[KernelSpec] = []
+    if kind == "gemv":
+        sizes = [512, 1024, 2048, 4096] if scale != "tiny" else [256, 1024]
+        batches = [1, 4, 16, 32] if scale != "tiny" else [1, 8]
+        for b in batches:
+            for n in sizes:
+                out.append(KernelSpec.make("gemv", b=b, m=1, n=n, k=128))
+        for n, k in ((4096, 4096), (5120, 5120), (15360, 5120), (6656, 6656)) if scale != "tiny" else ((1024, 1024),):
+            out.append(KernelSpec.make("gemv", b=1, m=1, n=n, k=k))
+    elif kind == "red":
+        for b in ([1, 4, 16] if scale != "tiny" else [1, 4]):
+            for n in ([1024, 2048, 4096] if scale != "tiny" else [256, 1024]):
+                out.append(KernelSpec.make("red", b=b, n=n, k=n, resident=("A",)))
+    elif kind in ("va", "relu"):
+        for b in ([1, 4, 16] if scale != "tiny" else [1, 4]):
+            for n in ([1024, 2048, 4096] if scale != "tiny" else [256, 1024]):
+                res = ("A", "B") if kind == "va" else ("A",)
+                out.append(KernelSpec.make(kind, b=b, i=n * n // 4 if scale != "tiny" else n * 16, resident=res))
+    elif kind == "attn":
+        for b in ([4, 16, 32] if scale != "tiny" else [4, 8]):
+            for n in ([512, 1024, 2048] if scale != "tiny" else [128, 512]):
+                out.append(KernelSpec.make("attn", b=b, n=n, k=128))
+    return [w for w in out if view.supports(w.kind)]
+
 
 LLMS = {
     "gpt3-13b": dict(layers=40, hidden=5120, heads=40, ffn=20480, arch="gpt"),
@@ -32,15 +83,13 @@ class LayerOp:
 
     name: str
     phase: str  # qkv, attention, projection, ffn, other
-    kernel: object | None  # KernelSpec for PIM-capable ops
+    kernel: KernelSpec | None  # None for host-only ops
     bytes: float = 0.0
     flops: float = 0.0
 
 
 def decode_ops(model: str, batch: int, ctx: int) -> list[LayerOp]:
     """Operators of one decode layer of an LLM (for one new token per sequence)."""
-    from .kernels import KernelSpec
-
     cfg = LLMS[model]
     H, heads, F = cfg["hidden"], cfg["heads"], cfg["ffn"]
     D = H // heads

@@ -4,8 +4,12 @@
 bandwidth, FP16 peak and launch overhead of the hardware file's
 ``[system.host]`` table (an A100 80 GB by default).  The bandwidth is the one
 at which the host reaches the PIM stacks, which are its memory
-(:attr:`tvm_pim.abstraction.PimView.host_bw_gbs`): the host can exceed
+(:attr:`tvm_pim.hardware.view.PimView.host_bw_gbs`): the host can exceed
 neither its own memory interface nor the stacks' buses.
+
+:func:`relax_op_cost` sizes one Relax operator call (FP16 bytes and flops
+from its shapes); :func:`graph_ns` sums the roofline over the operators a
+Relax module leaves on the host (view operators are free).
 """
 
 from __future__ import annotations
@@ -13,9 +17,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import tvm
+from tvm import relax
 
-from .abstraction import ELEM_BYTES, PimView
-from .kernels import KernelSpec
+from tvm_cim.common.relax_utils import operator_calls, shape_of
+
+from ..compiler.kernels import KernelSpec
+from ..hardware.view import ELEM_BYTES, PimView
+
+# operators that only reinterpret a tensor: free on the host
+VIEW_OPS = frozenset({"relax.reshape", "relax.squeeze", "relax.expand_dims", "relax.flatten"})
+# calls that are not host operators: offloaded kernels and TIR functions the frontend made
+_NOT_TIMED = frozenset({"relax.call_dps_packed", "relax.call_pure_packed", "relax.call_tir"})
 
 
 @dataclass(frozen=True)
@@ -31,6 +44,7 @@ class HostTime:
 
     @property
     def bound(self) -> str:
+        """``'memory'`` or ``'compute'``: which roof the kernel hits."""
         return "memory" if self.memory_ns >= self.compute_ns else "compute"
 
 
@@ -48,39 +62,46 @@ def kernel_time(view: PimView, spec: KernelSpec) -> HostTime:
     return roofline(view, spec.bytes(ELEM_BYTES), spec.flops())
 
 
-def relax_op_cost(call) -> tuple[float, float]:
+def _type_elements(ty) -> int:
+    """Elements of a tensor type (0 when its shape is unknown or symbolic)."""
+    shape = getattr(ty, "shape", None)
+    try:
+        return int(np.prod([int(s) for s in shape])) if shape is not None else 0
+    except (TypeError, ValueError):
+        return 0
+
+
+def _elements(expr) -> int:
+    """Elements of a tensor-typed expression, or of every field of a tuple-typed one."""
+    shape = shape_of(expr)
+    if shape is not None:
+        return int(np.prod(shape))
+    fields = getattr(getattr(expr, "ty", None), "fields", None)
+    return sum(_type_elements(f) for f in fields) if fields else 0
+
+
+def relax_op_cost(call: relax.Call) -> tuple[float, float]:
     """(bytes, flops) of one Relax operator call at FP16, from its argument and result shapes."""
-    from tvm import relax
-
-    def size(expr) -> int:
-        ty = getattr(expr, "ty", None)
-        shape = getattr(ty, "shape", None)
-        if shape is None:
-            fields = getattr(ty, "fields", None)
-            return sum(size_of_ty(f) for f in fields) if fields else 0
-        try:
-            return int(np.prod([int(s) for s in shape]))
-        except (TypeError, ValueError):
-            return 0
-
-    def size_of_ty(ty) -> int:
-        shape = getattr(ty, "shape", None)
-        try:
-            return int(np.prod([int(s) for s in shape])) if shape is not None else 0
-        except (TypeError, ValueError):
-            return 0
-
     args = [a for a in call.args if isinstance(a, relax.Expr)]
-    nbytes = (sum(size(a) for a in args) + size(call)) * ELEM_BYTES
-    name = call.op.name if hasattr(call.op, "name") else ""
-    out = size(call)
+    nbytes = (sum(_elements(a) for a in args) + _elements(call)) * ELEM_BYTES
+    name = getattr(call.op, "name", "")
+    out = _elements(call)
     if name == "relax.matmul" and len(args) == 2:
-        a_shape = [int(s) for s in args[0].ty.shape]
-        k = a_shape[-1]
-        flops = 2.0 * out * k
+        flops = 2.0 * out * shape_of(args[0])[-1]
     elif name == "relax.nn.conv2d":
-        w = [int(s) for s in args[1].ty.shape]
-        flops = 2.0 * out * int(np.prod(w[1:]))
+        flops = 2.0 * out * int(np.prod(shape_of(args[1])[1:]))
     else:
-        flops = float(max(out, sum(size(a) for a in args)))
+        flops = float(max(out, sum(_elements(a) for a in args)))
     return float(nbytes), flops
+
+
+def graph_ns(mod: tvm.IRModule, view: PimView) -> float:
+    """Roofline time of the operators a Relax module runs on the host, one kernel each.
+
+    View operators (reshape and friends) are free; offloaded calls are not host operators.
+    """
+    ns = 0.0
+    for call in operator_calls(mod):
+        if call.op.name not in VIEW_OPS and call.op.name not in _NOT_TIMED:
+            ns += roofline(view, *relax_op_cost(call)).ns
+    return ns

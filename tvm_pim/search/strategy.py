@@ -1,32 +1,42 @@
 """Choosing a kernel's tiling draft: the user-selectable schedule strategies.
 
-``database``   the tuned record for this workload in ``schedules/<hw>/``
-               (meta-schedule database written by ``python -m tvm_pim tune``);
+=============  ==================================================================
+strategy       how the draft is chosen
+=============  ==================================================================
+``database``   the tuned record for this kernel and device: the user's database,
+               then the shipped one (:mod:`tvm_pim.search.database`; written by
+               ``python -m tvm_pim tune``)
 ``predictor``  DCC's coupled predictor (paper 002 sec. IV-D, "dynamic
                prediction"): the XGBoost model ranks every draft of the pruned
-               space and the best one is kept in a lookup table;
-``simulate``   every draft of the pruned space is timed on the simulator
-               (exact within the pruned space, slower);
-``default``    the backend's fixed tiling (AttAcc's distribution);
-``auto``       database, then predictor, then simulate.
+               space and the best feasible one is kept
+``simulate``   every draft of the pruned space is timed on the simulator (exact
+               within the pruned space, slower)
+``default``    the backend's fixed tiling (AttAcc's distribution), without
+               staged rearrangement
+``auto``       database, then predictor, then simulate
+=============  ==================================================================
 
-Every choice is cached per (device, kernel, strategy) for the process.
+Every choice is cached per (device description, kernel, strategy) for the
+process, and forgotten when a database or the trained predictor it may have
+read changes.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
-from tvm_cim.common import hardware as loader
+from ..compiler.codegen import CodegenOptions
+from ..compiler.kernels import KernelSpec
+from ..compiler.space import Draft, InfeasibleDraft, default_draft, enumerate_drafts
+from ..cost.measure import best_by_simulation, evaluate
+from ..hardware.view import PimView
+from ..program.stream import Stream
+from . import database
 
-from .abstraction import PimView
-from .codegen import DCC, CodegenOptions, generate
-from .commands import Stream
-from .kernels import KernelSpec
-from .simulator import simulator_for
-from .space import Draft, InfeasibleDraft, default_draft, enumerate_drafts
-
+#: every strategy name, ``auto`` first (the CLI's choices and the offload's validation read it)
 STRATEGIES = ("auto", "database", "predictor", "simulate", "default")
+_AUTO = ("database", "predictor", "simulate")
 
 
 @dataclass
@@ -42,76 +52,19 @@ class Choice:
 _CACHE: dict = {}
 
 
-def evaluate(spec: KernelSpec, view: PimView, draft: Draft, opts: CodegenOptions = DCC) -> tuple[Stream, float]:
-    """Stream and simulated latency (timing only) of one draft.
-
-    Parameters
-    ----------
-    spec : KernelSpec
-    view : PimView
-    draft : Draft
-    opts : CodegenOptions
-        Code-optimiser switches (DCC's by default).
-
-    Returns
-    -------
-    tuple of (Stream, float)
-        The command stream and its simulated end-to-end latency in ns.
-    """
-    stream = generate(spec, draft, view, opts)
-    return stream, simulator_for(view.hw).run(stream, functional=False).latency_ns
-
-
-def best_by_simulation(spec: KernelSpec, view: PimView, drafts: list[Draft]) -> tuple[Draft, Stream, float]:
-    """The fastest draft of a candidate list, each timed on the simulator.
-
-    Parameters
-    ----------
-    spec : KernelSpec
-    view : PimView
-    drafts : list of Draft
-        Candidates; infeasible ones are skipped.
-
-    Returns
-    -------
-    tuple of (Draft, Stream, float)
-        The best draft, its stream and its latency in ns.
-
-    Raises
-    ------
-    InfeasibleDraft
-        If no candidate can run on the device.
-    """
-    best = None
-    for d in drafts:
-        try:
-            st, ns = evaluate(spec, view, d)
-        except InfeasibleDraft:
-            continue
-        if best is None or ns < best[2]:
-            best = (d, st, ns)
-    if best is None:
-        raise InfeasibleDraft(f"no feasible draft for {spec.name} on {view.name}")
-    return best
-
-
-def _by_strategy(spec: KernelSpec, view: PimView, strategy: str) -> Choice | None:
+def _by_strategy(spec: KernelSpec, view: PimView, strategy: str, db_root) -> Choice | None:
     if strategy == "default":
         d = default_draft(spec, view)
         st, ns = evaluate(spec, view, d, CodegenOptions(staging=False))
         return Choice(d, st, ns, "default")
     if strategy == "database":
-        from .tuning import lookup
-
-        d = lookup(spec, view)
+        d = database.lookup(spec, view, db_root)
         if d is None:
             return None
         st, ns = evaluate(spec, view, d)
         return Choice(d, st, ns, "database")
     if strategy == "predictor":
-        from .predictor import Predictor
-
-        model = Predictor.load_for(view)
+        model = database.load_predictor(view.name)
         if model is None:
             return None
         drafts, _ = enumerate_drafts(spec, view)
@@ -129,15 +82,34 @@ def _by_strategy(spec: KernelSpec, view: PimView, strategy: str) -> Choice | Non
     raise ValueError(f"unknown strategy {strategy!r}; known: {', '.join(STRATEGIES)}")
 
 
-def choose(spec: KernelSpec, view: PimView, strategy: str = "auto") -> Choice:
-    """Pick a draft for a kernel with a strategy (see the module docstring)."""
-    key = (loader.to_json(view.hw), spec, strategy)
+def choose(spec: KernelSpec, view: PimView, strategy: str = "auto",
+           db_root: str | os.PathLike | None = None) -> Choice:
+    """Pick a draft for a kernel with a strategy (see the module docstring).
+
+    Parameters
+    ----------
+    spec : KernelSpec
+    view : PimView
+    strategy : str
+        One of :data:`STRATEGIES`.
+    db_root : str or os.PathLike, optional
+        A database root consulted instead of the user's cache (then the shipped databases).
+
+    Returns
+    -------
+    Choice
+
+    Raises
+    ------
+    InfeasibleDraft
+        The strategy found no draft (no database record, no trained predictor).
+    """
+    key = (view.digest, spec, strategy, database.state(view.name, db_root))
     if key in _CACHE:
         return _CACHE[key]
-    order = ("database", "predictor", "simulate") if strategy == "auto" else (strategy,)
     ch = None
-    for s in order:
-        ch = _by_strategy(spec, view, s)
+    for s in _AUTO if strategy == "auto" else (strategy,):
+        ch = _by_strategy(spec, view, s, db_root)
         if ch is not None:
             break
     if ch is None:
