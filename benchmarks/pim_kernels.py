@@ -15,7 +15,7 @@ Experiments (``--experiment``):
               default tiling), AttAcc-Full (attention and FFN on PIM, default
               tiling) and DCC (every PIM-capable operator where DCC's draft
               beats the GPU).
-``simspeed``  wall time of simulating one 4096x4096 GEMV draft.
+``simspeed``  wall time of simulating one 4096x4096 GEMV draft (every draft of its pruned space).
 
 RED, VA and RELU run in two residency scenarios: inputs already in PIM
 memory (``resident``; what the paper's speedups require, see the README) and
@@ -29,12 +29,12 @@ Usage::
 
     python benchmarks/pim_kernels.py [--experiment all] [--scale small|full]
                                      [--json out.json] [--plots out/pim]
+    python benchmarks/pim_kernels.py --quick   # one small size of everything, seconds (a test runs it)
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
@@ -47,26 +47,28 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tqdm import tqdm  # noqa: E402
 
 import tvm_pim  # noqa: E402
-from tvm_pim import abstraction as ab  # noqa: E402
-from tvm_pim.codegen import DCC, CodegenOptions, generate  # noqa: E402
-from tvm_pim.host import kernel_time, roofline  # noqa: E402
-from tvm_pim.kernels import KernelSpec  # noqa: E402
-from tvm_pim.models import LLMS, decode_ops  # noqa: E402
-from tvm_pim.schedule import best_by_simulation  # noqa: E402
-from tvm_pim.simulator import simulator_for  # noqa: E402
-from tvm_pim.space import default_draft, enumerate_drafts  # noqa: E402
+from tvm_cim.common.report import finish_benchmark  # noqa: E402
+from tvm_pim.compiler.codegen import DCC, CodegenOptions, generate  # noqa: E402
+from tvm_pim.compiler.kernels import KernelSpec  # noqa: E402
+from tvm_pim.compiler.space import default_draft, enumerate_drafts  # noqa: E402
+from tvm_pim.cost.host import kernel_time, roofline  # noqa: E402
+from tvm_pim.cost.measure import best_by_simulation  # noqa: E402
+from tvm_pim.hardware.view import PimView  # noqa: E402
+from tvm_pim.simulator import Simulator  # noqa: E402
+from tvm_pim.workloads import LLMS, decode_ops  # noqa: E402
 
 BASELINE = CodegenOptions(staging=False, hierarchical=True)  # the backend's plain copy, native broadcast
+# batch multipliers and tensor sizes per scale
+SCALES = {"quick": ([1], [256]), "small": ([1, 4, 16], [1024, 2048, 4096]), "full": ([1, 2, 4, 8, 16], [512, 1024, 2048, 4096])}
 
 
 def _sim(spec, view, draft, opts):
-    return simulator_for(view.hw).run(generate(spec, draft, view, opts), functional=False)
+    return Simulator(view.hw).run(generate(spec, draft, view, opts), functional=False)
 
 
 def kernel_workloads(scale: str) -> dict[str, list[tuple[str, KernelSpec, str]]]:
     """(device -> [(kernel label, spec, scenario)])."""
-    batches = [1, 4, 16] if scale == "small" else [1, 2, 4, 8, 16]
-    sizes = [1024, 2048, 4096] if scale == "small" else [512, 1024, 2048, 4096]
+    batches, sizes = SCALES[scale]
     heads = 32
     out: dict[str, list] = {"hbm-pim": [], "attacc": []}
     for dev in out:
@@ -89,7 +91,7 @@ def run_kernels(scale: str) -> dict:
     work = kernel_workloads(scale)
     jobs = [(dev, lab, spec, scen) for dev, lst in work.items() for lab, spec, scen in lst]
     for dev, lab, spec, scen in tqdm(jobs, desc="kernels (exhaustive over pruned drafts)", unit="workload"):
-        view = ab.PimView(tvm_pim.load(dev))
+        view = PimView(tvm_pim.load(dev))
         launch = view.hw.system.host.launch_overhead_us * 1e3
         drafts, st = enumerate_drafts(spec, view)
         t0 = time.perf_counter()
@@ -200,9 +202,10 @@ def print_kernels(res):
 
 # ============================================================================ decode
 def run_decode(scale: str) -> dict:
-    view = ab.PimView(tvm_pim.load("attacc"))
-    batches = [1, 4, 16]
-    ctxs = [512, 1024, 2048] if scale == "small" else [256, 512, 1024, 2048, 4096]
+    view = PimView(tvm_pim.load("attacc"))
+    batches = [1] if scale == "quick" else [1, 4, 16]
+    ctxs = {"quick": [256], "small": [512, 1024, 2048]}.get(scale, [256, 512, 1024, 2048, 4096])
+    models = list(LLMS)[:1] if scale == "quick" else list(LLMS)
     cache: dict = {}
 
     def pim(spec, how):
@@ -216,7 +219,7 @@ def run_decode(scale: str) -> dict:
         return cache[key]
 
     rows = []
-    jobs = [(m, b, c) for m in LLMS for b in batches for c in ctxs]
+    jobs = [(m, b, c) for m in models for b in batches for c in ctxs]
     for model, B, ctx in tqdm(jobs, desc="decode steps (AttAcc)", unit="config"):
         layers = LLMS[model]["layers"]
         per = {v: {} for v in ("gpu", "attacc_base", "attacc_full", "dcc")}
@@ -283,13 +286,13 @@ def print_decode(res):
 
 
 # ============================================================================ simulation speed
-def run_simspeed() -> dict:
+def run_simspeed(size: int = 4096) -> dict:
     out = {}
     for dev in ("hbm-pim", "attacc"):
-        view = ab.PimView(tvm_pim.load(dev))
-        spec = KernelSpec.make("gemv", b=1, m=1, n=4096, k=4096)
+        view = PimView(tvm_pim.load(dev))
+        spec = KernelSpec.make("gemv", b=1, m=1, n=size, k=size)
         drafts, _ = enumerate_drafts(spec, view)
-        sim = simulator_for(view.hw)
+        sim = Simulator(view.hw)
         gen_t, sim_t = [], []
         for d in drafts:
             t0 = time.perf_counter()
@@ -308,6 +311,7 @@ def run_simspeed() -> dict:
         sim.run(st, inputs, functional=True)
         func_s = time.perf_counter() - t0
         out[dev] = {
+            "size": size,
             "drafts": len(drafts),
             "timing_ms_mean": 1e3 * float(np.mean(sim_t)),
             "timing_ms_max": 1e3 * float(np.max(sim_t)),
@@ -318,8 +322,9 @@ def run_simspeed() -> dict:
 
 
 def print_simspeed(res):
-    print("\n== Simulating one 4096x4096 GEMV draft (timing: codegen + simulator) ==")
     for dev, r in res.items():
+        if dev == next(iter(res)):
+            print(f"\n== Simulating one {r['size']}x{r['size']} GEMV draft (timing: codegen + simulator) ==")
         print(
             f"{dev:8s} {r['drafts']} drafts: timing {r['timing_ms_mean']:.2f} ms mean, {r['timing_ms_max']:.2f} ms max; "
             f"code generation {r['codegen_ms_mean']:.2f} ms; functional FP16 run of the chosen draft {r['functional_ms_best_draft']:.0f} ms"
@@ -408,13 +413,16 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--experiment", default="all", choices=["all", "kernels", "decode", "simspeed"])
     p.add_argument("--scale", default="small", choices=["small", "full"])
+    p.add_argument("--quick", action="store_true", help="one small size per kernel and decode step (seconds)")
     p.add_argument("--json", help="write all results here")
     p.add_argument("--plots", default="out/pim_kernels", help="directory for PNG plots")
     args = p.parse_args(argv)
+    if args.quick:
+        args.scale = "quick"
     t0 = time.perf_counter()
     res: dict = {"scale": args.scale}
     if args.experiment in ("all", "simspeed"):
-        res["simspeed"] = run_simspeed()
+        res["simspeed"] = run_simspeed(512 if args.quick else 4096)
         print_simspeed(res["simspeed"])
     if args.experiment in ("all", "kernels"):
         res["kernels"] = run_kernels(args.scale)
@@ -422,16 +430,7 @@ def main(argv=None) -> int:
     if args.experiment in ("all", "decode"):
         res["decode"] = run_decode(args.scale)
         print_decode(res["decode"])
-    files = plot(res, Path(args.plots))
-    res["wall_s"] = time.perf_counter() - t0
-    for f in files:
-        print(f"plot          {f}")
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(res, indent=1))
-        print(f"json          {args.json}")
-    print(f"wall time     {res['wall_s']:.0f}s")
-    return 0
+    return finish_benchmark(res, plot(res, Path(args.plots)), args.json, t0)
 
 
 if __name__ == "__main__":

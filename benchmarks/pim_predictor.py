@@ -21,12 +21,12 @@ Usage::
 
     python benchmarks/pim_predictor.py [--workloads 24] [--json out.json] [--plots out/pim_predictor]
                                        [--save-models] [--unpruned]
+    python benchmarks/pim_predictor.py --quick   # GEMV only, small sizes, a short demo (a test runs it)
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -38,29 +38,37 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tqdm import tqdm  # noqa: E402
 
 import tvm_pim  # noqa: E402
-from tvm_pim import abstraction as ab  # noqa: E402
-from tvm_pim import predictor as P  # noqa: E402
-from tvm_pim.kernels import KernelSpec  # noqa: E402
-from tvm_pim.schedule import evaluate  # noqa: E402
-from tvm_pim.space import InfeasibleDraft, enumerate_drafts  # noqa: E402
+from tvm_cim.common.report import finish_benchmark  # noqa: E402
+from tvm_pim.compiler.kernels import KernelSpec  # noqa: E402
+from tvm_pim.compiler.space import InfeasibleDraft, enumerate_drafts  # noqa: E402
+from tvm_pim.cost import predictor as P  # noqa: E402
+from tvm_pim.cost.measure import evaluate  # noqa: E402
+from tvm_pim.hardware.view import PimView  # noqa: E402
+from tvm_pim.search import database  # noqa: E402
+from tvm_pim.search.metaschedule import PimCostModel  # noqa: E402
+from tvm_pim.search.tuning import tune  # noqa: E402
 
 KERNELS = {"hbm-pim": ["gemv", "red", "va", "relu"], "attacc": ["attn", "gemv", "red"]}
+SIZES = [256, 384, 512, 768, 1000, 1024, 1536, 2048, 3000, 4096]
+# --quick: GEMV only, small sizes, few trees, a 16-trial tuning demo
+QUICK = {"kernels": {"hbm-pim": ["gemv"], "attacc": ["gemv"]}, "sizes": [256, 512], "ks": [256, 512], "batches": [1, 2],
+         "trees": 60, "trials": 16}
 
 
-def random_workloads(kind: str, n: int, rng: np.random.Generator) -> list[KernelSpec]:
+def random_workloads(kind: str, n: int, rng: np.random.Generator, sizes=SIZES, ks=(1024, 2048, 4096),
+                     batches=(1, 2, 4, 8, 16)) -> list[KernelSpec]:
     """Seeded workloads of a kernel: batch x heads, token / tensor sizes like LLM layers."""
     seen, out = set(), []
-    sizes = [256, 384, 512, 768, 1000, 1024, 1536, 2048, 3000, 4096]
     tries = 0
     while len(out) < n and tries < 100 * n:
         tries += 1
-        bt = int(rng.choice([1, 2, 4, 8, 16]))
+        bt = int(rng.choice(batches))
         s = int(rng.choice(sizes))
         if kind == "gemv":
             if rng.random() < 0.7:
                 spec = KernelSpec.make("gemv", b=bt * int(rng.choice([8, 32])), m=1, n=s, k=128)
             else:
-                spec = KernelSpec.make("gemv", b=1, m=bt, n=s * 4, k=int(rng.choice([1024, 2048, 4096])))
+                spec = KernelSpec.make("gemv", b=1, m=bt, n=s * 4, k=int(rng.choice(ks)))
         elif kind == "attn":
             spec = KernelSpec.make("attn", b=bt * int(rng.choice([8, 32])), n=s, k=128)
         elif kind == "red":
@@ -114,18 +122,19 @@ def evaluate_selection(model, spec, view, drafts, times):
     }
 
 
-def run_device(dev: str, n_workloads: int, drafts_per_workload: int, seed: int, unpruned: bool, save: bool):
-    view = ab.PimView(tvm_pim.load(dev))
+def run_device(dev: str, n_workloads: int, drafts_per_workload: int, seed: int, unpruned: bool, save: bool,
+               kernels=KERNELS, sizes=SIZES, ks=(1024, 2048, 4096), batches=(1, 2, 4, 8, 16), trees: int = 400):
+    view = PimView(tvm_pim.load(dev))
     rng = np.random.default_rng(seed)
     train, test = {}, {}
-    for k in KERNELS[dev]:
-        ws = random_workloads(k, 2 * n_workloads, rng)
+    for k in kernels[dev]:
+        ws = random_workloads(k, 2 * n_workloads, rng, sizes, ks, batches)
         train[k], test[k] = ws[:n_workloads], ws[n_workloads:]
     # ---------------------------------------------------------------- offline training
     t0 = time.perf_counter()
     samples = P.generate_samples([w for k in train for w in train[k]], view, drafts_per_workload, seed=seed)
     t1 = time.perf_counter()
-    model = P.Predictor(seed=seed).fit(samples)
+    model = P.Predictor(n_estimators=trees, seed=seed).fit(samples)
     t2 = time.perf_counter()
     table = P.LookupTable(view.name)
     table.fill(model, view, [w for k in train for w in train[k]])
@@ -135,11 +144,11 @@ def run_device(dev: str, n_workloads: int, drafts_per_workload: int, seed: int, 
     if save:
         model.meta.update({"device": view.name, "workloads": sum(len(v) for v in train.values()),
                            "drafts_per_workload": drafts_per_workload, "seed": seed})
-        model.save(P.Predictor.path_for(view))
+        model.save(database.predictor_path(view.name))
     # ---------------------------------------------------------------- accuracy
     results = {}
     sim_s = []
-    for k in KERNELS[dev]:
+    for k in kernels[dev]:
         for split, ws in (("seen", train[k]), ("unseen", test[k])):
             rows = []
             for w in tqdm(ws, desc=f"{dev} {k} ({split} sizes): exhaustive simulation", unit="workload"):
@@ -169,25 +178,24 @@ def summarise(results):
     return out
 
 
-def cost_model_demo(view, model, seed: int, trials: int = 32):
+def cost_model_demo(view, model, seed: int, trials: int = 32, quick: bool = False):
     """A short meta-schedule run with the predictor as cost model vs with a random cost model."""
-    import logging
-
-    from tvm_pim.tuning import tune
-
-    logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
-    specs = {"hbm-pim": [KernelSpec.make("gemv", b=1, m=4, n=8192, k=4096)],
-             "attacc": [KernelSpec.make("gemv", b=1, m=4, n=8192, k=4096), KernelSpec.make("attn", b=128, n=2048, k=128)]}[view.name]
+    if quick:
+        specs = [KernelSpec.make("gemv", b=1, m=1, n=1024, k=1024)]
+    else:
+        specs = {"hbm-pim": [KernelSpec.make("gemv", b=1, m=4, n=8192, k=4096)],
+                 "attacc": [KernelSpec.make("gemv", b=1, m=4, n=8192, k=4096),
+                            KernelSpec.make("attn", b=128, n=2048, k=128)]}[view.name]
     rows = []
     for spec in specs:
-        r_pred = tune(spec, view, trials=trials, per_iter=16, seed=seed, cost_model=P.PimCostModel(view, model, seed=seed))
-        r_rand = tune(spec, view, trials=trials, per_iter=16, seed=seed, cost_model=P.PimCostModel(view, None, seed=seed))
+        r_pred = tune(spec, view, trials=trials, per_iter=16, seed=seed, cost_model=PimCostModel(view, model, seed=seed))
+        r_rand = tune(spec, view, trials=trials, per_iter=16, seed=seed, cost_model=PimCostModel(view, None, seed=seed))
         rows.append({"kernel": spec.name, "trials": trials, "best_ns_with_predictor": r_pred.best_ns,
                      "best_ns_with_random_model": r_rand.best_ns, "first_ns_with_predictor": r_pred.first_ns})
     return rows
 
 
-def plot(all_results, outdir: Path):
+def plot(all_results, outdir: Path, kernels=KERNELS):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -196,8 +204,8 @@ def plot(all_results, outdir: Path):
     outdir.mkdir(parents=True, exist_ok=True)
     files = []
     for dev, res in all_results.items():
-        fig, axes = plt.subplots(1, len(KERNELS[dev]), figsize=(4 * len(KERNELS[dev]), 3.6))
-        for ax, k in zip(np.atleast_1d(axes), KERNELS[dev]):
+        fig, axes = plt.subplots(1, len(kernels[dev]), figsize=(4 * len(kernels[dev]), 3.6))
+        for ax, k in zip(np.atleast_1d(axes), kernels[dev]):
             rows = res[f"{k}/unseen"]
             sim = np.concatenate([r["sim"] for r in rows]) / 1e3
             pred = np.concatenate([r["pred"] for r in rows]) / 1e3
@@ -224,25 +232,34 @@ def main(argv=None) -> int:
     p.add_argument("--save-models", action="store_true",
                    help="save the predictors where the 'predictor' strategy finds them (~/.cache/tvm_pim or $TVM_PIM_CACHE)")
     p.add_argument("--no-tuning-demo", action="store_true")
+    p.add_argument("--quick", action="store_true", help="GEMV only, 2 small workloads, 10 drafts, a 16-trial demo")
     p.add_argument("--json", help="write all results here")
     p.add_argument("--plots", default="out/pim_predictor")
     args = p.parse_args(argv)
+    if args.quick:
+        args.workloads, args.drafts = 2, 10
     if args.workloads <= 0 or args.drafts <= 0:
         print("error: --workloads and --drafts must be positive", file=sys.stderr)
         return 2
+    if args.quick:
+        kernels, sizes, ks, batches = QUICK["kernels"], QUICK["sizes"], QUICK["ks"], QUICK["batches"]
+    else:
+        kernels, sizes, ks, batches = KERNELS, SIZES, (1024, 2048, 4096), (1, 2, 4, 8, 16)
     t0 = time.perf_counter()
     out = {"settings": vars(args), "devices": {}}
     all_results = {}
     for dev in ("hbm-pim", "attacc"):
         view, model, offline, results, sim_s, table = run_device(
-            dev, args.workloads, args.drafts, args.seed, args.unpruned, args.save_models
+            dev, args.workloads, args.drafts, args.seed, args.unpruned, args.save_models, kernels, sizes, ks, batches,
+            QUICK["trees"] if args.quick else 400,
         )
         summ = summarise(results)
         all_results[dev] = results
         d = {"offline": offline, "summary": summ, "simulation_ms_per_draft": 1e3 * sim_s,
              "lookup_table_entries": len(table.entries)}
         if not args.no_tuning_demo:
-            d["cost_model_demo"] = cost_model_demo(view, model, args.seed)
+            d["cost_model_demo"] = cost_model_demo(view, model, args.seed, QUICK["trials"] if args.quick else 32,
+                                                   args.quick)
         d["rows"] = {k: [{kk: vv for kk, vv in r.items() if kk not in ("pred", "sim")} for r in v] for k, v in results.items()}
         out["devices"][dev] = d
     # ---------------------------------------------------------------- print
@@ -280,21 +297,12 @@ def main(argv=None) -> int:
               f"MAPE {100 * np.mean([s['mape'] for s in d['summary'].values()]):.1f}%, "
               f"rank correlation {np.mean([s['rank_correlation'] for s in d['summary'].values()]):.3f}")
     if not args.no_tuning_demo:
-        print("\n== Meta-schedule with the predictor as cost model (32 trials) ==")
+        print(f"\n== Meta-schedule with the predictor as cost model ({QUICK['trials'] if args.quick else 32} trials) ==")
         for dev, d in out["devices"].items():
             for r in d["cost_model_demo"]:
                 print(f"{dev:8s} {r['kernel']:28s} best {r['best_ns_with_predictor'] / 1e3:8.2f} us with the predictor, "
                       f"{r['best_ns_with_random_model'] / 1e3:8.2f} us with a random cost model")
-    files = plot(all_results, Path(args.plots))
-    for f in files:
-        print(f"plot          {f}")
-    out["wall_s"] = time.perf_counter() - t0
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(out, indent=1))
-        print(f"json          {args.json}")
-    print(f"wall time     {out['wall_s']:.0f}s")
-    return 0
+    return finish_benchmark(out, plot(all_results, Path(args.plots), kernels), args.json, t0)
 
 
 if __name__ == "__main__":

@@ -13,9 +13,10 @@ import tvm
 from tvm import relax
 
 import tvm_pim
-from tvm_pim import abstraction as ab
-from tvm_pim import tuning
-from tvm_pim.kernels import KernelSpec
+from tvm_cim.common.onnx_io import import_onnx, load_onnx
+from tvm_pim.compiler.kernels import KernelSpec
+from tvm_pim.hardware.view import PimView
+from tvm_pim.search import tuning
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 U = 2.0**-11
@@ -133,7 +134,7 @@ def test_every_pattern_is_numerically_right(hw):
         ex = relax.build(mod, target=f"pim -hw={hw}")
     info = tvm_pim.last_compile_info()
     kinds = {k.pattern for k in info.kernels if k.offloaded}
-    view = ab.PimView(tvm_pim.load(hw))
+    view = PimView(tvm_pim.load(hw))
     if hw == "hbm-pim":
         assert kinds == {"va", "relu", "red", "gemv", "bgemv"}  # no softmax unit: QK^T and PV separately
         assert info.host_ops.get("relax.nn.softmax") == 1
@@ -179,9 +180,10 @@ def test_unknown_preset_lists_known_ones():
         tvm.target.Target("pim -hw=nosuchpim")
 
 
+@pytest.mark.usefixtures("metaschedule_ready")
 def test_tuned_database_is_applied_by_relax_build(tmp_path, monkeypatch):
-    monkeypatch.setenv("TVM_PIM_SCHEDULES", str(tmp_path))
-    view = ab.PimView(tvm_pim.load("hbm-pim"))
+    monkeypatch.setenv("TVM_PIM_CACHE", str(tmp_path))
+    view = PimView(tvm_pim.load("hbm-pim"))
     spec = KernelSpec.make("gemv", b=1, m=1, n=1024, k=2048, resident=("A",))
     res = tuning.tune(spec, view, trials=16, per_iter=16, seed=3, save=True)
     rng = np.random.default_rng(0)
@@ -192,9 +194,6 @@ def test_tuned_database_is_applied_by_relax_build(tmp_path, monkeypatch):
         with bb.dataflow():
             gv = bb.emit_output(relax.op.matmul(x, relax.const(W)))
         bb.emit_func_output(gv)
-    from tvm_pim import schedule
-
-    schedule._CACHE.clear()
     with tvm_pim.offload_options(strategy="database", policy="always"):
         ex = relax.build(bb.get(), target="pim -hw=hbm-pim")
     k = tvm_pim.last_compile_info().kernels[0]
@@ -234,16 +233,10 @@ print(len(st), float(out[3].numpy().sum()))
 @pytest.mark.parametrize("hw", ["hbm-pim", "attacc"])
 def test_shipped_schedules_cover_the_readme_decode_layer(hw, monkeypatch):
     """The databases committed under schedules/ are valid and relax.build applies them."""
-    from tvm_cim.common.onnx_io import import_onnx
-    from tvm_pim import schedule
-    from tvm_pim.cli import load_model
-
-    monkeypatch.setenv("TVM_PIM_SCHEDULES", str(REPO / "schedules"))
-    schedule._CACHE.clear()
-    mod = import_onnx(load_model("zoo:gpt_decode"), "gpt")[0]
+    monkeypatch.delenv("TVM_PIM_SCHEDULES")  # the package data tvm_pim.schedules
+    mod = import_onnx(load_onnx("zoo:gpt_decode"), "gpt")[0]
     with tvm_pim.offload_options(strategy="database", policy="always", resident=("k_cache", "v_cache")):
         relax.build(mod, target=f"pim -hw={hw}")
     kernels = [k for k in tvm_pim.last_compile_info().kernels if k.choice is not None]
     assert kernels
     assert all(k.choice.strategy == "database" for k in kernels), [(k.name, k.choice.strategy) for k in kernels]
-    schedule._CACHE.clear()

@@ -2,19 +2,41 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import numpy as np
 import pytest
 import tvm
 
-from tvm_pim import abstraction as ab
-from tvm_pim import load, predictor, space, tuning
-from tvm_pim.kernels import KernelSpec
-from tvm_pim.schedule import best_by_simulation, evaluate
+from tvm_pim import load
+from tvm_pim.compiler import space
+from tvm_pim.compiler.kernels import KernelSpec
+from tvm_pim.cost import predictor
+from tvm_pim.cost.measure import best_by_simulation, evaluate
+from tvm_pim.hardware.view import PimView
+from tvm_pim.search import database, tuning
 
-HBM = ab.PimView(load("hbm-pim"))
-ATT = ab.PimView(load("attacc"))
+HBM = PimView(load("hbm-pim"))
+ATT = PimView(load("attacc"))
+
+
+def _units(total: int) -> list[int]:
+    """Unit counts a dimension set may take: divisors of the total and powers of two below it."""
+    return sorted({d for d in range(1, total + 1) if total % d == 0} | {1 << i for i in range(total.bit_length())
+                                                                       if 1 << i <= total})
+
+
+def _brute_force_allocations(spec, view) -> int:
+    """Allocations counted by brute force over every (groups, cores) tuple (no fixed dimensions here)."""
+    extents = [s.extent for s in space.dimension_sets(spec)]
+    per_set = [[(g, c) for g in _units(view.groups) if g <= e for c in _units(view.cores_per_group) if c * g <= e]
+               for e in extents]
+    n = 0
+    for combo in itertools.product(*per_set):
+        if np.prod([g for g, _ in combo]) <= view.groups and np.prod([c for _, c in combo]) <= view.cores_per_group:
+            n += 1
+    return n
 
 
 def test_dimension_sets_come_from_the_tir():
@@ -33,7 +55,9 @@ def test_dimension_sets_come_from_the_tir():
 def test_enumeration_and_sampling_share_one_space():
     spec = KernelSpec.make("gemv", b=4, m=1, n=256, k=128)
     drafts, st = space.enumerate_drafts(spec, ATT, pruned=False)
-    assert st.total == space.space_size(spec, ATT) > len(drafts)
+    # the full space, counted independently: allocations x representative mappings x index ranges
+    members = [max(1, len(s.members)) for s in space.dimension_sets(spec)]
+    assert st.total == _brute_force_allocations(spec, ATT) * int(np.prod(members)) * 2 > len(drafts)
     rng = np.random.default_rng(0)
     for i in rng.choice(len(drafts), 20, replace=False):
         d = drafts[i]
@@ -54,7 +78,10 @@ def test_rule1_removes_equivalent_mappings():
     spec = KernelSpec.make("gemv", b=1, m=1, n=512, k=128)
     full = space.all_drafts(spec, HBM)
     kept, st = space.prune(spec, HBM, full, rules=(1,))
-    assert st.after_rule1 == len(kept) < len(full)
+    # what is left: one draft per allocation, distinct mapping function and index range
+    distinct = [len({m.expr for m in s.members}) or 1 for s in space.dimension_sets(spec)]
+    assert len(kept) == _brute_force_allocations(spec, HBM) * int(np.prod(distinct)) * 2 < len(full)
+    assert st.after_rule1 == len(kept)
     # every removed draft generates exactly the same stream as a kept one
     keys = {space.rule1_key(spec, d) for d in kept}
     assert {space.rule1_key(spec, d) for d in full} == keys
@@ -134,8 +161,9 @@ def test_predictor_learns_and_ranks_well():
     assert predictor.LookupTable.from_json(table.to_json()).entries == table.entries
 
 
+@pytest.mark.usefixtures("metaschedule_ready")
 def test_short_tuning_improves_on_first_candidate(tmp_path, monkeypatch):
-    monkeypatch.setenv("TVM_PIM_SCHEDULES", str(tmp_path))
+    monkeypatch.setenv("TVM_PIM_CACHE", str(tmp_path))
     spec = KernelSpec.make("gemv", b=1, m=1, n=1024, k=4096)
     res = tuning.tune(spec, HBM, trials=32, per_iter=16, seed=0, save=True)
     assert res.trials >= 16
@@ -144,7 +172,7 @@ def test_short_tuning_improves_on_first_candidate(tmp_path, monkeypatch):
     # the record is saved as a meta-schedule database and read back
     d = tmp_path / "hbm-pim"
     assert (d / "database_workload.json").exists() and (d / "database_tuning_record.json").exists()
-    got = tuning.lookup(spec, HBM)
+    got = database.lookup(spec, HBM)
     assert got is not None and evaluate(spec, HBM, got)[1] == pytest.approx(res.best_ns)
     line = (d / "database_tuning_record.json").read_text().splitlines()[0]
     json.loads(line)

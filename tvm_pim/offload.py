@@ -1,7 +1,7 @@
 """Relax offload to bank-level PIM: patterns, the cost decision and lowering.
 
 :func:`OffloadToPIM` is a ``tvm.transform`` module pass (``relax.build``
-runs it for ``pim -hw=...`` targets, see :mod:`tvm_cim.target`):
+runs it for ``pim -hw=...`` targets, see :mod:`tvm_cim.common.target`):
 
 1. ``FoldConstant``, then ``FuseOpsByPattern`` with dpl patterns of the
    memory-bound operators PIM runs (:func:`pim_patterns`):
@@ -17,7 +17,7 @@ runs it for ``pim -hw=...`` targets, see :mod:`tvm_cim.target`):
 
 2. Each match is kept only if its predicted PIM time -- the simulated time of
    the draft the schedule strategy picks, data rearrangement included -- beats
-   the host (GPU roofline, :mod:`tvm_pim.host`).  Compute-bound operators (a
+   the host (GPU roofline, :mod:`tvm_pim.cost.host`).  Compute-bound operators (a
    matmul with many rows) lose that comparison and stay on the host.
 
 3. Every offloaded call becomes ``relax.call_dps_packed("tvm_pim.run_kernel",
@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import threading
-from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -45,18 +45,20 @@ from tvm.relax.dpl import is_const, is_op, wildcard
 from tvm.relax.transform import FusionPattern
 
 from tvm_cim.common import hardware as loader
-from tvm_cim.common.relax_utils import composite_name as _composite_name
+from tvm_cim.common.relax_utils import composites, const_value, dtype_of, host_ops, lower_composites, shape_of
+from tvm_cim.common.relax_utils import is_const as is_const_expr
+from tvm_cim.common.target import offload_pass
 
-from .abstraction import PimView, UnsupportedOnDevice
-from .commands import print_stream
+from .compiler.kernels import KernelSpec
+from .cost.host import graph_ns, relax_op_cost, roofline
+from .cost.measure import lower_bound_ns
 from .hardware.schema import PIMHardware
-from .host import relax_op_cost, roofline
-from .kernels import KernelSpec
+from .hardware.view import PimView, UnsupportedOnDevice
+from .program.text import print_stream
 from .runtime import RUN_KERNEL
-from .schedule import Choice, choose
+from .search.strategy import STRATEGIES, Choice, choose
 
 PREFIX = "pim."
-_VIEW_OPS = {"relax.reshape", "relax.squeeze", "relax.expand_dims", "relax.flatten"}
 
 
 # ============================================================================ options
@@ -64,16 +66,18 @@ _VIEW_OPS = {"relax.reshape", "relax.squeeze", "relax.expand_dims", "relax.flatt
 class OffloadOptions:
     """How the offload pass decides (see :func:`offload_options`)."""
 
-    strategy: str = "auto"  # auto | database | predictor | simulate | default
+    strategy: str = "auto"  # one of tvm_pim.search.strategy.STRATEGIES
     policy: str = "cost"  # cost | always | never
     resident: tuple[str, ...] = ()
     kinds: tuple[str, ...] = ("attn", "gemv", "bgemv", "red", "va", "relu")
+    database: str | os.PathLike | None = None  # a database root consulted before the shipped ones
 
 
 _STATE = threading.local()
 
 
 def current_options() -> OffloadOptions:
+    """The options set by the innermost :func:`offload_options` block of this thread (or the defaults)."""
     return getattr(_STATE, "opts", None) or OffloadOptions()
 
 
@@ -84,21 +88,24 @@ def offload_options(**kwargs):
     Parameters
     ----------
     strategy : {'auto', 'database', 'predictor', 'simulate', 'default'}
-        How a kernel's tiling draft is chosen: the tuned database under
-        ``schedules/<hw>/``, the XGBoost predictor, exhaustive simulation of
-        the pruned space, or the backend's fixed tiling; ``auto`` tries them
-        in that order.
+        How a kernel's tiling draft is chosen (:mod:`tvm_pim.search.strategy`):
+        the tuned databases (the user's, then the shipped ones), the XGBoost
+        predictor, exhaustive simulation of the pruned space, or the
+        backend's fixed tiling; ``auto`` tries the first three in that order.
     policy : {'cost', 'always', 'never'}
         Offload when PIM is predicted faster (default), always, or never.
     resident : list of str
         Names of graph inputs that live in PIM memory between runs.
     kinds : list of str
         Pattern kinds to consider.
+    database : str or os.PathLike, optional
+        A database root (``<root>/<hw>/``) consulted instead of the user's
+        cache, before the shipped databases.
     """
     prev = current_options()
     opts = OffloadOptions(**{**prev.__dict__, **kwargs})
-    if opts.strategy not in ("auto", "database", "predictor", "simulate", "default"):
-        raise ValueError(f"unknown strategy {opts.strategy!r}")
+    if opts.strategy not in STRATEGIES:
+        raise ValueError(f"unknown strategy {opts.strategy!r}; known: {', '.join(STRATEGIES)}")
     if opts.policy not in ("cost", "always", "never"):
         raise ValueError(f"unknown policy {opts.policy!r}")
     opts.resident = tuple(opts.resident)
@@ -124,6 +131,7 @@ class KernelInfo:
     reason: str = ""
 
     def as_dict(self) -> dict:
+        """The decision as plain data (the report's ``decisions`` entries)."""
         return {
             "name": self.name,
             "pattern": self.pattern,
@@ -149,6 +157,7 @@ class CompileInfo:
     streams: dict[str, str] = field(default_factory=dict)
 
     def stream_text(self) -> str:
+        """Every offloaded kernel's command stream, concatenated (what ``--emit`` writes)."""
         return "".join(self.streams.values())
 
 
@@ -158,24 +167,6 @@ def last_compile_info() -> CompileInfo | None:
 
 
 # ============================================================================ analysis of matches
-def _shape(expr) -> tuple[int, ...] | None:
-    shape = getattr(getattr(expr, "ty", None), "shape", None)
-    if shape is None:
-        return None
-    try:
-        return tuple(int(s) for s in shape)
-    except (TypeError, ValueError):
-        return None
-
-
-def _is_const(e) -> bool:
-    return isinstance(e, tvm.ir.GenericConst)
-
-
-def _const_value(e) -> np.ndarray:
-    return e.value.numpy()
-
-
 @dataclass
 class Match:
     """A pattern match reduced to a kernel: spec, operand bindings, constants."""
@@ -200,36 +191,36 @@ def analyse(pattern: str, exprs: dict, resident: set[str]) -> Match | None:
     if pattern == "gemv":
         mm = exprs["root"]
         x, w = mm.args
-        xs, ws = _shape(x), _shape(w)
-        if xs is None or ws is None or len(ws) != 2 or not _is_const(w) or len(xs) < 1:
+        xs, ws = shape_of(x), shape_of(w)
+        if xs is None or ws is None or len(ws) != 2 or not is_const_expr(w) or len(xs) < 1:
             return None
         K, N = ws
         M = _prod(xs[:-1])
         spec = KernelSpec.make("gemv", b=1, m=M, n=N, k=K, resident=("A",))
-        A = _const_value(w).T.reshape(1, N, K)
-        return Match(pattern, spec, {"A": ("const", A), "x": ("arg", x, None, (1, M, K))}, _shape(mm))
+        A = const_value(w).T.reshape(1, N, K)
+        return Match(pattern, spec, {"A": ("const", A), "x": ("arg", x, None, (1, M, K))}, shape_of(mm))
     if pattern == "bgemv":
         mm = exprs["root"]
         a, b = mm.args
-        as_, bs = _shape(a), _shape(b)
+        as_, bs = shape_of(a), shape_of(b)
         if as_ is None or bs is None or len(as_) < 3 or len(as_) != len(bs) or as_[:-2] != bs[:-2]:
             return None
-        if _is_const(a) or _is_const(b):
+        if is_const_expr(a) or is_const_expr(b):
             return None
         B = _prod(as_[:-2])
         M, K = as_[-2:]
         N = bs[-1]
         perm = list(range(len(bs) - 2)) + [len(bs) - 1, len(bs) - 2]
         spec = KernelSpec.make("gemv", b=B, m=M, n=N, k=K, resident=("A",) if res(b) else ())
-        return Match(pattern, spec, {"A": ("arg", b, perm, (B, N, K)), "x": ("arg", a, None, (B, M, K))}, _shape(mm))
+        return Match(pattern, spec, {"A": ("arg", b, perm, (B, N, K)), "x": ("arg", a, None, (B, M, K))}, shape_of(mm))
     if pattern == "attn":
         qk, pv = exprs["qk"], exprs["root"]
         q, kT = qk.args
         p, v = pv.args
-        qs, ks, vs = _shape(q), _shape(kT), _shape(v)
+        qs, ks, vs = shape_of(q), shape_of(kT), shape_of(v)
         if None in (qs, ks, vs) or len(qs) < 3 or qs[-2] != 1 or qs[:-2] != ks[:-2] or vs[:-2] != qs[:-2]:
             return None
-        if any(_is_const(e) for e in (q, kT, v)):
+        if any(is_const_expr(e) for e in (q, kT, v)):
             return None
         B = _prod(qs[:-2])
         D, N = ks[-2:]
@@ -238,7 +229,7 @@ def analyse(pattern: str, exprs: dict, resident: set[str]) -> Match | None:
         scale = 1.0
         if "scale" in exprs:
             c = exprs["scale_c"]
-            val = _const_value(c)
+            val = const_value(c)
             if val.size != 1:
                 return None
             scale = float(val.reshape(-1)[0])
@@ -254,44 +245,44 @@ def analyse(pattern: str, exprs: dict, resident: set[str]) -> Match | None:
             pattern,
             spec,
             {"K": ("arg", kT, perm, (B, N, D)), "V": ("arg", v, None, (B, N, D)), "q": ("arg", q, None, (B, D))},
-            _shape(pv),
+            shape_of(pv),
         )
     if pattern == "red":
         s = exprs["root"]
         x = s.args[0]
-        xs = _shape(x)
+        xs = shape_of(x)
         axis = s.attrs.axis
-        if xs is None or axis is None or len(axis) != 1 or int(axis[0]) not in (-1, len(xs) - 1) or _is_const(x):
+        if xs is None or axis is None or len(axis) != 1 or int(axis[0]) not in (-1, len(xs) - 1) or is_const_expr(x):
             return None
         K = xs[-1]
         N = xs[-2] if len(xs) >= 2 else 1
         B = _prod(xs[:-2])
         spec = KernelSpec.make("red", b=B, n=N, k=K, resident=("A",) if res(x) else ())
-        return Match(pattern, spec, {"A": ("arg", x, None, (B, N, K))}, _shape(s))
+        return Match(pattern, spec, {"A": ("arg", x, None, (B, N, K))}, shape_of(s))
     if pattern == "va":
         s = exprs["root"]
         a, b = s.args
-        as_, bs = _shape(a), _shape(b)
-        if as_ is None or as_ != bs or _is_const(a) or _is_const(b) or len(as_) < 1:
+        as_, bs = shape_of(a), shape_of(b)
+        if as_ is None or as_ != bs or is_const_expr(a) or is_const_expr(b) or len(as_) < 1:
             return None
         I = as_[-1]
         B = _prod(as_[:-1])
         resid = tuple(t for t, e in (("A", a), ("B", b)) if res(e))
         spec = KernelSpec.make("va", b=B, i=I, resident=resid)
-        return Match(pattern, spec, {"A": ("arg", a, None, (B, I)), "B": ("arg", b, None, (B, I))}, _shape(s))
+        return Match(pattern, spec, {"A": ("arg", a, None, (B, I)), "B": ("arg", b, None, (B, I))}, shape_of(s))
     if pattern == "relu":
         s = exprs["root"]
         x = s.args[0]
-        xs = _shape(x)
-        if xs is None or _is_const(x) or len(xs) < 1:
+        xs = shape_of(x)
+        if xs is None or is_const_expr(x) or len(xs) < 1:
             return None
         spec = KernelSpec.make("relu", b=_prod(xs[:-1]), i=xs[-1], resident=("A",) if res(x) else ())
-        return Match(pattern, spec, {"A": ("arg", x, None, (_prod(xs[:-1]), xs[-1]))}, _shape(s))
+        return Match(pattern, spec, {"A": ("arg", x, None, (_prod(xs[:-1]), xs[-1]))}, shape_of(s))
     return None
 
 
-def _float32(*exprs) -> bool:
-    return all(getattr(getattr(e, "ty", None), "dtype", None) in ("float32", "float16") for e in exprs)
+def _float(*exprs) -> bool:
+    return all(dtype_of(e) in ("float32", "float16") for e in exprs)
 
 
 # ============================================================================ decisions
@@ -303,6 +294,7 @@ class _Decider:
         self.cache: dict = {}
 
     def decide(self, m: Match) -> KernelInfo:
+        """Whether a match runs on PIM: its best draft's simulated time against the host's roofline."""
         host = roofline(self.view, m.spec.bytes(), m.spec.flops()).ns
         if m.calls:
             # the alternative is the matched operators as the host runs them (one kernel each)
@@ -319,12 +311,12 @@ class _Decider:
             info.reason = f"{self.view.name} has no units for {m.spec.kind.upper()}"
         elif self.opts.policy == "never":
             info.reason = "policy=never"
-        elif self.opts.policy == "cost" and (lb := pim_lower_bound_ns(m.spec, self.view)) >= host:
+        elif self.opts.policy == "cost" and (lb := lower_bound_ns(m.spec, self.view)) >= host:
             info.pim_ns = lb
             info.reason = f"host {host:.0f} ns <= PIM lower bound {lb:.0f} ns (not searched)"
         else:
             try:
-                ch = choose(m.spec, self.view, self.opts.strategy)
+                ch = choose(m.spec, self.view, self.opts.strategy, self.opts.database)
             except UnsupportedOnDevice as e:
                 info.reason = str(e)
                 ch = None
@@ -339,29 +331,6 @@ class _Decider:
                     info.reason = f"host {host:.0f} ns <= PIM {ch.latency_ns:.0f} ns"
         self.cache[key] = info
         return info
-
-
-def pim_lower_bound_ns(spec: KernelSpec, view: PimView) -> float:
-    """A lower bound of any draft's PIM time: launch plus every column op spread over all cores.
-
-    Each resident or streamed operand element is read by some core at least once per
-    input row that uses it (GEMV re-reads the matrix for each of its ``m`` rows),
-    ``lanes`` elements per column command at the fastest column cadence.
-    """
-    d = spec.dims
-    lanes = view.elems_per_column
-    if spec.kind == "gemv":
-        cols = d["b"] * d["n"] * -(-d["k"] // lanes) * d["m"]
-    elif spec.kind == "red":
-        cols = d["b"] * d["n"] * -(-d["k"] // lanes)
-    elif spec.kind in ("va", "relu"):
-        cols = d["b"] * -(-d["i"] // lanes)
-    else:
-        cols = 2 * d["b"] * d["n"] * -(-d["k"] // lanes)
-    fastest = min((c.latency_cycles for c in view.hw.commands.values()
-                   if set(c.roles) & {"mac", "dot", "acc_add", "load"}), default=1)
-    units = view.groups * view.cores_per_group
-    return view.hw.system.host.launch_overhead_us * 1e3 + cols / units * fastest * view.tck_ns
 
 
 # ============================================================================ patterns
@@ -391,7 +360,7 @@ def pim_patterns(view: PimView, decider: _Decider, opts: OffloadOptions) -> list
         def f(ctx) -> bool:
             ex = dict(ctx.annotated_expr)
             root = ex["root"]
-            if not _float32(root):
+            if not _float(root):
                 return False
             m = analyse(kind, ex, resident)
             if m is None:
@@ -420,14 +389,9 @@ def pim_patterns(view: PimView, decider: _Decider, opts: OffloadOptions) -> list
     return pats
 
 
-def composite_name(func) -> str | None:
-    """The ``pim.*`` composite name of a function, or None."""
-    return _composite_name(func, PREFIX)
-
-
 def _annotations_of(func) -> tuple[str, dict]:
     """Re-find the pattern's annotated expressions inside a composite function."""
-    kind = composite_name(func)[len(PREFIX):]
+    kind = str(func.attrs["Composite"])[len(PREFIX):]
     calls: list = []
 
     def visit(e):
@@ -452,49 +416,7 @@ def _annotations_of(func) -> tuple[str, dict]:
     return kind, ex
 
 
-# ============================================================================ lowering
-@relax.expr_functor.mutator
-class _Lower(relax.PyExprMutator):
-    """Replace calls of ``pim.*`` composites with ``call_dps_packed`` of their streams."""
-
-    def __init__(self, mod, lowered: dict):
-        super().__init__(mod)
-        self.lowered = lowered
-
-    def visit_call_(self, call):
-        call = super().visit_call_(call)
-        if isinstance(call.op, relax.GlobalVar) and call.op.name_hint in self.lowered:
-            build = self.lowered[call.op.name_hint]
-            return build(list(call.args), call.ty)
-        return call
-
-
-def _host_ops(mod: tvm.IRModule, view: PimView) -> tuple[dict[str, int], float]:
-    counts: Counter = Counter()
-    ns = 0.0
-
-    def visit(e):
-        nonlocal ns
-        if isinstance(e, relax.Call) and isinstance(e.op, tvm.ir.Op):
-            name = e.op.name
-            if name in ("relax.call_dps_packed", "relax.call_pure_packed"):
-                return
-            counts[name] += 1
-            if name not in _VIEW_OPS and name != "relax.call_tir":
-                nb, fl = relax_op_cost(e)
-                ns += roofline(view, nb, fl).ns
-
-    for gv, f in mod.functions.items():
-        if isinstance(f, relax.Function) and not composite_name(f):
-            relax.analysis.post_order_visit(f.body, visit)
-    return dict(sorted(counts.items())), ns
-
-
-def gpu_only_ns(mod: tvm.IRModule, view: PimView) -> float:
-    """GPU-only time of a Relax graph under the host roofline (views are free)."""
-    return _host_ops(mod, view)[1]
-
-
+# ============================================================================ the pass
 def offload(mod: tvm.IRModule, hw: PIMHardware, opts: OffloadOptions | None = None) -> tuple[tvm.IRModule, CompileInfo]:
     """Run the whole PIM offload flow on a module.
 
@@ -514,23 +436,18 @@ def offload(mod: tvm.IRModule, hw: PIMHardware, opts: OffloadOptions | None = No
     view = PimView(hw)
     info = CompileInfo(hw=hw)
     mod = relax.transform.ConvertToDataflow(min_size=1)(relax.transform.FoldConstant()(mod))
-    info.gpu_latency_ns = gpu_only_ns(mod, view)
+    info.gpu_latency_ns = graph_ns(mod, view)
     decider = _Decider(view, opts)
     mod = relax.transform.FuseOpsByPattern(
         pim_patterns(view, decider, opts), bind_constants=True, annotate_codegen=False
     )(mod)
     hw_json = loader.to_json(hw)
     lowered = {}
-    order = []
-    for gv, f in mod.functions.items():
-        if isinstance(f, relax.Function) and composite_name(f):
-            order.append(gv)
-    for i, gv in enumerate(sorted(order, key=lambda g: g.name_hint)):
-        f = mod[gv]
+    for i, (name, f) in enumerate(sorted(composites(mod, PREFIX).items())):
         kind, ex = _annotations_of(f)
         m = analyse(kind, ex, set(opts.resident))
         if m is None:  # cannot happen: the pattern check accepted it
-            raise RuntimeError(f"PIM composite {gv.name_hint} no longer analyses")
+            raise RuntimeError(f"PIM composite {name} no longer analyses")
         m.calls = tuple(e for k, e in ex.items() if k in ("root", "qk", "scale", "softmax"))
         ki = decider.decide(m)
         ki.name = f"k{i:03d}_{kind}_{m.spec.name}"
@@ -548,7 +465,7 @@ def offload(mod: tvm.IRModule, hw: PIMHardware, opts: OffloadOptions | None = No
                 _, expr, perm, shape = desc
                 idx = [j for j, p in enumerate(params) if p.same_as(expr)]
                 if not idx:
-                    raise RuntimeError(f"{gv.name_hint}: operand of {t} is not a parameter of the composite")
+                    raise RuntimeError(f"{name}: operand of {t} is not a parameter of the composite")
                 binding["tensors"][t] = {"arg": idx[0], "perm": perm, "shape": list(shape)}
         for j, (t, _arr) in enumerate(consts):
             binding["tensors"][t]["arg"] = len(params) + j
@@ -558,14 +475,10 @@ def offload(mod: tvm.IRModule, hw: PIMHardware, opts: OffloadOptions | None = No
             allargs += [tvm.ir.StringImm(hw_json), tvm.ir.StringImm(stream_text), tvm.ir.StringImm(json.dumps(binding))]
             return relax.call_dps_packed(RUN_KERNEL, allargs, out_ty)
 
-        lowered[gv.name_hint] = build
+        lowered[name] = build
     info.kernels += [k for k in _rejected(decider, info)]
-    mutator = _Lower(mod, lowered)
-    for gv, f in mod.functions.items():
-        if isinstance(f, relax.Function) and not composite_name(f):
-            mutator.builder_.update_func(gv, mutator.visit_expr(f))
-    mod = relax.transform.DeadCodeElimination()(mutator.builder_.get())
-    info.host_ops, info.host_op_ns = _host_ops(mod, view)
+    mod = lower_composites(mod, lowered)
+    info.host_ops, info.host_op_ns = host_ops(mod), graph_ns(mod, view)
     _STATE.info = info
     return mod, info
 
@@ -591,7 +504,4 @@ def OffloadToPIM(hw: PIMHardware | str | None = None) -> tvm.transform.Pass:  # 
     -------
     tvm.transform.Pass
     """
-
-    from tvm_cim.common.target import offload_pass
-
     return offload_pass("OffloadToPIM", "pim", hw, offload)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
-from .abstraction import PimView
+from tvm_cim.common.report import si
+
+from .hardware.view import PimView
 from .offload import CompileInfo
 
 
@@ -81,13 +83,6 @@ def build_report(info: CompileInfo, stats: list[dict], hw_name: str) -> dict:
     }
 
 
-def _si(v: float, unit: str) -> str:
-    for f, p in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1, ""), (1e-3, "m"), (1e-6, "u"), (1e-9, "n")):
-        if abs(v) >= f:
-            return f"{v / f:.3g} {p}{unit}"
-    return f"{v:.3g} {unit}"
-
-
 def summary(rep: dict, top: int = 10) -> str:
     """A readable multi-line summary of a report."""
     a = rep["abstraction"]
@@ -98,18 +93,18 @@ def summary(rep: dict, top: int = 10) -> str:
     if "model" in rep:
         lines.append(f"model         {rep['model']}")
     lines.append(
-        f"latency       {_si(rep['latency_ns'] * 1e-9, 's')}  (PIM kernels {_si(rep['pim_kernels_ns'] * 1e-9, 's')}, "
-        f"host ops {_si(rep['host_ops_ns'] * 1e-9, 's')})"
+        f"latency       {si(rep['latency_ns'] * 1e-9, 's')}  (PIM kernels {si(rep['pim_kernels_ns'] * 1e-9, 's')}, "
+        f"host ops {si(rep['host_ops_ns'] * 1e-9, 's')})"
     )
     lines.append(
-        f"GPU only      {_si(rep['gpu_latency_ns'] * 1e-9, 's')}  -> speedup {rep['speedup_over_gpu']:.2f}x"
+        f"GPU only      {si(rep['gpu_latency_ns'] * 1e-9, 's')}  -> speedup {rep['speedup_over_gpu']:.2f}x"
     )
     b = rep["breakdown_ns"]
     if b:
         lines.append(
-            "PIM breakdown " + ", ".join(f"{k.removesuffix('_ns')} {_si(v * 1e-9, 's')}" for k, v in b.items())
+            "PIM breakdown " + ", ".join(f"{k.removesuffix('_ns')} {si(v * 1e-9, 's')}" for k, v in b.items())
         )
-    lines.append(f"energy        {_si(rep['energy_pj'] * 1e-12, 'J')} (PIM devices)")
+    lines.append(f"energy        {si(rep['energy_pj'] * 1e-12, 'J')} (PIM devices)")
     if "cosine" in rep:
         lines.append(
             f"vs reference  cosine {rep['cosine']:.6f}   max |err| {rep['max_abs_err']:.4g}  ({rep.get('reference', 'llvm')})"
@@ -124,8 +119,8 @@ def summary(rep: dict, top: int = 10) -> str:
         for d in rep["decisions"][:top]:
             lines.append(
                 f"  {d['kernel'][:34]:34s} {'PIM' if d['offloaded'] else 'host':5s} "
-                f"{_si(d['predicted_pim_ns'] * 1e-9, 's') if d['predicted_pim_ns'] != float('inf') else '-':>10s} "
-                f"{_si(d['host_ns'] * 1e-9, 's'):>10s}  {(d['draft'] or '') if d['offloaded'] else d['reason']}"
+                f"{si(d['predicted_pim_ns'] * 1e-9, 's') if d['predicted_pim_ns'] != float('inf') else '-':>10s} "
+                f"{si(d['host_ns'] * 1e-9, 's'):>10s}  {(d['draft'] or '') if d['offloaded'] else d['reason']}"
             )
     if "timing_s" in rep:
         lines.append("wall time     " + ", ".join(f"{k} {v:.2f}s" for k, v in rep["timing_s"].items()))

@@ -11,30 +11,19 @@ from __future__ import annotations
 
 import contextlib
 import json
-from functools import lru_cache
 
 import numpy as np
 import tvm
 
 from tvm_cim.common.runtime import Collectors, PerDevice
 
-from .commands import parse_stream
-from .simulator import Simulator
+from .program.text import parse_stream_cached
+from .simulator.engine import Simulator
 
 RUN_KERNEL = "tvm_pim.run_kernel"
 
-_SIMS = PerDevice(Simulator)
+_SIMS = PerDevice(Simulator)  # one simulator per embedded hardware description (its JSON text)
 _COLLECTORS = Collectors()
-
-
-@lru_cache(maxsize=1024)
-def _stream(text: str):
-    return parse_stream(text)
-
-
-def simulator_for_json(hw_json: str) -> Simulator:
-    """The simulator of a hardware description (created on first use)."""
-    return _SIMS.get(hw_json)
 
 
 @contextlib.contextmanager
@@ -67,13 +56,13 @@ def bind(binding: dict, args: list[np.ndarray]) -> dict[str, np.ndarray]:
 def _run_kernel(*args):
     out = args[-1]
     binding = json.loads(str(args[-2]))
-    stream = _stream(str(args[-3]))
-    sim = simulator_for_json(str(args[-4]))
+    stream = parse_stream_cached(str(args[-3]))
+    sim = _SIMS.get(str(args[-4]))
     arrays = [a.numpy() for a in args[:-4]]
     tensors = bind(binding, arrays)
     res = sim.run(stream, tensors)
     result = res.output.astype(np.float32).reshape(binding["out_shape"])
     out.copyfrom(np.ascontiguousarray(result, dtype=np.float32))
     if _COLLECTORS:
-        entry = {"name": binding.get("name", ""), "kind": json.loads(stream.kernel)["kind"], **res.as_dict()}
+        entry = {"name": binding.get("name", ""), "kind": stream.kernel_data()["kind"], **res.as_dict()}
         _COLLECTORS.publish(entry)

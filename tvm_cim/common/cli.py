@@ -33,6 +33,31 @@ def add_run_io(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of random inputs, zoo weights and calibration")
 
 
+def add_run_command(sub, default_hw: str, model_help: str, emit_help: str) -> argparse.ArgumentParser:
+    """The ``run`` sub-command every backend has: a model, ``--hw``, the I/O options and ``--emit``.
+
+    Parameters
+    ----------
+    sub : argparse._SubParsersAction
+        The sub-commands of the backend's parser.
+    default_hw : str
+        The preset ``--hw`` defaults to.
+    model_help, emit_help : str
+        What the model argument accepts, and what ``--emit`` writes.
+
+    Returns
+    -------
+    argparse.ArgumentParser
+        The sub-command's parser, for the backend's own options.
+    """
+    r = sub.add_parser("run", help="compile, simulate and report a model")
+    r.add_argument("model", help=model_help)
+    r.add_argument("--hw", default=default_hw, help=f"hardware preset name or .toml file (default: {default_hw})")
+    add_run_io(r)
+    r.add_argument("--emit", help=emit_help)
+    return r
+
+
 def dispatch(parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
     """Parse ``argv`` and run the chosen sub-command; :class:`UserError` exits 2 with one message."""
     args = parser.parse_args(argv)

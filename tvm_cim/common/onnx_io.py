@@ -14,8 +14,17 @@ from . import zoo
 from .cli import UserError
 
 
-def parse_options(text: str, spec: str) -> dict[str, int]:
+def parse_options(text: str, spec: str, example: str = "zoo:bert_layer?seq_len=128,hidden=768") -> dict[str, int]:
     """``k=v,k2=v2`` with integer values (zoo options, kernel sizes).
+
+    Parameters
+    ----------
+    text : str
+        The items.
+    spec : str
+        What they came from, for messages.
+    example : str
+        A well-formed spec shown in messages.
 
     Raises
     ------
@@ -30,8 +39,7 @@ def parse_options(text: str, spec: str) -> dict[str, int]:
                 raise ValueError("expected key=value")
             out[k] = int(v)
         except ValueError as e:
-            raise UserError(f"option '{item}' in '{spec}': {e} (options are integers, e.g. "
-                            "zoo:bert_layer?seq_len=128,hidden=768)") from None
+            raise UserError(f"option '{item}' in '{spec}': {e} (options are integers, e.g. {example})") from None
     return out
 
 

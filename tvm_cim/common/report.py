@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import resource
+import time
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +42,45 @@ def run_vm(ex, inputs: dict[str, np.ndarray], order: list[str]) -> list[np.ndarr
 def reference_outputs(mod: tvm.IRModule, inputs: dict[str, np.ndarray], order: list[str]) -> list[np.ndarray]:
     """The float reference: TVM's ``llvm`` build of the same Relax module."""
     return run_vm(relax.build(mod, target="llvm"), inputs, order)
+
+
+def run_with_reference(ex, mod: tvm.IRModule, inputs: dict[str, np.ndarray], order: list[str], collect):
+    """Run an executable while a backend collects its statistics, then TVM's float reference.
+
+    Parameters
+    ----------
+    ex : relax.Executable
+    mod : tvm.IRModule
+        The float module the executable was built from.
+    inputs : dict
+        Graph input name -> array.
+    order : list of str
+        Graph input names in order.
+    collect : callable
+        The backend's ``runtime.collect`` (a context manager yielding a list).
+
+    Returns
+    -------
+    outs, stats, ref : list
+        Outputs, collected statistics and reference outputs.
+    seconds : dict
+        Wall time of ``simulate`` and ``reference``.
+    """
+    t0 = time.perf_counter()
+    with collect() as stats:
+        outs = run_vm(ex, inputs, order)
+    t1 = time.perf_counter()
+    ref = reference_outputs(mod, inputs, order)
+    return outs, stats, ref, {"simulate": t1 - t0, "reference": time.perf_counter() - t1}
+
+
+def add_outputs(rep: dict, spec: str, model, outs: list[np.ndarray], ref: list[np.ndarray], reference: str) -> dict:
+    """Record a run's model, its comparison with the reference (:func:`compare`) and output shapes in a report."""
+    rep["model"] = spec
+    rep.update(compare(outs, ref))
+    rep["reference"] = reference
+    rep["outputs"] = {o.name: list(a.shape) for o, a in zip(model.graph.output, outs)}
+    return rep
 
 
 def si(v: float, unit: str) -> str:
@@ -88,4 +128,34 @@ def finish_run(rep: dict, summary, args, model, outs: list, emitted: str) -> int
         print(f"outputs       {args.outputs}")
     if getattr(args, "emit", None):
         print(f"{emitted:13s} {args.emit}")
+    return 0
+
+
+def finish_benchmark(res: dict, plots: list[str], json_path: str | None, t0: float) -> int:
+    """End a benchmark script: list its plots, write its results as JSON, print its wall time.
+
+    Parameters
+    ----------
+    res : dict
+        The results (``wall_s`` is added).
+    plots : list of str
+        Files the script drew.
+    json_path : str, optional
+        Where to write ``res`` (parent folders are created).
+    t0 : float
+        ``time.perf_counter()`` at the start.
+
+    Returns
+    -------
+    int
+        0, the script's exit code.
+    """
+    res["wall_s"] = time.perf_counter() - t0
+    for f in plots:
+        print(f"plot          {f}")
+    if json_path:
+        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(json_path).write_text(json.dumps(res, indent=1))
+        print(f"json          {json_path}")
+    print(f"wall time     {res['wall_s']:.0f}s")
     return 0

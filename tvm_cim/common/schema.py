@@ -54,3 +54,21 @@ class Meta:
     description: Text = key("", doc="one-line human description")
     sources: list[Text] = key(factory=list, doc="publications / code the figures come from")
     assumptions: list[Text] = key(factory=list, doc="figures that are assumptions, and why")
+
+
+class DescriptionRoot:
+    """What the root table of every hardware description offers, besides its keys.
+
+    A schema's root class (``@hw_dataclass class XHardware(DescriptionRoot)``)
+    has a ``meta`` table; it overrides :meth:`problems` to check values that
+    are valid alone but not together (the loader reports each as a key error).
+    """
+
+    @property
+    def name(self) -> str:
+        """The description's short name (``meta.name``), as in target strings."""
+        return self.meta.name
+
+    def problems(self) -> list[tuple[str, str, object]]:
+        """Values that are valid alone but not together: ``(key, expected, got)``; none by default."""
+        return []

@@ -15,6 +15,7 @@ from typing import Literal
 
 from tvm_cim.common.schema import (
     Count,
+    DescriptionRoot,
     Flag,
     Meta,
     NonNegFloat,
@@ -153,7 +154,7 @@ class PimDram:
 
 
 @hw_dataclass
-class PIMHardware:
+class PIMHardware(DescriptionRoot):
     """A bank-level processing-in-memory device (DCC multi-layer abstraction)."""
 
     meta: Meta
@@ -172,15 +173,13 @@ class PIMHardware:
         return []
 
     @property
-    def name(self) -> str:
-        return self.meta.name
-
-    @property
     def banks_per_group(self) -> int:
+        """Banks a broadcast command reaches in one PIM group."""
         return self.group.bank_groups * self.group.banks_per_bank_group
 
     @property
     def cores_per_group(self) -> int:
+        """PIM cores (near-bank units) in one group."""
         return self.banks_per_group // self.core.banks_per_core
 
     @property

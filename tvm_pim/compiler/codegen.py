@@ -1,8 +1,8 @@
 """Code generation: a tiling draft becomes a PIM command stream.
 
-The generator lowers a draft (:mod:`tvm_pim.space`) of a kernel
-(:mod:`tvm_pim.kernels`) to the device's command set, read from the hardware
-file by role (:class:`tvm_pim.abstraction.PimView`), and applies DCC's
+The generator lowers a draft (:mod:`tvm_pim.compiler.space`) of a kernel
+(:mod:`tvm_pim.compiler.kernels`) to the device's command set, read from the
+hardware file by role (:class:`tvm_pim.hardware.view.PimView`), and applies DCC's
 PIM-specific code optimiser (paper 002 sec. IV-C):
 
 * **Data rearrangement through on-chip staging** (``staging=True``): the
@@ -31,8 +31,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .abstraction import ELEM_BYTES, PimView, UnsupportedOnDevice, ceil_div, next_pow2
-from .commands import Command, Loop, Phase, Stream, Tensor, format_ref, print_stream
+from ..hardware.view import ELEM_BYTES, PimView, UnsupportedOnDevice, ceil_div, next_pow2
+from ..program.expr import format_ref
+from ..program.stream import Command, Loop, Phase, Stream, Tensor
+from ..program.text import print_stream
 from .kernels import KernelSpec
 from .space import Draft, InfeasibleDraft, check_draft
 
@@ -90,6 +92,7 @@ class Tiling:
         self.expand = draft.index_range == "expand"
 
     def tables(self) -> dict[str, tuple[str, np.ndarray]]:
+        """The per-(group, core) origin ``o_<d>`` and size ``s_<d>`` tables of every dimension."""
         t = {}
         for d in self.dims:
             t[f"o_{d}"] = ("gc", self.org[d].ravel())
@@ -101,6 +104,7 @@ class Tiling:
         return all(self.c.get(d, 1) == 1 for d in dims)
 
     def splits(self, d: str) -> int:
+        """Into how many ranges (groups x cores) dimension ``d`` is cut."""
         return self.g[d] * self.c[d]
 
 
@@ -148,32 +152,30 @@ class _Builder:
             return None
         return self.view.command(role, "group")
 
+    def _first(self, role: str, tries) -> tuple[str, str | None]:
+        """The first ``(command, cores)`` of ``tries`` whose command the device has."""
+        for name, cores in tries:
+            if name:
+                return name, cores
+        raise UnsupportedOnDevice(f"{self.view.name}: no '{role}' command")
+
     def compute_cmd(self, role: str):
         """(name, cores) for a compute command: broadcast if possible, else per bank."""
-        g = self.group_cmd(role)
-        if g:
-            return g, None
-        b = self.view.command(role, "bank")
-        if b:
-            return b, "each"
-        g = self.view.command(role, "group")
-        if g:  # the device only has broadcast compute: cores run in lock-step anyway
-            return g, None
-        raise UnsupportedOnDevice(f"{self.view.name}: no '{role}' command")
+        v = self.view
+        return self._first(role, [
+            (self.group_cmd(role), None),
+            (v.command(role, "bank"), "each"),
+            (v.command(role, "group"), None),  # the device only has broadcast compute: cores run in lock-step
+        ])
 
     def data_cmd(self, role: str, shared: bool):
         """(name, cores) for a host data command (host_write / reg_write / host_read)."""
-        if shared:
-            g = self.group_cmd(role)
-            if g:
-                return g, None
-        b = self.view.command(role, "bank")
-        if b:
-            return b, "each"
-        g = self.view.command(role)
-        if g:
-            return g, "each"  # a group-level data command addressed to one core at a time
-        raise UnsupportedOnDevice(f"{self.view.name}: no '{role}' command")
+        v = self.view
+        return self._first(role, [
+            (self.group_cmd(role) if shared else None, None),
+            (v.command(role, "bank"), "each"),
+            (v.command(role), "each"),  # a group-level data command addressed to one core at a time
+        ])
 
     def act_pre(self, cores):
         if cores is None:
@@ -231,7 +233,69 @@ class _ContractPlan:
     R: int = 0
 
 
-def _contract_plan(spec: KernelSpec, view: PimView, til: Tiling, a_name: str = "A") -> _ContractPlan:
+def _chunking(P: int, regs: int, R: int) -> tuple[int, int]:
+    """Columns per chunk of a ``P``-column vector (what the input registers and a row hold), and chunks."""
+    kc = min(regs, next_pow2(P), R)
+    return kc, ceil_div(P, kc)
+
+
+def _pack_units(ob: int, kc: int, nch: int, rc: int, nb: int, R: int) -> tuple[int, int, int, int, int]:
+    """How the units of a ``blk`` layout (:func:`tvm_pim.program.layout.layout_address`) fill rows.
+
+    A unit is one block of ``ob`` vectors x one chunk of ``kc`` columns, plus
+    ``ob * rc`` result columns; ``nb`` blocks of ``nch`` chunks each.
+
+    Returns
+    -------
+    ucols, upr, rpu, nbp, rows : int
+        Columns per unit; units per row (1 if a unit spans rows); rows per
+        unit (1 if units share rows); blocks padded so that every row is
+        whole; rows per index of the batch dimension.
+    """
+    ucols = ob * kc + ob * rc
+    if ucols <= R:
+        upr, rpu = R // ucols, 1
+    else:
+        upr, rpu = 1, ceil_div(ucols, R)
+    nbp = nb
+    while (nbp * nch) % upr:
+        nbp += 1
+    rows = (nbp * nch) // upr if ucols <= R else nbp * nch * rpu
+    return ucols, upr, rpu, nbp, rows
+
+
+@dataclass(frozen=True)
+class _GemvTiles:
+    """One core's tiles of a GEMV on the dot units: ``nvec`` vectors of ``P`` columns in ``blk`` units."""
+
+    P: int  # columns per vector
+    kc: int  # columns per chunk
+    nch: int  # chunks per vector
+    ob: int  # vectors per block
+    nb: int  # blocks
+    u: int  # columns per unit
+    upr: int  # units per row
+    rpu: int  # rows per unit
+    nbp: int  # blocks padded to whole rows
+    rows: int  # rows per index of the batch dimension
+
+    @staticmethod
+    def plan(P: int, nvec: int, regs: int, cap: int, R: int) -> "_GemvTiles":
+        kc, nch = _chunking(P, regs, R)
+        ob = min(cap, nvec)
+        nb = ceil_div(nvec, ob)
+        return _GemvTiles(P, kc, nch, ob, nb, *_pack_units(ob, kc, nch, 0, nb, R))
+
+    @property
+    def slots(self) -> int:
+        """Vector slots per batch index (blocks padded)."""
+        return self.nbp * self.ob
+
+    def layout(self, R: int) -> str:
+        return f"blk:{self.ob}:{self.kc}:{self.nch}:0:{R}"
+
+
+def _contract_plan(spec: KernelSpec, view: PimView, til: Tiling) -> _ContractPlan:
     red = spec.kind == "red"
     Tb, Tn, Tk = til.T["b"], til.T["n"], til.T["k"]
     Tm = 1 if red else til.T["m"]
@@ -247,9 +311,7 @@ def _contract_plan(spec: KernelSpec, view: PimView, til: Tiling, a_name: str = "
         op_role, needs_x = mode, False  # multiply by a register of ones
     else:
         op_role, needs_x = mode, True
-    kc = min(view.input_regs, next_pow2(P))
-    kc = min(kc, R)
-    nch = ceil_div(P, kc)
+    kc, nch = _chunking(P, view.input_regs, R)
     result = "bank" if (op_role in ("mac", "acc_add") and view.command("store")) else "group"
     if result == "group" and not view.command("to_group"):
         raise UnsupportedOnDevice(f"{view.name}: no way to move results out of the cores")
@@ -263,15 +325,7 @@ def _contract_plan(spec: KernelSpec, view: PimView, til: Tiling, a_name: str = "
         rc, ob = 0, cap
     ob = min(ob, max(1, Tn))
     nb = ceil_div(Tn, ob)
-    ucols = ob * kc + ob * rc
-    if ucols <= R:
-        upr, rpu = R // ucols, 1
-    else:
-        upr, rpu = 1, ceil_div(ucols, R)
-    nbp = nb
-    while (nbp * nch) % upr:
-        nbp += 1
-    rows_b = (nbp * nch) // upr if ucols <= R else nbp * nch * rpu
+    ucols, upr, rpu, nbp, rows_b = _pack_units(ob, kc, nch, rc, nb, R)
     pl = _ContractPlan(Tb, Tm, Tn, Tk, P, kc, nch, ob, rc, nb, nbp, ucols, upr, rpu, rows_b, op_role, needs_x, result)
     pl.R = R
     cap_cols = view.hw.dram.rows_per_bank * R
@@ -537,41 +591,15 @@ def gen_attn(spec: KernelSpec, draft: Draft, view: PimView, opts: CodegenOptions
     regs = view.input_regs
     cap = view.acc_regs * lanes
     cn = til.c["n"]
-    # scores GEMV: vectors (b, n) over k
-    Pk = ceil_div(K, lanes)
-    kc1 = min(regs, next_pow2(Pk), R)
-    nch1 = ceil_div(Pk, kc1)
-    ob1 = min(cap, Tn)
-    nb1 = ceil_div(Tn, ob1)
-    NB1 = nb1 * ob1
-    u1 = ob1 * kc1
-    rpu1 = ceil_div(u1, R) if u1 > R else 1
-    upr1 = R // u1 if u1 <= R else 1
-    nb1p = nb1
-    while (nb1p * nch1) % upr1:
-        nb1p += 1
-    NB1 = nb1p * ob1
-    rows1_b = (nb1p * nch1) // upr1 if u1 <= R else nb1p * nch1 * rpu1
-    lay1 = f"blk:{ob1}:{kc1}:{nch1}:0:{R}"
-    # output GEMV: vectors (b, kk) over the core's tokens
-    Pn = ceil_div(NB1, lanes)  # the probabilities slice (token slots, zero-padded) in columns
-    NB1s = Pn * lanes  # score slots per head in the group buffer (whole columns; the softmax zeroes padding)
-    kc2 = min(regs, next_pow2(Pn), R)
-    nch2 = ceil_div(Pn, kc2)
-    ob2 = min(cap, K)
-    nb2 = ceil_div(K, ob2)
-    u2 = ob2 * kc2
-    rpu2 = ceil_div(u2, R) if u2 > R else 1
-    upr2 = R // u2 if u2 <= R else 1
-    nb2p = nb2
-    while (nb2p * nch2) % upr2:
-        nb2p += 1
-    NB2 = nb2p * ob2
-    rows2_b = (nb2p * nch2) // upr2 if u2 <= R else nb2p * nch2 * rpu2
-    lay2 = f"blk:{ob2}:{kc2}:{nch2}:0:{R}"
-    k_base_rows = Tb * rows1_b
-    B.stream.memory = (k_base_rows + Tb * rows2_b) * R
-    if k_base_rows + Tb * rows2_b > view.hw.dram.rows_per_bank:
+    g1 = _GemvTiles.plan(ceil_div(K, lanes), Tn, regs, cap, R)  # scores: vectors (b, n) over k
+    NB1 = g1.slots
+    # output: vectors (b, kk) over the core's tokens; the probabilities slice (token slots, zero-padded)
+    g2 = _GemvTiles.plan(ceil_div(NB1, lanes), K, regs, cap, R)
+    NB1s = g2.P * lanes  # score slots per head in the group buffer (whole columns; the softmax zeroes padding)
+    NB2 = g2.slots
+    k_base_rows = Tb * g1.rows
+    B.stream.memory = (k_base_rows + Tb * g2.rows) * R
+    if k_base_rows + Tb * g2.rows > view.hw.dram.rows_per_bank:
         raise InfeasibleDraft("per-core K/V tiles exceed the bank")
     S_sc = Tb * NB1s  # scores region per core
     S_o = Tb * NB2  # output region per core (or per head group, summed by the accumulator)
@@ -580,9 +608,9 @@ def gen_attn(spec: KernelSpec, draft: Draft, view: PimView, opts: CodegenOptions
     B.stream.gbuf = o_base + (til.C // odiv) * S_o
 
     # K: vectors (b, n) over k.  V is stored transposed: vectors (b, k) over the core's tokens.
-    k_comps = [_rng("b", Tb), _rng("n", Tn, NB1), ("0", str(K), K, Pk * lanes)]
-    v_comps = [_rng("b", Tb), _rng("n", Tn, Pn * lanes), ("0", str(K), K, NB2)]
-    writes = (("K", k_comps, "0,1,2", lay1, 0), ("V", v_comps, "0,2,1", lay2, k_base_rows * R))
+    k_comps = [_rng("b", Tb), _rng("n", Tn, NB1), ("0", str(K), K, g1.P * lanes)]
+    v_comps = [_rng("b", Tb), _rng("n", Tn, g2.P * lanes), ("0", str(K), K, NB2)]
+    writes = (("K", k_comps, "0,1,2", g1.layout(R), 0), ("V", v_comps, "0,2,1", g2.layout(R), k_base_rows * R))
     B.phase("setup")
     for t, comps, perm, lay, base in writes:
         if spec.role(t) == "resident":
@@ -603,8 +631,8 @@ def gen_attn(spec: KernelSpec, draft: Draft, view: PimView, opts: CodegenOptions
     mvg, _ = B.compute_cmd("from_group")
     qw, qw_cores = B.data_cmd("reg_write", til.shared("b") and til.C > 1)
 
-    def gemv(nb: int, ob: int, nvec: int, kc: int, nch: int, P: int, rows_b: int, base_rows: int, upr, rpu, u,
-             load, out_dst):
+    def gemv(g: _GemvTiles, nvec: int, base_rows: int, load, out_dst):
+        nb, ob, kc, nch, P, rows_b, upr, rpu, u = g.nb, g.ob, g.kc, g.nch, g.P, g.rows, g.upr, g.rpu, g.u
         vpr = max(1, R // kc)
         last = P - (nch - 1) * kc
         for q in range(nb):
@@ -626,12 +654,11 @@ def gen_attn(spec: KernelSpec, draft: Draft, view: PimView, opts: CodegenOptions
 
     with B.loop("bi", Tb):
         def load_q(h, per):
-            shift = f"{kc1 * lanes * h}" if h else ""
+            shift = f"{g1.kc * lanes * h}" if h else ""
             comps = [("o_b+bi",), ("0" if not shift else shift, f"{K}" if not shift else f"{K}-{shift}", per * lanes)]
             B.emit(qw, qw_cores, reg=0, src=_ref("q", comps))
 
-        gemv(nb1, ob1, Tn, kc1, nch1, Pk, rows1_b, 0, upr1, rpu1, u1, load_q,
-             lambda q, ob: {"dst": f"bi*{NB1s}+{q * ob}", "stride": S_sc})
+        gemv(g1, Tn, 0, load_q, lambda q, ob: {"dst": f"bi*{NB1s}+{q * ob}", "stride": S_sc})
     # softmax of every head of the group: its tokens sit in the score regions of the cores
     # that share the head (consecutive core ids, one per token block)
     with B.loop("hb", til.c["b"]):
@@ -640,11 +667,10 @@ def gen_attn(spec: KernelSpec, draft: Draft, view: PimView, opts: CodegenOptions
                    plen=NB1s, tile=Tn, valid=spec.dims["n"], scale=repr(spec.scale))
     with B.loop("bi", Tb):
         def load_p(h, per):
-            B.emit(mvg, None, src=f"bi*{NB1s}+{kc2 * lanes * h}", stride=S_sc, reg=0, n=per)
+            B.emit(mvg, None, src=f"bi*{NB1s}+{g2.kc * lanes * h}", stride=S_sc, reg=0, n=per)
 
         out_extra = {"cdiv": odiv, "sum": 1} if odiv > 1 else {}
-        gemv(nb2, ob2, K, kc2, nch2, Pn, rows2_b, k_base_rows, upr2, rpu2, u2, load_p,
-             lambda q, ob: {"dst": f"{o_base}+bi*{NB2}+{q * ob}", "stride": S_o, **out_extra})
+        gemv(g2, K, k_base_rows, load_p, lambda q, ob: {"dst": f"{o_base}+bi*{NB2}+{q * ob}", "stride": S_o, **out_extra})
     B.mode_changes()
 
     B.phase("rearrange_out")  # host reads of results are spread over channels either way
@@ -699,5 +725,5 @@ def generate(spec: KernelSpec, draft: Draft, view: PimView, opts: CodegenOptions
 
 def generate_text(spec: KernelSpec, draft: Draft, view: PimView, opts: CodegenOptions = DCC) -> str:
     """The printed command stream of a draft: :func:`generate` (same parameters), then
-    :func:`~tvm_pim.commands.print_stream`."""
+    :func:`~tvm_pim.program.text.print_stream`."""
     return print_stream(generate(spec, draft, view, opts))

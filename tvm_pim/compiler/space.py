@@ -32,11 +32,28 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
+import tvm
+import tvm_ffi
 
-from .abstraction import PimView, allocation_candidates, ceil_div
+from ..hardware.view import PimView, ceil_div
 from .kernels import KernelSpec, spec_of
 
 INDEX_RANGES = ("expand", "exact")
+
+
+def allocation_candidates(total: int) -> list[int]:
+    """Counts of groups (or cores) a dimension set may be given.
+
+    The divisors of ``total`` and the powers of two up to it, so that a draft
+    can use every unit of the device (80 groups = 5 stacks x 16) as well as
+    power-of-two splits of power-of-two tensor sizes.
+    """
+    s = {d for d in range(1, total + 1) if total % d == 0}
+    p = 1
+    while p <= total:
+        s.add(p)
+        p *= 2
+    return sorted(s)
 
 
 # ============================================================================ dimension sets
@@ -69,9 +86,6 @@ def _strip(name: str) -> str:
 
 @lru_cache(maxsize=512)
 def _dimension_sets_cached(spec_json: str) -> tuple[DimSet, ...]:
-    import tvm
-    import tvm_ffi
-
     spec = KernelSpec.from_json(spec_json)
     func = spec.prim_func()
     args = {str(p.name) for p in func.params}
@@ -173,6 +187,7 @@ class Draft:
     index_range: str = "expand"
 
     def part(self, dim: str) -> Part:
+        """The part of a dimension set (one group and one core if the draft does not split it)."""
         for p in self.parts:
             if p.dim == dim:
                 return p
@@ -187,6 +202,7 @@ class Draft:
         return int(np.prod([p.cores for p in self.parts]))
 
     def to_json(self) -> str:
+        """The draft as compact JSON (what streams and lookup tables store)."""
         return json.dumps(
             {"parts": [[p.dim, p.groups, p.cores, p.rep] for p in self.parts], "index_range": self.index_range},
             separators=(",", ":"),
@@ -194,6 +210,7 @@ class Draft:
 
     @staticmethod
     def from_json(text: str) -> "Draft":
+        """Inverse of :meth:`to_json`."""
         d = json.loads(text)
         return Draft(tuple(Part(a, int(g), int(c), int(r)) for a, g, c, r in d["parts"]), d["index_range"])
 
@@ -221,12 +238,14 @@ def index_ranges(spec: KernelSpec) -> tuple[str, ...]:
 
 
 def group_candidates(spec: KernelSpec, view: PimView, ds: DimSet, avail: int) -> list[int]:
+    """PIM-group counts a dimension set may take when ``avail`` groups are left (DCC stage 2)."""
     if _fixed(spec, ds.name)[0]:
         return [1]
     return [g for g in allocation_candidates(view.groups) if g <= avail and g <= ds.extent]
 
 
 def core_candidates(spec: KernelSpec, view: PimView, ds: DimSet, avail: int, groups: int) -> list[int]:
+    """Cores per group a dimension set may take, given its groups and the ``avail`` cores left."""
     if _fixed(spec, ds.name)[1]:
         return [1]
     return [c for c in allocation_candidates(view.cores_per_group) if c <= avail and c * groups <= ds.extent]
@@ -350,6 +369,7 @@ class PruneStats:
     rule2_skipped: bool
 
     def as_dict(self) -> dict:
+        """The counts as plain data, with the fraction of the space kept."""
         return {
             "total": self.total,
             "after_rule1": self.after_rule1,
@@ -447,7 +467,7 @@ def apply_space(sch, view: PimView, draft: Draft | None = None):
     Parameters
     ----------
     sch : tvm.s_tir.Schedule
-        A schedule of a kernel from :mod:`tvm_pim.kernels`.
+        A schedule of a kernel from :mod:`tvm_pim.compiler.kernels`.
     view : PimView
     draft : Draft, optional
 
@@ -504,17 +524,12 @@ def schedule_fn(view: PimView):
 
 def schedule_of(spec: KernelSpec, view: PimView, draft: Draft):
     """A schedule of ``spec`` with a fixed draft (same instructions, fixed decisions)."""
-    import tvm
-
     sch = tvm.s_tir.Schedule(spec.ir_module())
     return apply_space(sch, view, draft)
 
 
 def draft_of(mod) -> Draft:
     """Read the draft back from a scheduled module (loop extents and annotations)."""
-    import tvm
-    import tvm_ffi
-
     if hasattr(mod, "mod"):  # a Schedule
         mod = mod.mod
     func = mod["main"]

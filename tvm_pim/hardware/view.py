@@ -5,19 +5,24 @@ levels: the *system* (host xPU, host memory space, PIM devices), the *PIM
 group* (cores sharing a channel / rank, addressed together by broadcast
 commands, possibly with a group unit such as AttAcc's softmax) and the *PIM
 core* (a processing unit beside one or a few banks).  :class:`PimView`
-derives that view from a validated :class:`~tvm_cim.hardware.schema.PIMHardware`
+derives that view from a validated :class:`~tvm_pim.hardware.schema.PIMHardware`
 description, so the compiler and the simulator never read device-specific
 constants: a new device that fits the abstraction needs only a new hardware
 file.
+
+Also here: the element size of PIM data (FP16), the error raised when a
+device's command set cannot run a kernel, and the integer helpers the layers
+above use to count columns, rows and registers.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import cached_property
 
-from .hardware.schema import PimCommand, PIMHardware
+from tvm_cim.common.hardware import digest
+
+from .schema import PimCommand, PIMHardware
 
 ELEM_BYTES = 2  # FP16 everywhere on the PIM side
 
@@ -42,6 +47,11 @@ class PimView:
     @property
     def name(self) -> str:
         return self.hw.meta.name
+
+    @cached_property
+    def digest(self) -> str:
+        """Short hash of the whole description (:func:`tvm_cim.common.hardware.digest`); keys caches."""
+        return digest(self.hw)
 
     @property
     def groups(self) -> int:
@@ -128,7 +138,7 @@ class PimView:
         Parameters
         ----------
         role : str
-            One of :data:`tvm_cim.hardware.schema.PIM_ROLES`.
+            One of :data:`tvm_pim.hardware.schema.PIM_ROLES`.
         scope : str, optional
             Required scope (``'group'``, ``'bank'``, ...).
         """
@@ -148,6 +158,7 @@ class PimView:
         return name
 
     def cmd(self, name: str) -> PimCommand:
+        """The command called ``name`` in the device's command set."""
         return self.hw.commands[name]
 
     @cached_property
@@ -221,27 +232,10 @@ class PimView:
 
 
 def ceil_div(a: int, b: int) -> int:
+    """``ceil(a / b)`` for non-negative integers (and integer numpy arrays)."""
     return -(-a // b)
 
 
 def next_pow2(n: int) -> int:
+    """The smallest power of two that is at least ``n`` (1 for ``n <= 1``)."""
     return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
-
-
-def allocation_candidates(total: int) -> list[int]:
-    """Counts of groups (or cores) a dimension set may be given.
-
-    The divisors of ``total`` and the powers of two up to it, so that a draft
-    can use every unit of the device (80 groups = 5 stacks x 16) as well as
-    power-of-two splits of power-of-two tensor sizes.
-    """
-    s = {d for d in range(1, total + 1) if total % d == 0}
-    p = 1
-    while p <= total:
-        s.add(p)
-        p *= 2
-    return sorted(s)
-
-
-def isqrt(n: int) -> int:
-    return math.isqrt(n)

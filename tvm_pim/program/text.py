@@ -1,4 +1,4 @@
-"""PIM command streams: the program format, a printer and a parser that round-trip.
+"""The text format of PIM command streams: a printer and a parser that round-trip.
 
 A stream is plain text in the device's own command set (the mnemonics of the
 hardware file's ``[commands]`` table) plus a few host-side actions
@@ -52,97 +52,20 @@ traffic already charged, so only the ``flops`` cost time).
 
 Values are integer expressions (``+ - * // %``, loop variables, table names,
 ``g`` and ``c``), tensor references ``T[e, org:valid:padded, ...]`` or plain
-words.  :func:`layout_address` defines the on-bank tile layouts (``lay=``).
+words (:mod:`tvm_pim.program.expr`).  :func:`tvm_pim.program.layout.layout_address`
+defines the on-bank tile layouts (``lay=``).  Printing a parsed stream gives
+its text back: ``print_stream(parse_stream(text)) == text`` for every text
+:func:`print_stream` wrote.
 """
 
 from __future__ import annotations
 
-import ast
-import json
 import re
-from dataclasses import dataclass, field
 from functools import lru_cache
 
 import numpy as np
 
-VERSION = 1
-#: phases of a stream; ``setup`` places resident tensors once and is not part of a run's latency
-PHASES = ("setup", "rearrange_in", "compute", "rearrange_out")
-
-
-class StreamFormatError(ValueError):
-    """A command stream that does not follow the format."""
-
-
-# ============================================================================ data types
-@dataclass
-class Command:
-    """One command line."""
-
-    op: str
-    groups: tuple[int, ...]
-    cores: tuple[int, ...] | None  # None = group-level broadcast issue ('*')
-    args: dict[str, str] = field(default_factory=dict)
-
-    def arg(self, key: str, default: str | None = None) -> str | None:
-        return self.args.get(key, default)
-
-
-@dataclass
-class Loop:
-    var: str
-    count: int
-    body: list = field(default_factory=list)
-
-
-@dataclass
-class Phase:
-    name: str
-    serial: bool = False
-    body: list = field(default_factory=list)
-
-
-@dataclass
-class Tensor:
-    name: str
-    dtype: str
-    shape: tuple[int, ...]
-    role: str
-
-
-@dataclass
-class Stream:
-    """A parsed command stream."""
-
-    device: str
-    kernel: str  # JSON of the KernelSpec
-    draft: str = ""  # JSON of the Draft
-    tensors: list[Tensor] = field(default_factory=list)
-    groups: int = 1
-    cores: int = 1
-    memory: int = 0
-    gbuf: int = 0
-    tables: dict[str, tuple[str, np.ndarray]] = field(default_factory=dict)
-    phases: list[Phase] = field(default_factory=list)
-
-    def tensor(self, name: str) -> Tensor:
-        for t in self.tensors:
-            if t.name == name:
-                return t
-        raise KeyError(name)
-
-    def commands(self):
-        """Every command (loops not expanded), with the phase name."""
-
-        def walk(items, phase):
-            for it in items:
-                if isinstance(it, Loop):
-                    yield from walk(it.body, phase)
-                else:
-                    yield phase, it
-
-        for ph in self.phases:
-            yield from walk(ph.body, ph.name)
+from .stream import PHASES, VERSION, Command, Loop, Phase, Stream, StreamFormatError, Tensor
 
 
 # ============================================================================ sets of units
@@ -163,6 +86,7 @@ def format_set(values) -> str:
 
 
 def parse_set(text: str) -> tuple[int, ...]:
+    """``'0-3,8'`` -> ``(0, 1, 2, 3, 8)`` (inverse of :func:`format_set`)."""
     out: list[int] = []
     for part in text.split(","):
         if "-" in part:
@@ -174,20 +98,23 @@ def parse_set(text: str) -> tuple[int, ...]:
 
 
 # ============================================================================ printer
-def _print_items(items, indent: int, lines: list[str]) -> None:
-    pad = "  " * indent
+def _command_text(c: Command) -> str:
+    """``<MNEMONIC> @<groups>:<cores> k=v ...`` (host actions have no unit set)."""
+    head = c.op
+    if not c.op.startswith("HOST."):
+        head += f" @{format_set(c.groups)}:" + ("*" if c.cores is None else format_set(c.cores))
+    return " ".join([head] + [f"{k}={v}" for k, v in c.args.items()])
+
+
+def _body_lines(items, depth: int):
+    """Lines of a phase or loop body, two spaces of indentation per level."""
     for it in items:
         if isinstance(it, Loop):
-            lines.append(f"{pad}loop {it.var} {it.count}")
-            _print_items(it.body, indent + 1, lines)
-            lines.append(f"{pad}end")
+            yield f"{'  ' * depth}loop {it.var} {it.count}"
+            yield from _body_lines(it.body, depth + 1)
+            yield f"{'  ' * depth}end"
         else:
-            args = " ".join(f"{k}={v}" for k, v in it.args.items())
-            if it.op.startswith("HOST."):
-                lines.append(f"{pad}{it.op}" + (f" {args}" if args else ""))
-            else:
-                where = f"@{format_set(it.groups)}:" + ("*" if it.cores is None else format_set(it.cores))
-                lines.append(f"{pad}{it.op} {where}" + (f" {args}" if args else ""))
+            yield "  " * depth + _command_text(it)
 
 
 def print_stream(s: Stream) -> str:
@@ -205,11 +132,10 @@ def print_stream(s: Stream) -> str:
         lines.append(f"table {name} {kind} " + " ".join(str(int(v)) for v in np.asarray(arr).ravel()))
     for ph in s.phases:
         lines.append(f"phase {ph.name}" + (" serial" if ph.serial else ""))
-        _print_items(ph.body, 1, lines)
+        lines.extend(_body_lines(ph.body, 1))
     return "\n".join(lines) + "\n"
 
 
-# ============================================================================ parser
 _CMD_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_.]*)(?:\s+@([0-9,\-]+):(\*|[0-9,\-]+))?((?:\s+[A-Za-z_][A-Za-z0-9_]*=\S+)*)\s*$")
 
 
@@ -334,134 +260,10 @@ def parse_stream(text: str) -> Stream:
     return s
 
 
-# ============================================================================ expressions
-_ALLOWED = (
-    ast.Expression, ast.BinOp, ast.UnaryOp, ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod,
-    ast.USub, ast.UAdd, ast.Constant, ast.Name, ast.Load,
-)
+@lru_cache(maxsize=1024)
+def parse_stream_cached(text: str) -> Stream:
+    """:func:`parse_stream` with a cache (the runtime parses the same stream at every call).
 
-
-@lru_cache(maxsize=8192)
-def compile_expr(text: str):
-    """Compile an integer expression of the stream language."""
-    try:
-        tree = ast.parse(text, mode="eval")
-    except SyntaxError as e:
-        raise StreamFormatError(f"bad expression {text!r}: {e.msg}") from None
-    for node in ast.walk(tree):
-        if not isinstance(node, _ALLOWED) or (isinstance(node, ast.Constant) and not isinstance(node.value, int)):
-            raise StreamFormatError(f"bad expression {text!r}: only integers, names and + - * // % are allowed")
-    return compile(tree, "<expr>", "eval")
-
-
-def eval_expr(text: str, env: dict):
-    """Evaluate an expression; names come from ``env`` (ints or numpy arrays)."""
-    code = compile_expr(text)
-    try:
-        return eval(code, {"__builtins__": {}}, env)  # noqa: S307 - whitelisted AST
-    except NameError as e:
-        raise StreamFormatError(f"expression {text!r}: {e}") from None
-
-
-@dataclass(frozen=True)
-class TensorRef:
-    """``T[e0, org:valid:tile:slots, ...]``: a box of a host tensor.
-
-    A component with one expression fixes the index.  ``org:valid:tile:slots``
-    spans ``slots`` positions of the on-PIM tile starting at tensor index
-    ``org``: the first ``valid`` exist in the tensor, positions up to
-    ``tile`` are the core's (zero) padding, the rest are layout slots that are
-    never touched.  ``org:valid:slots`` means ``tile == slots``.
+    The returned stream is shared: do not modify it.
     """
-
-    name: str
-    comps: tuple[tuple[str, ...], ...]
-
-    @property
-    def box(self) -> tuple[int, ...]:
-        return tuple(int(c[-1]) for c in self.comps if len(c) >= 3)
-
-    @property
-    def tile(self) -> tuple[int, ...]:
-        return tuple(int(c[2]) for c in self.comps if len(c) >= 3)
-
-
-@lru_cache(maxsize=8192)
-def parse_ref(text: str) -> TensorRef:
-    m = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)\[(.*)\]", text)
-    if not m:
-        raise StreamFormatError(f"bad tensor reference {text!r}")
-    comps = []
-    for c in m.group(2).split(","):
-        parts = tuple(c.split(":"))
-        if len(parts) not in (1, 3, 4):
-            raise StreamFormatError(f"bad tensor reference {text!r}: component {c!r}")
-        comps.append(parts)
-    return TensorRef(m.group(1), tuple(comps))
-
-
-def format_ref(name: str, comps) -> str:
-    return f"{name}[" + ",".join(":".join(str(x) for x in (c if isinstance(c, tuple) else (c,))) for c in comps) + "]"
-
-
-# ============================================================================ on-bank layouts
-def parse_layout(text: str) -> tuple:
-    p = text.split(":")
-    return (p[0],) + tuple(int(x) for x in p[1:])
-
-
-def unit_base(unit, ucols: int, R: int):
-    """Column address of a layout unit: units pack into rows, or span whole rows."""
-    if ucols <= R:
-        upr = R // ucols
-        return (unit // upr) * R + (unit % upr) * ucols
-    rpu = -(-ucols // R)
-    return unit * rpu * R
-
-
-def layout_address(lay: str, v, col, m=0, slot: str = "data"):
-    """Core column address of element column ``col`` of tile vector ``v``.
-
-    Layouts
-    -------
-    ``blk:ob:kc:nch:rc:R``
-        Contraction tiles.  Vectors form blocks of ``ob``; each vector's
-        columns form ``nch`` chunks of ``kc``; a *unit* (one block, one chunk)
-        holds ``ob*kc`` data columns followed by ``ob*rc`` result columns
-        (``rc`` results per vector, e.g. one per input row ``m``; only the
-        block's last chunk uses them).  Units pack into rows of ``R``
-        columns, or span whole rows.  ``slot='res'`` addresses result ``m``
-        of vector ``v``.
-    ``ilv:slots:slot:kc:R:P``
-        Element-wise tiles.  The tile's columns in order (vector ``v`` has
-        ``P`` columns) form chunks of ``kc``; a unit holds one chunk of each
-        of ``slots`` operands side by side; ``slot`` selects the operand.
-    ``lin:P``
-        Vector ``v`` at ``v*P``.
-    """
-    L = parse_layout(lay)
-    kind = L[0]
-    v = np.asarray(v)
-    col = np.asarray(col)
-    if kind == "blk":
-        ob, kc, nch, rc, R = L[1:]
-        ucols = ob * kc + ob * rc
-        blk = v // ob
-        vi = v % ob
-        if slot == "res":
-            return unit_base(blk * nch + nch - 1, ucols, R) + ob * kc + np.asarray(m) * ob + vi
-        return unit_base(blk * nch + col // kc, ucols, R) + vi * kc + col % kc
-    if kind == "ilv":
-        slots, which, kc, R, P = L[1:]
-        s = v * P + col
-        q = s // kc
-        upr = max(1, R // (slots * kc))
-        return (q // upr) * R + (q % upr) * slots * kc + which * kc + s % kc
-    if kind == "lin":
-        (P,) = L[1:]
-        return v * P + col
-    raise StreamFormatError(f"unknown layout {lay!r}")
-
-
-def kernel_json(stream: Stream) -> dict:
-    return json.loads(stream.kernel)
+    return parse_stream(text)

@@ -28,6 +28,8 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
+import tvm
+from tvm import te
 
 KINDS = ("gemv", "red", "va", "relu", "attn")
 
@@ -107,10 +109,12 @@ class KernelSpec:
 
     @staticmethod
     def from_json(text: str) -> "KernelSpec":
+        """Inverse of :meth:`to_json`."""
         d = json.loads(text)
         return KernelSpec.make(d["kind"], resident=tuple(d["resident"]), scale=d["scale"], **d["sizes"])
 
     def to_json(self) -> str:
+        """The spec as canonical JSON (kind, sizes, residency, scale)."""
         return json.dumps(
             {"kind": self.kind, "sizes": dict(self.sizes), "resident": list(self.resident), "scale": self.scale},
             sort_keys=True,
@@ -146,11 +150,13 @@ class KernelSpec:
         return _REDUCE[self.kind]
 
     def role(self, tensor: str) -> str:
+        """``'output'``, ``'resident'`` or ``'input'`` (see the module docstring)."""
         if tensor == self.output:
             return "output"
         return "resident" if tensor in self.resident else "input"
 
     def shape(self, tensor: str) -> tuple[int, ...]:
+        """The shape of one of the kernel's tensors."""
         d = self.dims
         return tuple(d[x] for x in _TENSORS[self.kind][tensor])
 
@@ -163,6 +169,7 @@ class KernelSpec:
 
     # ------------------------------------------------------------------ cost figures
     def flops(self) -> float:
+        """Arithmetic operations of the kernel (a multiply-add counts two)."""
         d = self.dims
         if self.kind == "gemv":
             return 2.0 * d["b"] * d["m"] * d["n"] * d["k"]
@@ -241,8 +248,6 @@ class KernelSpec:
         """
         if "pf" in self._cache:
             return self._cache["pf"]
-        from tvm import te
-
         d = self.dims
         dt = "float16"
         if self.kind == "gemv":
@@ -288,9 +293,8 @@ class KernelSpec:
         self._cache["pf"] = f
         return f
 
-    def ir_module(self):
-        import tvm
-
+    def ir_module(self) -> tvm.IRModule:
+        """An IRModule whose ``main`` is :meth:`prim_func`."""
         return tvm.IRModule({"main": self.prim_func()})
 
     @property
@@ -301,8 +305,6 @@ class KernelSpec:
 
 def spec_of(func) -> KernelSpec:
     """Recover the :class:`KernelSpec` of a kernel PrimFunc (or an IRModule holding one)."""
-    import tvm
-
     if isinstance(func, tvm.IRModule):
         func = func["main"]
     attrs = func.attrs

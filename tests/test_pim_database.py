@@ -1,0 +1,113 @@
+"""Tuned databases: where they live, how records are keyed, and that stale records are never applied."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.resources
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tvm.s_tir import meta_schedule as ms
+
+from tvm_pim import load
+from tvm_pim.compiler import space
+from tvm_pim.compiler.kernels import KernelSpec
+from tvm_pim.cost import features
+from tvm_pim.cost.measure import evaluate
+from tvm_pim.hardware.view import PimView
+from tvm_pim.search import database
+from tvm_pim.simulator import timing
+
+HBM = PimView(load("hbm-pim"))
+SPEC = KernelSpec.make("gemv", b=1, m=1, n=512, k=256)
+
+
+def _record(spec, view, draft):
+    """A tuning record of one draft, measured on the simulator (what tuning would commit)."""
+    ns = evaluate(spec, view, draft)[1]
+    trace = space.schedule_of(spec, view, draft).trace
+    wl = ms.database.Workload(database.keyed_workload(spec, view))
+    return ms.database.TuningRecord(trace, wl, [ns * 1e-9], database.target_of(view),
+                                    ms.arg_info.ArgInfo.from_prim_func(spec.prim_func()))
+
+
+def _two_drafts(spec, view):
+    drafts, _ = space.enumerate_drafts(spec, view)
+    return drafts[0], drafts[-1]
+
+
+def _edited(view: PimView) -> PimView:
+    """The same device name with another DRAM timing (an edited hardware file)."""
+    hw = view.hw
+    tm = dataclasses.replace(hw.dram.timing, trcd=hw.dram.timing.trcd + 3)
+    return PimView(dataclasses.replace(hw, dram=dataclasses.replace(hw.dram, timing=tm)))
+
+
+def test_a_record_is_found_only_for_its_description_and_timing_model(tmp_path, monkeypatch):
+    monkeypatch.setenv("TVM_PIM_CACHE", str(tmp_path))
+    d, _ = _two_drafts(SPEC, HBM)
+    assert database.save_record(HBM, SPEC, _record(SPEC, HBM, d), database.user_folder("hbm-pim"))
+    assert (tmp_path / "hbm-pim" / "database_tuning_record.json").exists()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a current record raises no warning
+        assert database.lookup(SPEC, HBM) == d
+    # an edited hardware file under the same name: the record is stale, ignored and reported
+    other = _edited(HBM)
+    assert other.name == HBM.name and database.record_key(other) != database.record_key(HBM)
+    with pytest.warns(database.StaleRecordWarning, match="ignored the tuned record"):
+        assert database.lookup(SPEC, other) is None
+    # a new timing model: the same
+    monkeypatch.setattr(timing, "TIMING_MODEL_VERSION", timing.TIMING_MODEL_VERSION + 1)
+    with pytest.warns(database.StaleRecordWarning, match="timing model"):
+        assert database.lookup(SPEC, HBM) is None
+
+
+def test_the_users_database_comes_before_the_shipped_one(tmp_path, monkeypatch):
+    monkeypatch.setenv("TVM_PIM_CACHE", str(tmp_path / "user"))
+    monkeypatch.setenv("TVM_PIM_SCHEDULES", str(tmp_path / "shipped"))
+    d_shipped, d_user = _two_drafts(SPEC, HBM)
+    assert d_shipped != d_user
+    database.save_record(HBM, SPEC, _record(SPEC, HBM, d_shipped), tmp_path / "shipped" / "hbm-pim")
+    assert database.lookup(SPEC, HBM) == d_shipped
+    # a slower record is still the user's choice: each database keeps its own best
+    database.save_record(HBM, SPEC, _record(SPEC, HBM, d_user), tmp_path / "user" / "hbm-pim")
+    assert database.lookup(SPEC, HBM) == d_user
+    # an explicit database root replaces the user's cache
+    assert database.lookup(SPEC, HBM, database=tmp_path / "empty") == d_shipped
+    assert database.folders("hbm-pim", tmp_path / "x") == [tmp_path / "x" / "hbm-pim", tmp_path / "shipped" / "hbm-pim"]
+
+
+def test_a_database_keeps_the_faster_record(tmp_path):
+    drafts, _ = space.enumerate_drafts(SPEC, HBM)
+    times = [evaluate(SPEC, HBM, d)[1] for d in drafts[:6]]
+    slow, fast = drafts[int(np.argmax(times))], drafts[int(np.argmin(times))]
+    folder = tmp_path / "hbm-pim"
+    assert database.save_record(HBM, SPEC, _record(SPEC, HBM, fast), folder)
+    assert not database.save_record(HBM, SPEC, _record(SPEC, HBM, slow), folder)
+    assert database.lookup(SPEC, HBM, database=tmp_path) == fast
+
+
+@pytest.mark.parametrize("hw", ["hbm-pim", "attacc"])
+def test_shipped_databases_are_package_data_and_current(hw, monkeypatch):
+    """The databases installed as tvm_pim.schedules hold only records of today's presets and timing model."""
+    monkeypatch.delenv("TVM_PIM_SCHEDULES")
+    root = database.shipped_root()
+    assert root == Path(str(importlib.resources.files("tvm_pim.schedules")))
+    view = PimView(load(hw))
+    db = ms.database.JSONDatabase(str(root / hw / database.WORKLOAD_FILE), str(root / hw / database.RECORD_FILE),
+                                  allow_missing=False, module_equality="structural")
+    records = db.get_all_tuning_records()
+    assert len(records) >= 20
+    assert {database.key_of(r.workload.mod) for r in records} == {database.record_key(view)}
+
+
+def test_predictor_features_follow_the_description_not_the_object():
+    """The static part of the features is cached by the description's digest."""
+    d = space.default_draft(SPEC, HBM)
+    same = PimView(dataclasses.replace(HBM.hw))  # another object, equal description
+    assert same.hw is not HBM.hw and same.digest == HBM.digest
+    assert np.array_equal(features.features(SPEC, d, same), features.features(SPEC, d, HBM))
+    other = _edited(HBM)
+    assert not np.array_equal(features.features(SPEC, d, other), features.features(SPEC, d, HBM))

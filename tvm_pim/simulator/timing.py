@@ -1,0 +1,411 @@
+"""The simulator's timing model: how long a command stream takes, and its energy.
+
+Per PIM group (channel) and phase, with vectorised per-channel and per-core
+arithmetic (loops are multiplied out, never expanded):
+
+* every command occupies the channel's command/data bus for its
+  ``latency_cycles`` (host data transfers at least one column's transfer
+  time at the channel's share of the host bus);
+* every core (its banks) accumulates its own busy time: ``ACT`` costs
+  ``tRCD``, ``PRE`` costs ``tRP`` and stretches the open row to ``tRAS``,
+  column commands cost their issue spacing (at least ``tCCD_L`` for one
+  bank's successive bank-level commands), host bursts into a bank pay
+  their row activations, precharges and ``tWR``;
+* bank-level column commands (host transfers to one bank, per-core
+  compute) also occupy their bank group's data path for ``tCCD_L`` each,
+  while the bus spaces commands to different bank groups by ``tCCD_S``;
+* a channel's time is ``max(bus, busiest core, busiest bank group)``, so
+  bank-level commands to different cores overlap their row cycles while
+  sharing the bus, and those to different bank groups overlap their
+  column spacing;
+* a phase lasts as long as its slowest channel (all channels in parallel),
+  or the sum over channels for ``serial`` phases, and at least its host
+  traffic divided by the host bandwidth; host actions (launch, merges) add
+  the host model's time.
+
+``setup`` (placing resident tensors) is reported apart from the latency.
+Energy is each command's ``energy_pj`` from the hardware file, per issue.
+
+:data:`TIMING_MODEL_VERSION` names this model: tuned schedule databases key
+their records (which store simulated times) with it, so records timed by an
+older model are ignored.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..hardware.view import PimView, ceil_div
+from ..program.expr import parse_ref
+from ..program.stream import Command, Loop, Stream
+from .decode import DATA_ROLES, Env, LazyEnv, SimulationError, role_of
+
+#: Version of the timing model.  Bump it whenever the simulated time or energy of a stream changes
+#: (this module, or the streams the code generator emits for a draft): the records of tuned
+#: schedule databases store simulated times and carry this number in their key
+#: (:func:`tvm_pim.search.database.record_key`), so records of an older model are ignored, not applied.
+TIMING_MODEL_VERSION = 1
+
+
+@dataclass
+class SimResult:
+    """What one run of a stream produced."""
+
+    latency_ns: float
+    phases_ns: dict[str, float]
+    setup_ns: float
+    rearrangement_ns: float
+    compute_ns: float
+    host_ns: float
+    energy_pj: float
+    energy_breakdown_pj: dict[str, float]
+    command_counts: dict[str, int]
+    host_bytes: float
+    output: np.ndarray | None = None
+    extra: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        """The result without the output tensor, as plain data (report entries)."""
+        return {
+            "latency_ns": self.latency_ns,
+            "phases_ns": dict(self.phases_ns),
+            "setup_ns": self.setup_ns,
+            "data_rearrangement_ns": self.rearrangement_ns,
+            "compute_ns": self.compute_ns,
+            "host_ns": self.host_ns,
+            "energy_pj": self.energy_pj,
+            "energy_breakdown_pj": dict(self.energy_breakdown_pj),
+            "command_counts": dict(self.command_counts),
+            "host_bytes": self.host_bytes,
+        }
+
+
+def _selection(it: Command, C: int):
+    """Index objects for a command's groups and cores (slices when contiguous), cached on the command."""
+    sel = getattr(it, "_sel", None)
+    if sel is not None and sel[4] == C:
+        return sel[:4]
+    g = np.asarray(it.groups, dtype=np.int64)
+    cs = np.arange(C) if it.cores is None else np.asarray(it.cores, dtype=np.int64)
+    gsel = slice(int(g[0]), int(g[-1]) + 1) if g.size and g[-1] - g[0] + 1 == g.size else g
+    csel = slice(int(cs[0]), int(cs[-1]) + 1) if cs.size and cs[-1] - cs[0] + 1 == cs.size else cs
+    it._sel = (gsel, csel, g, cs, C)
+    return gsel, csel, g, cs
+
+
+def _ci(gsel, csel):
+    """Index of a (groups x cores) block of a 2-D array."""
+    if isinstance(gsel, slice) or isinstance(csel, slice):
+        return gsel, csel
+    return np.ix_(gsel, csel)
+
+
+class TimingModel:
+    """Time and energy of command streams on one PIM device (see the module docstring).
+
+    Parameters
+    ----------
+    view : PimView
+    """
+
+    def __init__(self, view: PimView):
+        self.view, self.hw, self.t = view, view.hw, view.hw.dram.timing
+        self.lanes = view.elems_per_column
+        # a host transfer moves one column per tCCD_S at most, at the channel's share of the host bus
+        self.col_host = max(float(self.t.tccd_s), view.column_bytes / view.channel_bw_gbs / self.t.tck_ns)
+
+    def time(self, stream: Stream) -> SimResult:
+        """Latency, phase times, breakdown, energy and command counts of a stream (no values).
+
+        Parameters
+        ----------
+        stream : Stream
+
+        Returns
+        -------
+        SimResult
+            ``output`` is None.
+        """
+        v, t, hw = self.view, self.t, self.hw
+        Gs, C = v.groups, stream.cores
+        R = v.core_row_cols
+        counts: Counter = Counter()
+        energy: Counter = Counter()
+        phases: dict[str, float] = {}
+        split = {"rearrangement": 0.0, "compute": 0.0, "host": 0.0}
+        host_bytes_total = 0.0
+        lanes = self.lanes
+
+        for ph in stream.phases:
+            bus = np.zeros(Gs)
+            data_bus = np.zeros(Gs)  # part of bus time spent on host data transfers
+            chain = np.zeros((Gs, C))
+            seg = np.zeros((Gs, C))
+            colw = np.zeros((Gs, C))  # bank-level column commands per core, each tCCD_L of its bank group
+            host_bytes = 0.0
+            host_ns = 0.0
+            st = {"bus": bus, "chain": chain, "seg": seg, "data_bus": data_bus, "colw": colw}
+            # commands addressing every group and core of the stream add the same time to all of them:
+            # they are summed as scalars (the common case), the others per channel / core in arrays
+            U = {"bus": 0.0, "chain": 0.0, "seg": 0.0, "colw": 0.0}
+            seg_dirty = False
+            Gst = stream.groups
+            tRCD, tRP, tRAS, tCCDL = float(t.trcd), float(t.trp), float(t.tras), float(t.tccd_l)
+
+            def uniform(it) -> bool:
+                u = getattr(it, "_uniform", None)
+                if u is None or u[1] != (Gst, C):
+                    g = it.groups
+                    full_g = len(g) == Gst and (Gst == 0 or (g[0] == 0 and g[-1] == Gst - 1))
+                    full_c = it.cores is None or (len(it.cores) == C and it.cores[0] == 0 and it.cores[-1] == C - 1)
+                    u = (full_g and full_c, (Gst, C))
+                    it._uniform = u
+                return u[0]
+
+            def walk(items, mult, loops):
+                nonlocal host_bytes, host_ns, seg_dirty
+                for it in items:
+                    if isinstance(it, Loop):
+                        # the body's cost does not depend on the loop variable's value
+                        walk(it.body, mult * it.count, {**loops, it.var: 0})
+                        continue
+                    op = it.op
+                    if op.startswith("HOST."):
+                        host_bytes, host_ns = self._time_host(it, mult, st, host_bytes, host_ns, counts, energy, Gs)
+                        continue
+                    roles = role_of(hw, op, it.args)
+                    cmd = hw.commands[op]
+                    lat = float(cmd.latency_cycles)
+                    bcast = it.cores is None
+                    role = roles[0]
+                    if role not in DATA_ROLES and uniform(it) and not (role == "pre" and seg_dirty):
+                        issues = 1 if bcast else C
+                        if role == "act":
+                            U["chain"] += mult * max(lat, tRCD)
+                            U["seg"] = 0.0
+                            U["bus"] += mult * issues
+                            n_cmd = 1
+                        elif role == "pre":
+                            U["chain"] += mult * (max(lat, tRP) + max(0.0, tRAS - tRCD - U["seg"]))
+                            U["seg"] = 0.0
+                            U["bus"] += mult * issues
+                            n_cmd = 1
+                        elif role in ("mac", "dot", "acc_add", "load", "add", "mul", "store"):
+                            n = int(it.args.get("n", "1"))
+                            step = lat if bcast else max(lat, tCCDL)
+                            U["bus"] += mult * issues * n * lat
+                            U["chain"] += mult * n * step
+                            U["seg"] += n * step
+                            if not bcast:
+                                U["colw"] += mult * n * tCCDL
+                            n_cmd = n * issues
+                        elif role in ("to_group", "from_group"):
+                            n = int(it.args.get("n", "1"))
+                            cols = ceil_div(n, lanes) if role == "to_group" else n
+                            U["bus"] += mult * cols * lat * (C if role == "to_group" else 1)
+                            U["chain"] += mult * cols * lat
+                            n_cmd = cols * (C if role == "to_group" else 1)
+                        elif role == "group_softmax":
+                            cols = ceil_div(int(it.args["pieces"]) * int(it.args["tile"]), lanes)
+                            U["bus"] += mult * cols * lat
+                            n_cmd = cols
+                        else:
+                            U["bus"] += mult * lat
+                            U["chain"] += mult * lat
+                            n_cmd = 1
+                        counts[op] += mult * n_cmd * Gst  # one issue on every group's channel
+                        energy[op] += mult * n_cmd * Gst * cmd.energy_pj
+                        continue
+                    if role != "pre" and role not in DATA_ROLES:
+                        seg_dirty = True
+                    gsel, csel, g, cs = _selection(it, C)
+                    issues = 1 if bcast else len(cs)
+                    if role in ("act",):
+                        lat = max(lat, float(t.trcd))
+                        chain[_ci(gsel, csel)] += mult * lat
+                        seg[_ci(gsel, csel)] = 0.0
+                        bus[gsel] += mult * issues  # one command slot
+                        n_cmd = 1
+                    elif role == "pre":
+                        lat = max(lat, float(t.trp))
+                        stretch = np.maximum(0.0, t.tras - t.trcd - seg[_ci(gsel, csel)] - U["seg"])
+                        U["seg"] = 0.0
+                        chain[_ci(gsel, csel)] += mult * (lat + stretch)
+                        seg[_ci(gsel, csel)] = 0.0
+                        bus[gsel] += mult * issues
+                        n_cmd = 1
+                    elif role in DATA_ROLES:
+                        # (columns summed over every group and core already)
+                        n_cmd = self._time_data(it, role, lat, mult, g, cs, bcast, stream, st, R, gsel, csel)
+                        host_bytes += mult * n_cmd * v.column_bytes
+                        counts[op] += mult * n_cmd
+                        energy[op] += mult * n_cmd * cmd.energy_pj
+                        continue
+                    elif role in ("mac", "dot", "acc_add", "load", "add", "mul", "store"):
+                        n = int(it.args.get("n", "1"))
+                        step = lat if bcast else max(lat, float(t.tccd_l))
+                        bus[gsel] += mult * issues * n * lat
+                        chain[_ci(gsel, csel)] += mult * n * step
+                        seg[_ci(gsel, csel)] += n * step
+                        if not bcast:
+                            colw[_ci(gsel, csel)] += mult * n * tCCDL
+                        n_cmd = n * issues
+                    elif role in ("to_group", "from_group"):
+                        n = int(it.args.get("n", "1"))
+                        cols = ceil_div(n, lanes) if role == "to_group" else n
+                        bus[gsel] += mult * cols * lat * (C if role == "to_group" else 1)
+                        chain[_ci(gsel, csel)] += mult * cols * lat
+                        n_cmd = cols * (C if role == "to_group" else 1)
+                    elif role == "group_softmax":
+                        cols = ceil_div(int(it.args["pieces"]) * int(it.args["tile"]), lanes)
+                        bus[gsel] += mult * cols * lat
+                        n_cmd = cols
+                    else:  # mode, control, refresh, other
+                        bus[gsel] += mult * lat
+                        chain[gsel, :] += mult * lat
+                        n_cmd = 1
+                    counts[op] += mult * n_cmd * len(g)
+                    energy[op] += mult * n_cmd * len(g) * cmd.energy_pj
+
+            walk(ph.body, 1, {})
+            bus[:Gst] += U["bus"]
+            chain[:Gst, :] += U["chain"]
+            colw[:Gst, :] += U["colw"]
+            # bank-group parallelism: bank-level column commands to the banks of one bank group are
+            # spaced by tCCD_L, to different bank groups by tCCD_S (the bus term)
+            bg_of = np.arange(C) // v.cores_per_bank_group
+            bg_busy = np.zeros((Gs, int(bg_of[-1]) + 1 if C else 1))
+            np.add.at(bg_busy.T, bg_of, colw.T)
+            per_ch = np.maximum(np.maximum(bus, chain.max(axis=1)), bg_busy.max(axis=1))
+            tck = t.tck_ns
+            if ph.serial:
+                dev_ns = float(per_ch.sum()) * tck
+            else:
+                dev_ns = float(per_ch.max()) * tck
+            bw_ns = host_bytes / v.host_bw_gbs  # bytes / (GB/s) = ns
+            phase_ns = max(dev_ns, bw_ns) + host_ns
+            phases[ph.name] = phase_ns
+            host_bytes_total += host_bytes if ph.name != "setup" else 0.0
+            if ph.name == "compute":
+                # share of the compute phase spent moving data between host and cores
+                busiest = int(np.argmax(per_ch))
+                frac = float(data_bus[busiest] / per_ch[busiest]) if per_ch[busiest] > 0 else 0.0
+                d = max(dev_ns, bw_ns)
+                split["rearrangement"] += d * frac
+                split["compute"] += d * (1 - frac)
+                split["host"] += host_ns
+            elif ph.name != "setup":
+                split["rearrangement"] += max(dev_ns, bw_ns)
+                split["host"] += host_ns
+        latency = sum(ns for name, ns in phases.items() if name != "setup")
+        return SimResult(
+            latency_ns=latency,
+            phases_ns=phases,
+            setup_ns=phases.get("setup", 0.0),
+            rearrangement_ns=split["rearrangement"],
+            compute_ns=split["compute"],
+            host_ns=split["host"],
+            energy_pj=float(sum(energy.values())),
+            energy_breakdown_pj={k: float(e) for k, e in sorted(energy.items())},
+            command_counts={k: int(n) for k, n in sorted(counts.items())},
+            host_bytes=host_bytes_total,
+        )
+
+    def _time_host(self, it: Command, mult, st, host_bytes, host_ns, counts, energy, Gs):
+        v, hw = self.view, self.hw
+        if it.op == "HOST.LAUNCH":
+            host_ns += mult * hw.system.host.launch_overhead_us * 1e3
+        elif it.op in ("HOST.LOAD", "HOST.STORE"):
+            nbytes = float(it.args["bytes"])
+            cols = nbytes / v.column_bytes / Gs  # spread over every channel (host layout interleaves)
+            st["bus"][:] += mult * cols * self.col_host
+            st["data_bus"][:] += mult * cols * self.col_host
+            host_bytes += mult * nbytes
+            name = "RD" if it.op == "HOST.LOAD" else "WR"
+            if name in hw.commands:
+                n = mult * nbytes / v.column_bytes
+                counts[f"{it.op}({name})"] += int(round(n))
+                energy[f"{it.op}({name})"] += n * hw.commands[name].energy_pj
+        elif it.op == "HOST.REDUCE":
+            flops = float(it.args.get("flops", 0))
+            host_ns += mult * flops / (hw.system.host.tflops_fp16 * 1e3)
+        else:
+            raise SimulationError(f"unknown host action {it.op}")
+        return host_bytes, host_ns
+
+    def _time_data(self, it: Command, role, lat, mult, g, cs, bcast, stream: Stream, st, R, gsel, csel) -> int:
+        """Bus/bank time of a host data command; returns the columns moved (all issues)."""
+        t = self.t
+        lanes = self.lanes
+        bus, chain, data_bus, colw = st["bus"], st["chain"], st["data_bus"], st["colw"]
+        env = LazyEnv(stream, g, cs if not bcast else np.arange(stream.cores)[:1])
+        src = it.args.get("src") or it.args.get("dst")
+        if role == "reg_write":
+            n_is = 1 if bcast else len(cs)
+            if src.startswith("ones:"):
+                cols = np.full((len(g), n_is), ceil_div(int(src[5:]), lanes))
+            else:
+                ref = parse_ref(src)
+                cols = np.full((len(g), n_is), ceil_div(ref.box[-1], lanes))
+        elif it.args.get("from") == "gbuf":
+            ref = parse_ref(src)
+            regions = ceil_div(stream.cores, int(it.args.get("cdiv", "1")))
+            cols = np.full((len(g), regions), ceil_div(int(np.prod(ref.box)), lanes))
+            ncols = cols.sum(axis=1)
+            step = max(lat, self.col_host)
+            bus[gsel] += mult * ncols * step
+            data_bus[gsel] += mult * ncols * step
+            return int(ncols.sum())
+        else:
+            cols = self._box_columns(it, env, stream, len(g), 1 if bcast else len(cs))
+        if bcast:
+            cols = cols[:, :1]
+        step_bus = max(lat, self.col_host) if bcast else self.col_host
+        per_core = cols.astype(float)
+        ncols_ch = per_core.sum(axis=1)
+        bus[gsel] += mult * ncols_ch * step_bus
+        data_bus[gsel] += mult * ncols_ch * step_bus
+        rows = np.ceil(per_core / R) if role != "reg_write" else 0.0
+        bank = per_core * max(lat, self.col_host, float(t.tccd_l) if not bcast else 0.0) + rows * (
+            t.trcd + t.trp + (t.twr if role == "host_write" else 0)
+        )
+        if bcast:
+            chain[gsel, :] += mult * np.broadcast_to(bank, (len(g), 1))
+        else:
+            chain[_ci(gsel, csel)] += mult * bank
+            colw[_ci(gsel, csel)] += mult * per_core * float(t.tccd_l)
+        return int(per_core.sum())
+
+    def _box_columns(self, it: Command, env: Env, stream: Stream, ng: int, nc: int) -> np.ndarray:
+        """Columns a tile transfer moves for each (group, core)."""
+        lanes = self.lanes
+        ref = parse_ref(it.args.get("src") or it.args.get("dst"))
+        pad = it.args.get("pad", "0") == "1"
+        perm = [int(x) for x in it.args["perm"].split(",")] if "perm" in it.args else None
+        ranges = [c for c in ref.comps if len(c) >= 3]
+        order = list(range(len(ranges))) if perm is None else perm
+        ranges = [ranges[i] for i in order]
+        vec_counts = np.ones((ng, nc))
+        for c in ranges[:-1]:
+            tl = int(c[2])
+            if pad:
+                vec_counts = vec_counts * tl
+            else:
+                val = np.broadcast_to(np.asarray(env(c[1])), (ng, nc))
+                vec_counts = vec_counts * np.clip(val, 0, tl)
+        last = ranges[-1]
+        if it.args.get("slot") == "res":
+            # one result column per output (its lanes hold partial sums, or the result in lane 0)
+            if pad:
+                lane_cols = int(last[2])
+            else:
+                lane_cols = np.clip(np.broadcast_to(np.asarray(env(last[1])), (ng, nc)), 0, int(last[2]))
+        elif it.args.get("lay", "").startswith("ilv") and it.args.get("from") == "bank":
+            val = np.broadcast_to(np.asarray(env(last[1])), (ng, nc))
+            lane_cols = np.ceil(np.clip(val, 0, int(last[2])) / lanes)
+        else:
+            lane_cols = ceil_div(int(last[-1]), lanes)
+        return vec_counts * lane_cols
