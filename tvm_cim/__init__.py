@@ -19,6 +19,8 @@ backends share.
 
 from __future__ import annotations
 
+import importlib.metadata
+
 from . import (
     runtime,  # noqa: F401  (registers tvm_cim.run_region)
     transform,
@@ -34,7 +36,7 @@ from .compiler import strategies
 from .compiler.quantize import CalibrationConfig
 from .compiler.transform import CIMPipeline, calibration, last_compile_info, offload, scheduling
 
-__version__ = "0.1.0"
+__version__ = importlib.metadata.version("tvm-cim")  # one place: setup.py
 
 _target.install()
 _target.register_backend("cim", CIMPipeline)

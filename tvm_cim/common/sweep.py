@@ -22,6 +22,8 @@ import csv
 import dataclasses
 import hashlib
 import importlib
+import importlib.metadata
+import importlib.util
 import itertools
 import json
 import os
@@ -132,8 +134,7 @@ def project_version() -> str:
         for p in sorted(root.rglob("*.py")):
             h.update(str(p.relative_to(root)).encode())
             h.update(p.read_bytes())
-    version = importlib.import_module("tvm_cim").__version__
-    return f"{version}+{h.hexdigest()[:10]}"
+    return f"{importlib.metadata.version('tvm-cim')}+{h.hexdigest()[:10]}"
 
 
 def _model_digest(spec: str) -> str:
