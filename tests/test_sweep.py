@@ -63,3 +63,23 @@ def test_bad_axes_fail_before_any_work(tmp_path):
         p = subprocess.run([sys.executable, "-m", "tvm_cim", "sweep", "--model", "zoo:resnet18", "--set", axis,
                             "--out", str(tmp_path)], capture_output=True, text=True, cwd=ROOT)
         assert p.returncode == 2 and needle in p.stderr and "Traceback" not in p.stderr
+
+
+def test_pim_sweep_matches_direct_timing(tmp_path):
+    from tvm_pim.hardware.view import PimView
+    from tvm_pim.search.strategy import choose
+    from tvm_pim.simulator.engine import Simulator
+    from tvm_pim.workloads import parse_kernel
+
+    kernel = "gemv:b=1,m=1,n=1024,k=1024"
+    p = subprocess.run([sys.executable, "-m", "tvm_pim", "sweep", "--model", kernel, "--hw", "attacc",
+                        "--strategy", "default", "simulate", "--out", str(tmp_path), "--quiet"],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert p.returncode == 0, p.stderr[-3000:]
+    rows = list(csv.DictReader(open(tmp_path / "sweep.csv")))
+    assert [r["strategy"] for r in rows] == ["default", "simulate"] and all(r["error"] == "" for r in rows)
+    view = PimView(tvm_cim.load("attacc", kind="pim"))
+    for r in rows:
+        ch = choose(parse_kernel(kernel), view, r["strategy"])
+        assert float(r["latency_ns"]) == pytest.approx(Simulator(view.hw).run(ch.stream, functional=False).latency_ns)
+    assert float(rows[1]["latency_ns"]) <= float(rows[0]["latency_ns"])  # the searched draft is no slower

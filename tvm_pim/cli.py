@@ -13,6 +13,8 @@ tune       meta-schedule tuning of PIM kernels (given sizes, every PIM kernel
            installed with the package instead (a maintainer's command).
 predictor  train the coupled XGBoost predictor for a device and save it
            in the user cache, where the ``predictor`` schedule strategy finds it.
+sweep      time a grid of kernels or models, presets, draft strategies and
+           hardware keys on Ray; a table, plots and a cache.
 
 Exit codes: 0 success, 2 bad input (unknown hardware, malformed hardware
 file, unreadable model, bad kernel description), 1 internal error.
@@ -28,13 +30,13 @@ from pathlib import Path
 from tqdm import tqdm
 from tvm import relax
 
-from tvm_cim.common import onnx_io
+from tvm_cim.common import onnx_io, sweep
 from tvm_cim.common.cli import UserError, add_run_command, dispatch, load_hardware
 from tvm_cim.common.report import add_outputs, finish_run, run_with_reference
 from tvm_cim.common.target import register_hardware
 
 from . import report, runtime
-from .compiler.kernels import KINDS, KernelShapeError, KernelSpec
+from .compiler.kernels import KINDS, KernelSpec
 from .compiler.space import default_draft, enumerate_drafts
 from .cost.host import kernel_time
 from .cost.measure import evaluate
@@ -44,27 +46,8 @@ from .offload import last_compile_info, offload, offload_options
 from .search import database
 from .search.strategy import STRATEGIES
 from .search.tuning import tune
-from .workloads import default_workloads, paper_kernels
-
-
-def parse_kernel(text: str) -> KernelSpec:
-    """``gemv:b=32,m=1,n=1024,k=128[,resident=A+x]`` -> KernelSpec.
-
-    Raises
-    ------
-    UserError
-        Unknown kind, missing or non-integer size, impossible residency.
-    """
-    kind, _, rest = text.partition(":")
-    items = rest.split(",")
-    resident = [i.partition("=")[2] for i in items if i.startswith("resident=")]
-    sizes = onnx_io.parse_options(",".join(i for i in items if not i.startswith("resident=")), text,
-                                  example="gemv:b=1,m=1,n=4096,k=4096,resident=A")
-    try:
-        return KernelSpec.make(kind, resident=tuple(filter(None, resident[-1].split("+"))) if resident else None,
-                               **sizes)
-    except KernelShapeError as e:
-        raise UserError(f"kernel '{text}': {e}") from None
+from .sweep import is_kernel
+from .workloads import default_workloads, paper_kernels, parse_kernel
 
 
 def _resident(text: str | None) -> list[str]:
@@ -184,6 +167,16 @@ def cmd_predictor(args) -> int:
     return 0
 
 
+def cmd_sweep(args) -> int:
+    """``sweep``: kernels or models x presets x strategies x hardware keys, on Ray."""
+    for m in args.model or []:
+        if is_kernel(m):
+            parse_kernel(m)  # a bad kernel fails before any work
+    return sweep.cli_sweep(args, "pim", "tvm_pim.sweep:evaluate_point",
+                           {"model": ["gemv:b=1,m=1,n=4096,k=4096"], "hw": ["attacc"], "strategy": ["default"]},
+                           ["latency_ns", "energy_pj", "speedup_over_gpu"])
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m tvm_pim``."""
     p = argparse.ArgumentParser(prog="python -m tvm_pim", description="TVM for bank-level PIM DRAM (HBM-PIM, AttAcc)")
@@ -223,4 +216,14 @@ def main(argv: list[str] | None = None) -> int:
     q.add_argument("--seed", type=int, default=0)
     q.add_argument("-o", "--output", help="model file (default <$TVM_PIM_CACHE or ~/.cache/tvm_pim>/<hw>/predictor.ubj)")
     q.set_defaults(func=cmd_predictor)
+
+    w = sub.add_parser("sweep", help="time a grid of kernels (or models) x presets x draft strategies x hardware "
+                       "keys on Ray (a local Ray by default; --address or $RAY_ADDRESS for a cluster)",
+                       description="Each point is one kernel timed with its chosen draft (or one model compiled and "
+                       "simulated), run as a Ray task in its own worker process. --model takes kernels "
+                       "(gemv:b=1,m=1,n=4096,k=4096) as well as models. Results go to OUT/sweep.csv, plots to OUT/, "
+                       "and a cache keyed by kernel, hardware, options and project version. Point it at a Ray "
+                       "cluster with --address ray://HEAD:10001 (or set RAY_ADDRESS).")
+    sweep.add_arguments(w, "pim", "attacc")
+    w.set_defaults(func=cmd_sweep)
     return dispatch(p, argv)

@@ -24,7 +24,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .compiler.kernels import KernelSpec
+from tvm_cim.common import onnx_io
+from tvm_cim.common.cli import UserError
+
+from .compiler.kernels import KernelShapeError, KernelSpec
 from .hardware.view import PimView
 
 
@@ -112,3 +115,23 @@ def decode_ops(model: str, batch: int, ctx: int) -> list[LayerOp]:
     ops.append(LayerOp("ffn2", "ffn", KernelSpec.make("gemv", b=1, m=B, n=H, k=F, resident=("A",))))
     ops.append(LayerOp("residual2", "other", None, bytes=3 * B * H * e, flops=B * H))
     return ops
+
+
+def parse_kernel(text: str) -> KernelSpec:
+    """``gemv:b=32,m=1,n=1024,k=128[,resident=A+x]`` -> KernelSpec.
+
+    Raises
+    ------
+    UserError
+        Unknown kind, missing or non-integer size, impossible residency.
+    """
+    kind, _, rest = text.partition(":")
+    items = rest.split(",")
+    resident = [i.partition("=")[2] for i in items if i.startswith("resident=")]
+    sizes = onnx_io.parse_options(",".join(i for i in items if not i.startswith("resident=")), text,
+                                  example="gemv:b=1,m=1,n=4096,k=4096,resident=A")
+    try:
+        return KernelSpec.make(kind, resident=tuple(filter(None, resident[-1].split("+"))) if resident else None,
+                               **sizes)
+    except KernelShapeError as e:
+        raise UserError(f"kernel '{text}': {e}") from None
