@@ -219,8 +219,10 @@ class CIMHardware:
 
     def op(self, name: str) -> OpCost:
         """Cost of a digital operation, defaulting to one cycle and no energy."""
-        return self.ops.get(name, OpCost(latency_cycles=1.0, energy_pj=0.0))
+        return self.ops.get(name, _UNIT_OP)
 
+
+_UNIT_OP = OpCost(latency_cycles=1.0, energy_pj=0.0)
 
 # Keys a CIM file may set that the compiler and simulator do not read, and why.
 NOT_MODELLED: dict[str, str] = {

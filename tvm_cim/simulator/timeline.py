@@ -4,8 +4,8 @@ Each executed meta-operator becomes an :class:`Events` row: a duration, the
 resources it occupies (crossbars, core ALUs and links, the global-buffer port,
 the chip ALU, the off-chip interface), its energy and power class, and the rows it depends on.  An
 operation starts when its inputs are ready and all of its resources are free
-(each resource keeps a sorted list of busy intervals, so a later operation can
-use an earlier gap).  ``parallel{}`` bodies overlap because they use different
+(each resource keeps a sorted list of busy intervals, touching ones merged, so a
+later operation can use an earlier gap).  ``parallel{}`` bodies overlap because they use different
 resources and do not depend on each other.
 
 :func:`schedule_graph` stitches the per-region event lists of one inference
@@ -57,25 +57,50 @@ class _Resource:
     __slots__ = ("starts", "ends", "busy")
 
     def __init__(self):
-        self.starts: list[float] = []
+        self.starts: list[float] = []  # busy intervals, disjoint; touching ones are merged
         self.ends: list[float] = []
         self.busy = 0.0
 
     def earliest(self, t: float, dur: float) -> float:
         """Earliest start >= t of a gap of length dur."""
-        i = bisect.bisect_right(self.ends, t)
-        while i < len(self.starts):
-            if self.starts[i] >= t + dur:
+        ends = self.ends
+        if not ends or t >= ends[-1]:
+            return t
+        starts = self.starts
+        i = bisect.bisect_right(ends, t)
+        while i < len(starts):
+            if starts[i] >= t + dur:
                 return t
-            t = max(t, self.ends[i])
+            if ends[i] > t:
+                t = ends[i]
             i += 1
         return t
 
     def reserve(self, t: float, dur: float) -> None:
-        i = bisect.bisect_left(self.starts, t)
-        self.starts.insert(i, t)
-        self.ends.insert(i, t + dur)
+        """Mark ``[t, t + dur)`` busy (a gap :meth:`earliest` returned)."""
+        end = t + dur
+        starts, ends = self.starts, self.ends
         self.busy += dur
+        if not ends or t >= ends[-1]:  # the usual case: after everything booked so far
+            if ends and ends[-1] == t:
+                ends[-1] = end
+            else:
+                starts.append(t)
+                ends.append(end)
+            return
+        i = bisect.bisect_left(starts, t)
+        joins_prev = i > 0 and ends[i - 1] == t
+        joins_next = i < len(starts) and starts[i] == end
+        if joins_prev and joins_next:
+            ends[i - 1] = ends[i]
+            del starts[i], ends[i]
+        elif joins_prev:
+            ends[i - 1] = end
+        elif joins_next:
+            starts[i] = t
+        else:
+            starts.insert(i, t)
+            ends.insert(i, end)
 
 
 @dataclass
