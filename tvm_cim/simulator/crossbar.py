@@ -125,11 +125,14 @@ def programmed_lsb(peak, hw: CIMHardware):
     return int(out) if np.ndim(out) == 0 else out
 
 
-def exact(hw: CIMHardware, lsb=None) -> bool:
-    """True if no conversion can be altered with this ADC setting (``lsb`` None: the fixed rule)."""
+def exact(hw: CIMHardware, lsb=None, rows: int | None = None) -> bool:
+    """True if no conversion of tiles of ``rows`` rows can be altered with this ADC setting.
+
+    ``lsb`` None: the fixed rule (:func:`adc_lsb`); ``rows`` None: ``rows_active``.
+    """
     if lsb is None:
-        return is_lossless(hw)
-    return bool(np.all(np.asarray(lsb) == 1)) and max_partial_sum(hw) <= 2**hw.crossbar.adc_bits - 1
+        lsb = adc_lsb(hw, rows)
+    return bool(np.all(np.asarray(lsb) == 1)) and max_partial_sum(hw, rows) <= 2**hw.crossbar.adc_bits - 1
 
 
 def _adc(part: np.ndarray, hw: CIMHardware, lsb) -> np.ndarray:
@@ -225,7 +228,7 @@ def mvm(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, weight_bits: int, inp
         lsb = adc_lsb(hw, r)
     elif np.ndim(lsb):
         lsb = np.asarray(lsb, dtype=np.float64).reshape(t_n, 1, 1, 1, s_n * p_n * n)
-    if exact_shortcut and exact(hw, lsb):
+    if exact_shortcut and exact(hw, lsb, r):
         w = decode(cells, hw, weight_bits) if weights is None else weights
         return np.rint(np.matmul(x.astype(np.float64), w.astype(np.float64))).astype(np.int64)
 

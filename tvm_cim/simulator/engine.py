@@ -389,7 +389,7 @@ class Chip:
                 res -= X.mvm(np.maximum(-xs, 0), cells, hw, self.wbits, mag_bits, sc, weights=wts, lsb=lsb)
             else:
                 res = X.mvm(xs, cells, hw, self.wbits, self.ibits, sc, weights=wts, lsb=lsb)
-            if self.options.measure_adc_error and not X.exact(hw, lsb):
+            if self.options.measure_adc_error and not X.exact(hw, lsb, r_max):
                 ideal = np.matmul(xs.astype(np.float64), wts.astype(np.float64))
                 err = np.abs(res - ideal)
                 e = stats.adc_error
