@@ -28,7 +28,8 @@ from .common.onnx_io import host_onnx_ops, import_onnx, load_onnx, model_inputs
 from .common.report import finish_run, reference_outputs, run_vm
 from .common.target import register_hardware
 from .compiler import strategies
-from .compiler.transform import calibration, last_compile_info, scheduling
+from .compiler.accuracy import DEFAULT_MAX_ERROR
+from .compiler.transform import accuracy_budget, calibration, last_compile_info, scheduling
 
 # ONNX operators a crossbar region can run, and the Relax operators they become
 # (BatchNormalization is folded into the convolution before it).
@@ -44,7 +45,10 @@ def cmd_run(args) -> int:
     inputs = model_inputs(args.inputs, shapes, dtypes, args.seed)
     target = register_hardware("cim", args.hw)
     t1 = time.perf_counter()
-    with calibration(samples=args.calib_samples, seed=args.seed + 1), scheduling(args.strategy):
+    if args.max_error is not None and not args.max_error >= 0:
+        raise UserError(f"--max-error must be >= 0, got {args.max_error}")
+    with calibration(samples=args.calib_samples, seed=args.seed + 1), scheduling(args.strategy), \
+            accuracy_budget(args.max_error):
         ex = relax.build(mod, target=target)
     info = last_compile_info()
     t2 = time.perf_counter()
@@ -106,6 +110,10 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--strategy", default=strategies.DEFAULT, choices=strategies.names(),
                    help="scheduling: " + "; ".join(f"{s.name}: {s.doc}" for s in strategies.all_strategies()))
     r.add_argument("--calib-samples", type=int, default=1, help="seeded calibration samples (default 1)")
+    r.add_argument("--max-error", type=float, default=None,
+                   help="error budget: largest 1 - cosine against the float reference on the calibration samples; "
+                   "per layer the fastest crossbar mapping (rows per read step, programmed ADC range) within it "
+                   f"(default {DEFAULT_MAX_ERROR}; 1 = fastest mappings, no constraint)")
     r.add_argument(
         "--bitwise",
         action="store_true",
