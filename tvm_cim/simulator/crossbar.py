@@ -9,13 +9,46 @@ Weights are stored as cell-level bit slices:
   ``2^(b-1) * sum(x)``.
 
 Inputs are unsigned codes applied bit-serially, ``dac_bits`` at a time.  Each
-read step activates at most ``rows_active`` wordlines; every bitline's analogue
-sum over those rows is converted by an ADC of ``adc_bits``:
+read step drives ``rows_active`` wordlines (a region may drive fewer:
+:meth:`CIMHardware.driving`); every bitline's analogue sum over those rows
+is converted by its ADC.
 
-* ``clip`` mode: LSB of one unit, sums above ``2^adc_bits - 1`` saturate;
-* ``scale`` mode: the LSB is the smallest power of two ``2^e`` with
-  ``(2^adc_bits - 1) * 2^e`` covering the largest possible sum; sums are
-  rounded to a multiple of it.
+The ADC model
+-------------
+A conversion maps the analogue sum ``s >= 0`` of one bitline in one read
+step (integer units of one cell level times one input level) to
+
+    ``q = min(floor(s / LSB + 1/2), 2^adc_bits - 1) * LSB``
+
+* **levels**: ``2^adc_bits`` codes, ``0 .. 2^adc_bits - 1``;
+* **range**: ``[0, (2^adc_bits - 1) * LSB]``; sums are never negative
+  (cells and inputs are unsigned, signs are handled digitally);
+* **rounding**: to the nearest multiple of the LSB, ties up;
+* **saturation**: sums above the range give the top code.
+
+The LSB (always a power of two, so shift-and-add stays exact digital logic):
+
+* ``adc_mode = "clip"``: one unit (a converter whose levels match the cell
+  levels, saturating above);
+* ``adc_mode = "scale"``: the smallest ``2^e`` with ``(2^adc_bits - 1) * 2^e``
+  covering the largest sum the driven rows can produce
+  (:func:`adc_lsb`);
+* programmed (``crossbar.adc_range = "array"`` or ``"column"``): the LSB the
+  compiler calibrated on the calibration samples' partial sums
+  (:func:`programmed_lsb`), one per layer or one per bitline, carried by the
+  program (``adc_lsb`` attribute, ``%adclsb`` constant).
+
+Against the papers the presets cite: ISAAC (8-bit ADC over 128 rows of 2-bit
+cells and 1-bit inputs; its data encoding keeps sums within the ADC) and the
+CIM-MLC baseline of 8 rows are lossless here; PUMA's 8-bit ADC on 128 rows
+of 2-bit cells saturates only above 255 (``clip``); PRIME's 6-bit sense
+amplifiers with precision control, which keep the chosen most significant
+bits of a result, are the ``array``-programmable range over 64 rows of 4-bit
+cells and 3-bit inputs; Jia et al.'s charge-domain columns normalise the sum
+of the driven rows to an 8-bit ADC (``scale``); Dynaplasia and Jain et al.
+are modelled with converters that cover every sum.  Device non-idealities
+(conductance variation, IR drop, ADC offset or noise) are not modelled: the
+model is deterministic.
 
 Shift-and-add recombines input steps and weight slices.  When no conversion
 can be altered (the largest possible sum fits the ADC with an LSB of one), the
