@@ -42,8 +42,8 @@ import tvm  # noqa: E402
 from tvm import relax  # noqa: E402
 
 import tvm_cim  # noqa: E402
+from tvm_cim.common.layout import im2col  # noqa: E402
 from tvm_cim.common.onnx_io import import_onnx  # noqa: E402
-from tvm_cim.simulator.functional import im2col  # noqa: E402
 
 
 # ---------------------------------------------------------------------------- data and training

@@ -5,6 +5,8 @@ Sub-commands
 run      compile an ONNX model (or ``zoo:<name>``) for a CIM chip, simulate it,
          compare with the float reference (TVM llvm build), print a summary
          and write a JSON report.
+sweep    compile and simulate a grid of models, presets, strategies and hardware keys
+         on Ray; a table, plots and a cache.
 zoo      export a model of the built-in zoo to ONNX.
 presets  list the hardware presets (or describe the schema with --schema).
 
@@ -15,63 +17,38 @@ file, unreadable model, unsupported model), 1 internal error.
 from __future__ import annotations
 
 import argparse
-import time
 from pathlib import Path
 
-from tvm import relax
-
 from . import report as R
-from . import runtime
-from .common import hardware, zoo
+from .common import hardware, sweep, zoo
 from .common.cli import UserError, add_run_io, dispatch, load_hardware
-from .common.onnx_io import host_onnx_ops, import_onnx, load_onnx, model_inputs
-from .common.report import finish_run, reference_outputs, run_vm
-from .common.target import register_hardware
+from .common.onnx_io import load_onnx  # noqa: F401  (part of the CLI's API: zoo specs)
+from .common.report import finish_run
 from .compiler import strategies
 from .compiler.accuracy import DEFAULT_MAX_ERROR
-from .compiler.transform import accuracy_budget, calibration, last_compile_info, scheduling
-
-# ONNX operators a crossbar region can run, and the Relax operators they become
-# (BatchNormalization is folded into the convolution before it).
-CIM_ONNX_OPS = {"Conv": ("relax.nn.conv2d",), "Gemm": ("relax.matmul", "relax.linear"),
-                "MatMul": ("relax.matmul",), "BatchNormalization": ("relax.nn.batch_norm",)}
+from .compiler.transform import last_compile_info
+from .evaluate import evaluate
 
 
 def cmd_run(args) -> int:
-    t0 = time.perf_counter()
     load_hardware(args.hw, "cim")  # validate early: bad hardware exits 2 before any work
-    model = load_onnx(args.model, seed=args.seed)
-    mod, shapes, dtypes = import_onnx(model, args.model)
-    inputs = model_inputs(args.inputs, shapes, dtypes, args.seed)
-    target = register_hardware("cim", args.hw)
-    t1 = time.perf_counter()
     if args.max_error is not None and not args.max_error >= 0:
         raise UserError(f"--max-error must be >= 0, got {args.max_error}")
-    with calibration(samples=args.calib_samples, seed=args.seed + 1), scheduling(args.strategy), \
-            accuracy_budget(args.max_error):
-        ex = relax.build(mod, target=target)
-    info = last_compile_info()
-    t2 = time.perf_counter()
+    rep, outs, model = evaluate(args.model, args.hw, args.strategy, seed=args.seed, calib_samples=args.calib_samples,
+                                inputs_path=args.inputs, bitwise=args.bitwise, timing_only=args.timing_only,
+                                max_error=args.max_error)
     if args.emit:
-        Path(args.emit).write_text(info.program_text())
-    order = list(shapes)
-    runtime.reset()
-    runtime.set_options(exact_shortcut=not args.bitwise)
-    with runtime.collect() as stats:
-        outs = run_vm(ex, inputs, order)
-    t3 = time.perf_counter()
-    ref = reference_outputs(mod, inputs, order)
-    t4 = time.perf_counter()
-
-    rep = R.build_report(info, stats, args.hw)
-    rep["model"] = args.model
-    rep.update(R.compare(outs, ref))
-    rep["reference"] = "TVM llvm build of the same float model"
-    rep["onnx_ops_on_host"] = host_onnx_ops(model, CIM_ONNX_OPS, info.host_ops)
-    rep["outputs"] = {o.name: list(a.shape) for o, a in zip(model.graph.output, outs)}
-    rep["timing_s"] = {"import": t1 - t0, "compile": t2 - t1, "simulate": t3 - t2, "reference": t4 - t3}
-    rep["simulation_path"] = "bitwise" if args.bitwise else "exact shortcut where the ADC is lossless"
+        Path(args.emit).write_text(last_compile_info().program_text())
+    if args.timing_only and args.outputs:
+        raise UserError("--outputs needs the values: drop --timing-only")
     return finish_run(rep, R.summary, args, model, outs, "program")
+
+
+def cmd_sweep(args) -> int:
+    return sweep.cli_sweep(args, "cim", "tvm_cim.sweep:evaluate_point",
+                           {"model": ["zoo:resnet18?image_size=32"], "hw": ["prime"], "strategy": [strategies.DEFAULT]},
+                           ["latency_ns", "energy_pj", "cosine", "segments"],
+                           {"timing_only": True} if args.timing_only else None)
 
 
 def cmd_zoo(args) -> int:
@@ -120,7 +97,21 @@ def main(argv: list[str] | None = None) -> int:
         help="simulate every MVM bit-serially even where the ADC provably cannot alter a conversion "
         "(same results, slower; by default such MVMs are computed as one exact integer product)",
     )
+    r.add_argument("--timing-only", action="store_true",
+                   help="skip the numerics: latency, energy, power and utilisation only (for sweeps); "
+                   "no outputs, no comparison with the reference")
     r.set_defaults(func=cmd_run)
+
+    w = sub.add_parser("sweep", help="compile and simulate a grid of models x presets x strategies x hardware keys "
+                       "on Ray (a local Ray by default; --address or $RAY_ADDRESS for a cluster)",
+                       description="Each point is one compile + simulation, run as a Ray task in its own worker "
+                       "process. Results go to OUT/sweep.csv (one row per point), plots to OUT/, and a cache keyed "
+                       "by model, hardware, options and project version, so a re-run computes only new points. "
+                       "Point it at a Ray cluster with --address ray://HEAD:10001 (or set RAY_ADDRESS); on a node "
+                       "of the cluster, --address auto.")
+    sweep.add_arguments(w, "cim", "prime")
+    w.add_argument("--timing-only", action="store_true", help="timing-only simulation of every point (faster)")
+    w.set_defaults(func=cmd_sweep)
 
     z = sub.add_parser("zoo", help="export a zoo model to ONNX")
     z.add_argument("name", nargs="?")

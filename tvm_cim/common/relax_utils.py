@@ -175,3 +175,91 @@ class LowerComposites(relax.PyExprMutator):
 def lower_composites(mod: tvm.IRModule, lowered: dict[str, Callable]) -> tvm.IRModule:
     """Apply :class:`LowerComposites` to the callers, then drop the composites no longer called."""
     return relax.transform.DeadCodeElimination()(rewrite_callers(mod, LowerComposites(mod, lowered)))
+
+
+# ============================================================================ constant folding in numpy
+def _np_reshape(x, shape):
+    return np.reshape(x, tuple(int(s) for s in shape.values))
+
+
+def _np_permute(x, axes):
+    return np.transpose(x, None if axes is None else tuple(int(a) for a in axes))
+
+
+# Relax operators folded in numpy: elementwise IEEE operations (correctly rounded, as TVM's kernels
+# compute them) and layout changes; anything else is left to TVM's FoldConstant.
+_NUMPY_FOLD = {
+    "relax.add": lambda c, a: np.add(a[0], a[1]),
+    "relax.subtract": lambda c, a: np.subtract(a[0], a[1]),
+    "relax.multiply": lambda c, a: np.multiply(a[0], a[1]),
+    "relax.divide": lambda c, a: np.divide(a[0], a[1]),
+    "relax.sqrt": lambda c, a: np.sqrt(a[0]),
+    "relax.negative": lambda c, a: np.negative(a[0]),
+    "relax.reshape": lambda c, a: _np_reshape(a[0], c.args[1]),
+    "relax.permute_dims": lambda c, a: _np_permute(a[0], c.attrs.axes),
+}
+
+
+def _const_arg(e, values):
+    if isinstance(e, tvm.ir.GenericConst):
+        return const_value(e)
+    if isinstance(e, relax.Var) and e in values:
+        return values[e]
+    if isinstance(e, (tvm.tirx.FloatImm, tvm.tirx.IntImm)):  # a scalar operand (Relax prim value)
+        return np.asarray(e.value, dtype=str(e.ty).replace("T.", ""))
+    if isinstance(e, relax.ShapeExpr):
+        return e
+    return None
+
+
+@relax.expr_functor.mutator
+class _ReplaceFolded(relax.PyExprMutator):
+    def __init__(self, mod, values):
+        super().__init__(mod)
+        self.values = values
+
+    def visit_var_(self, var):
+        if var in self.values:
+            return relax.const(self.values[var])
+        return super().visit_var_(var)
+
+    def visit_dataflow_var_(self, var):
+        if var in self.values:
+            return relax.const(self.values[var])
+        return super().visit_dataflow_var_(var)
+
+
+def fold_constants_numpy(mod: tvm.IRModule) -> tvm.IRModule:
+    """Fold constant subexpressions of elementwise arithmetic and layout changes with numpy.
+
+    What a BatchNorm folded into a convolution leaves (``w * gamma /
+    sqrt(var + eps)``) and transposed Gemm weights, without building a TVM
+    kernel per expression as ``relax.transform.FoldConstant`` does; the
+    results are the same IEEE operations.  Run ``FoldConstant`` after it for
+    whatever else is constant.
+    """
+    for gv, f in callers(mod):
+        values: dict = {}
+        for blk in f.body.blocks:
+            for b in blk.bindings:
+                v = b.value
+                if not (isinstance(v, relax.Call) and isinstance(v.op, tvm.ir.Op) and v.op.name in _NUMPY_FOLD):
+                    continue
+                args = [_const_arg(a, values) for a in v.args]
+                if any(a is None for a in args):
+                    continue
+                dtype = dtype_of(b.var)
+                out = _NUMPY_FOLD[v.op.name](v, args)
+                if dtype is None or shape_of(b.var) != tuple(np.shape(out)):
+                    continue
+                values[b.var] = np.ascontiguousarray(out, dtype=str(dtype))
+        if values:
+            mut = _ReplaceFolded(mod, values)
+            mod.update_func(gv, mut.visit_expr(f))
+    return relax.transform.DeadCodeElimination()(mod)
+
+
+@tvm.transform.module_pass(opt_level=0, name="FoldConstantsNumpy")
+def FoldConstantsNumpy(mod: tvm.IRModule, ctx) -> tvm.IRModule:  # noqa: N802 - TVM pass naming
+    """:func:`fold_constants_numpy` as a module pass."""
+    return fold_constants_numpy(mod)

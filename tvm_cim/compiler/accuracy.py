@@ -45,9 +45,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..common.layout import dequantize, im2col, quantize_codes
 from ..hardware.schema import CIMHardware
 from ..simulator import crossbar as X
-from ..simulator.functional import dequantize, im2col, quantize_codes
 from .estimate import Estimator
 from .plan import passes_of
 from .quantize import Observation

@@ -21,7 +21,7 @@ from tvm import relax
 from tvm.relax.dpl import is_const, is_op, wildcard
 from tvm.relax.transform import FusionPattern
 
-from ..common.relax_utils import dtype_of, shape_of
+from ..common.relax_utils import FoldConstantsNumpy, dtype_of, shape_of
 
 PREFIX = "cim."
 
@@ -110,11 +110,14 @@ def PartitionForCIM() -> tvm.transform.Pass:  # noqa: N802 - TVM pass naming
     Returns
     -------
     tvm.transform.Pass
-        ``FoldConstant`` (so that transposed Gemm weights become constants)
-        followed by ``FuseOpsByPattern`` with :func:`cim_patterns`.
+        Constant folding (so that transposed Gemm weights and BatchNorm-folded
+        kernels become constants; elementwise arithmetic and layout changes
+        in numpy, the rest by ``FoldConstant``) followed by
+        ``FuseOpsByPattern`` with :func:`cim_patterns`.
     """
     return tvm.transform.Sequential(
         [
+            FoldConstantsNumpy,
             relax.transform.FoldConstant(),
             relax.transform.FuseOpsByPattern(cim_patterns(), bind_constants=True, annotate_codegen=False),
         ],

@@ -25,8 +25,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import tvm
+import tvm_ffi
 from tvm import relax
 
+from ..common.layout import im2col
 from ..common.relax_utils import composite_name, rewrite_callers
 from .partition import PREFIX
 from .region import CONV2D, DMATMUL, MATMUL, Region, unfold_conv_weight
@@ -98,8 +100,6 @@ def sample_vectors(info: "CompositeInfo", args: list[np.ndarray], rng: np.random
     """
     x = args[0]
     if info.kind == CONV2D:
-        from ..simulator.functional import im2col
-
         c = info.conv
         cols = im2col(x, c["kernel"], c["strides"], c["padding"], c["dilation"], 0)
         idx = np.sort(rng.choice(len(cols), min(n, len(cols)), replace=False))
@@ -131,8 +131,6 @@ def _record(key: str, a: np.ndarray) -> None:
 def float_reference(info: "CompositeInfo", args: list[np.ndarray]) -> np.ndarray:
     """The float result of a composite (numpy, float32 BLAS), used during calibration."""
     if info.kind == CONV2D:
-        from ..simulator.functional import im2col
-
         c = info.conv
         x = args[0]
         n = x.shape[0]
@@ -325,8 +323,6 @@ def observe(mod: tvm.IRModule, region_names: dict[str, str], config: Calibration
     str
         Its id (the ``Calibrate`` pass writes it as ``cim.calibration_id``).
     """
-    import tvm_ffi
-
     key = None
     if config.inputs is None:
         key = (tvm_ffi.structural_hash(mod), tuple(sorted(region_names.items())), config.samples, config.seed)

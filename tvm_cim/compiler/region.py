@@ -154,7 +154,7 @@ def unfold_conv_weight(w: np.ndarray, groups: int) -> np.ndarray:
     """Unfold an OIHW kernel into the ``K x N`` matrix a crossbar holds.
 
     Row ``k`` is input channel ``c``, kernel row ``i`` and column ``j`` in the
-    order ``(c, i, j)`` (the order :func:`tvm_cim.simulator.functional.im2col`
+    order ``(c, i, j)`` (the order :func:`tvm_cim.common.layout.im2col`
     produces); column ``n`` is output channel ``n``.  For ``groups > 1`` the
     matrix is block diagonal: group ``g`` occupies rows
     ``g*Cg*KH*KW : (g+1)*Cg*KH*KW`` and columns ``g*Og : (g+1)*Og``.

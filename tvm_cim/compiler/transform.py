@@ -38,6 +38,7 @@ the target in scope (``cim -hw=...``).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import threading
@@ -62,7 +63,7 @@ from ..common.relax_utils import (
 )
 from ..common.target import hardware_of
 from ..hardware.schema import CIMHardware
-from ..program import Network, Program, print_network, print_program, verify_network
+from ..program import Network, Program, parse_network, parse_program, print_network, print_program, verify_network
 from ..program import Segment as NetSegment
 from . import accuracy, codegen, mapping, schedule, strategies
 from .estimate import Estimator
@@ -696,8 +697,9 @@ class GenerateMetaOps:
         updates, names, segs = {}, [], {}
         for (g, _), r in zip(fs, regions):
             prog = codegen.generate(r, cmap.placements[r.name], hw, opts, strategy, name=f"m{uid}.{r.name}")
-            _PROGRAMS[prog.name] = prog
-            updates[g] = {"program": print_program(prog)}
+            text = print_program(prog)
+            _remember(prog, text)
+            updates[g] = {"program": text}
             names.append(prog.name)
             segs.setdefault(cmap.placements[r.name].segment, []).append(prog.name)
         net = Network(f"m{uid}", (("hw", hw.name), ("strategy", strategy)),
@@ -706,20 +708,23 @@ class GenerateMetaOps:
         return _with_attrs(mod, updates).with_attr(A + "network", print_network(net))
 
 
-_PROGRAMS: OrderedDict = OrderedDict()  # program name -> Program, so lowering need not re-parse its text
+_PROGRAMS: OrderedDict = OrderedDict()  # program name -> (text, Program): lowering need not re-parse the text
+
+
+def _remember(prog: Program, text: str) -> None:
+    _PROGRAMS[prog.name] = (text, prog)
+    while len(_PROGRAMS) > 4096:
+        _PROGRAMS.popitem(last=False)
 
 
 def _program(text: str) -> Program:
-    from ..program import parse_program
-
+    """The program of a ``cim.program`` attribute (parsed, unless this process generated that very text)."""
     name = text[len('program "'):text.index('"', len('program "'))]
-    p = _PROGRAMS.get(name)
-    if p is not None and print_program(p) == text:
-        return p
+    hit = _PROGRAMS.get(name)
+    if hit is not None and hit[0] == text:
+        return hit[1]
     p = parse_program(text)
-    _PROGRAMS[p.name] = p
-    while len(_PROGRAMS) > 4096:
-        _PROGRAMS.popitem(last=False)
+    _remember(p, text)
     return p
 
 
@@ -754,10 +759,10 @@ class LowerToRuntime:
         programs = [_program(str(_need(f, "program", "GenerateMetaOps"))) for _, f in fs]
         hw_json = loader.to_json(hw)
         lowered = {}
-        for (g, _), r, prog in zip(fs, regions, programs):
+        for (g, f), r, prog in zip(fs, regions, programs):
             consts = codegen.region_constants(r)
             args_c = [relax.const(consts[d.name]) for d in prog.decl("const")]
-            text = print_program(prog)
+            text = str(_need(f, "program", "GenerateMetaOps"))
 
             def build(args, out_ty, args_c=args_c, text=text):
                 extra = [tvm.ir.StringImm(hw_json), tvm.ir.StringImm(text)]
@@ -781,8 +786,6 @@ class LowerToRuntime:
         if info.accuracy:
             info.accuracy["regions"] = {uid_names[k]: v for k, v in info.accuracy["regions"].items()}
         info.programs, info.chip_map, info.schedule = programs, cmap, sched
-        from ..program import parse_network
-
         info.network = parse_network(str(mod.attrs[A + "network"]))
         mod = lower_composites(mod, lowered)
         info.host_ops = host_ops(mod)
@@ -791,9 +794,7 @@ class LowerToRuntime:
 
 
 def _renamed(r: Region, name: str) -> Region:
-    from dataclasses import replace
-
-    return replace(r, name=name)
+    return dataclasses.replace(r, name=name)
 
 
 # ============================================================================ the pipeline

@@ -28,11 +28,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..common.layout import dequantize, im2col, quantize_codes
 from ..hardware import cost
 from ..hardware.schema import CIMHardware
 from ..program import OPS, Op, Parallel, Program, Range, Ref
 from . import crossbar as X
-from .functional import dequantize, im2col, quantize_codes
 from .timeline import Events, schedule_graph
 
 

@@ -1,4 +1,5 @@
-"""Data-layout helpers the chip's digital units implement (vectorised numpy)."""
+"""Data-layout helpers (vectorised numpy): what the chips' digital units implement, and what a float
+reference of the same operator computes."""
 
 from __future__ import annotations
 

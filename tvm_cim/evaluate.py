@@ -1,0 +1,99 @@
+"""One model on one chip: compile, simulate, compare with the float reference, report.
+
+What ``python -m tvm_cim run`` does, and what every point of a sweep does
+(:mod:`tvm_cim.sweep`).  With ``timing_only`` the programs run on a
+timing-only chip (no values: latency, energy, power and utilisation only),
+which the report states.
+"""
+
+from __future__ import annotations
+
+import time
+
+from tvm import relax
+
+from . import report as R
+from . import runtime
+from .common.onnx_io import host_onnx_ops, import_onnx, load_onnx, model_inputs
+from .common.report import compare, reference_outputs, run_vm
+from .common.target import register_hardware
+from .compiler.transform import accuracy_budget, calibration, last_compile_info, offload, scheduling
+
+# ONNX operators a crossbar region can run, and the Relax operators they become
+# (BatchNormalization is folded into the convolution before it).
+CIM_ONNX_OPS = {"Conv": ("relax.nn.conv2d",), "Gemm": ("relax.matmul", "relax.linear"),
+                "MatMul": ("relax.matmul",), "BatchNormalization": ("relax.nn.batch_norm",)}
+
+
+def evaluate(spec: str, hw, strategy: str, *, seed: int = 0, calib_samples: int = 1, inputs_path: str | None = None,
+             bitwise: bool = False, timing_only: bool = False, hw_name: str | None = None,
+             max_error: float | None = None) -> tuple[dict, list, object]:
+    """Compile a model for a chip, simulate it and report.
+
+    Parameters
+    ----------
+    spec : str
+        ONNX file or ``zoo:NAME[?k=v,...]``.
+    hw : str or CIMHardware
+        A preset name or file (built through ``relax.build`` with its target), or a
+        description object (built with the same passes, :func:`tvm_cim.offload`).
+    strategy : str
+        A registered strategy.
+    seed, calib_samples : int
+        Seed of the inputs, zoo weights and calibration samples; calibration samples.
+    inputs_path : str, optional
+        ``.npz`` of inputs (default: seeded random).
+    bitwise : bool
+        Simulate every MVM bit-serially.
+    timing_only : bool
+        Skip the numerics (and the reference): latency, energy and power only.
+    hw_name : str, optional
+        Name in the report (default: the preset name or the description's).
+    max_error : float, optional
+        Error budget of the crossbar mapping (:func:`tvm_cim.accuracy_budget`; default 0.005).
+
+    Returns
+    -------
+    report : dict
+    outputs : list of numpy.ndarray
+        Empty with ``timing_only``.
+    model : onnx.ModelProto
+    """
+    t0 = time.perf_counter()
+    model = load_onnx(spec, seed=seed)
+    mod, shapes, dtypes = import_onnx(model, spec)
+    inputs = model_inputs(inputs_path, shapes, dtypes, seed)
+    t1 = time.perf_counter()
+    with calibration(samples=calib_samples, seed=seed + 1), scheduling(strategy), accuracy_budget(max_error):
+        if isinstance(hw, str):
+            ex = relax.build(mod, target=register_hardware("cim", hw))
+            info = last_compile_info()
+        else:
+            lowered, info = offload(mod, hw)
+            ex = None if timing_only else relax.build(lowered, target="llvm")
+    t2 = time.perf_counter()
+    order = list(shapes)
+    outs, ref = [], []
+    if timing_only:
+        stats, _ = R.simulate_timing(info)
+    else:
+        runtime.reset()
+        runtime.set_options(exact_shortcut=not bitwise)
+        with runtime.collect() as stats:
+            outs = run_vm(ex, inputs, order)
+    t3 = time.perf_counter()
+    if not timing_only:
+        ref = reference_outputs(mod, inputs, order)
+    t4 = time.perf_counter()
+    rep = R.build_report(info, stats, hw_name or (hw if isinstance(hw, str) else info.hw.name))
+    rep["model"] = spec
+    if timing_only:
+        rep["simulation"] = "timing only: values not computed, no comparison with the reference"
+    else:
+        rep.update(compare(outs, ref))
+        rep["reference"] = "TVM llvm build of the same float model"
+        rep["simulation"] = "bitwise" if bitwise else "exact shortcut where the ADC is lossless"
+        rep["outputs"] = {o.name: list(a.shape) for o, a in zip(model.graph.output, outs)}
+    rep["onnx_ops_on_host"] = host_onnx_ops(model, CIM_ONNX_OPS, info.host_ops)
+    rep["timing_s"] = {"import": t1 - t0, "compile": t2 - t1, "simulate": t3 - t2, "reference": t4 - t3}
+    return rep, outs, model
