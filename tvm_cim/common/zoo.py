@@ -491,6 +491,11 @@ def vgg19(seed: int = 0, batch: int = 1, image_size: int | Sequence[int] = 224,
           fc_hidden: int = 4096) -> onnx.ModelProto:
     """VGG-19 (configuration E, no BatchNorm): sixteen 3x3 convolutions, otherwise as :func:`vgg16`.
 
+    Parameters
+    ----------
+    seed, batch, image_size, num_classes, in_channels, fc_hidden
+        As for :func:`vgg16`.
+
     Returns
     -------
     onnx.ModelProto
@@ -569,6 +574,11 @@ def alexnet(seed: int = 0, batch: int = 1, image_size: int | Sequence[int] = 224
     max-pools, and the classifier of :func:`vgg16` on the ``256 x 6 x 6``
     features (at 224x224; no adaptive pooling).
 
+    Parameters
+    ----------
+    seed, batch, image_size, num_classes, in_channels, fc_hidden
+        As for :func:`vgg16`.
+
     Returns
     -------
     onnx.ModelProto
@@ -581,6 +591,11 @@ def alexnet(seed: int = 0, batch: int = 1, image_size: int | Sequence[int] = 224
 def zfnet(seed: int = 0, batch: int = 1, image_size: int | Sequence[int] = 224,
           num_classes: int = 1000, in_channels: int = 3, fc_hidden: int = 4096) -> onnx.ModelProto:
     """ZFNet (Zeiler & Fergus 2014): AlexNet with a 7x7/2 first layer, a 5x5/2 second and 384/384/256 3x3 layers.
+
+    Parameters
+    ----------
+    seed, batch, image_size, num_classes, in_channels, fc_hidden
+        As for :func:`vgg16`.
 
     Returns
     -------
