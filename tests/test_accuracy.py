@@ -21,7 +21,7 @@ from tvm_cim.hardware import cost
 from tvm_cim.simulator import crossbar
 from tvm_cim.simulator.engine import Chip, Options, SimulationError
 
-from .onnx_models import small_cnn
+from . import test_build
 
 R = dataclasses.replace
 
@@ -175,19 +175,8 @@ def test_lsb_cols_text_round_trip():
 
 
 # ---------------------------------------------------------------------------- whole builds
-@pytest.fixture(scope="module")
-def cnn():
-    from tvm_cim.common.onnx_io import import_onnx
-
-    mod = import_onnx(small_cnn(), "small")[0]
-    x = np.random.default_rng(1).standard_normal((1, 3, 16, 16)).astype("float32")
-    ref = relax.VirtualMachine(relax.build(mod, target="llvm"), tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
-    return mod, x, ref
-
-
-def cosine(a, b):
-    a, b = a.ravel().astype(np.float64), b.ravel().astype(np.float64)
-    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+cnn = test_build.cnn  # the small CNN, its input and its float reference (a fixture)
+cosine = test_build.cosine
 
 
 def build_run(mod, x, hw, max_error=None):
