@@ -45,9 +45,10 @@ setup(
     ],
     extras_require={
         # tests compare with onnxruntime; benchmarks too
-        "test": ["pytest", "hypothesis", "onnxruntime>=1.18", "ruff", "ray"],
+        # scikit-learn: the handwritten-digits data set of benchmarks/accuracy.py (shipped inside the package)
+        "test": ["pytest", "hypothesis", "onnxruntime>=1.18", "ruff", "ray", "scikit-learn>=1.3"],
         "sweep": ["ray"],
-        "bench": ["onnxruntime>=1.18"],
+        "bench": ["onnxruntime>=1.18", "scikit-learn>=1.3"],
     },
     entry_points={"console_scripts": ["tvm-cim=tvm_cim.cli:main", "tvm-pim=tvm_pim.cli:main"]},
 )

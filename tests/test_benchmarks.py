@@ -33,3 +33,10 @@ def test_cim_multilevel_quick(tmp_path):
 def test_resnet18_sim_quick(tmp_path):
     rows, out = bench("resnet18_sim.py", "--hw", "isaac", "--image", "32", tmp=tmp_path)
     assert rows[0]["hw"] == "isaac" and rows[0]["cosine"] > 0.99 and "isaac" in out
+
+
+def test_accuracy_quick(tmp_path):
+    res, out = bench("accuracy.py", "--quick", "--hw", "prime", "jia21", "--plots", tmp_path, tmp=tmp_path)
+    mlp = res["models"]["mlp"]
+    assert set(mlp["presets"]) == {"prime", "jia21"} and 0 <= mlp["int8"] <= 1 and "digits" in out
+    assert (tmp_path / "accuracy.png").exists()

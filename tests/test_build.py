@@ -43,7 +43,8 @@ def cosine(a, b):
 
 @pytest.mark.parametrize("name", CIM_PRESETS)
 def test_every_preset_builds_and_runs(cnn, name):
-    """Lossless ADCs leave only int8 quantisation error; lossy ones report theirs, within a bound."""
+    """Lossless ADCs leave only int8 quantisation error; on lossy ones the default error budget (ADC-aware
+    mapping) keeps the network as usable: cosine >= 0.99 against the float reference on a new input."""
     from tvm_cim.simulator import crossbar
 
     mod, x, ref = cnn
@@ -53,12 +54,13 @@ def test_every_preset_builds_and_runs(cnn, name):
     with tvm_cim.runtime.collect() as stats:
         y = run_vm(ex, x)
     assert y.shape == ref.shape and np.all(np.isfinite(y))
+    assert cosine(y, ref) > 0.99
     if crossbar.is_lossless(info.hw):
-        assert cosine(y, ref) > 0.99
-        assert not any(s.adc_error for s in stats)
-    else:  # the error is measured (whether or not this input saturates the ADC), and bounded
-        assert all(s.adc_error.get("sum_sq_ref", 0) > 0 for s in stats)
-        assert cosine(y, ref) > 0.98
+        assert not any(s.adc_error for s in stats) and info.accuracy == {}
+    else:  # the mapping keeps the error measured on the calibration sample within the default budget
+        assert info.accuracy["met"] and info.accuracy["max_error"] == 0.005
+        lossy_reads = [s for s in stats if s.adc_error]  # reads the ADC can alter: their error is measured
+        assert all(s.adc_error["sum_sq_ref"] > 0 for s in lossy_reads)
     # the same model with the preset's ADC made lossless is accurate
     lossless = R(info.hw, crossbar=R(info.hw.crossbar, adc_bits=24, adc_mode="clip"))
     lowered, _ = tvm_cim.offload(mod, lossless)

@@ -29,6 +29,9 @@ SMALL = {
     "resnet50": dict(image_size=32),
     "resnet101": dict(image_size=32),
     "vgg16": dict(image_size=32, fc_hidden=256),
+    "vgg19": dict(image_size=32, fc_hidden=64),
+    "alexnet": dict(image_size=64, fc_hidden=64),
+    "zfnet": dict(image_size=64, fc_hidden=64),
     "mobilenetv2": dict(image_size=64),
     "vit_base": dict(image_size=32, patch_size=8, hidden=32, depth=2, heads=4, mlp=64,
                      num_classes=10, init_std=0.2),
@@ -86,9 +89,9 @@ def test_registry_lists_all_models():
 
 def test_unknown_name_raises_listing_known_names():
     with pytest.raises(ValueError) as info:
-        zoo.build_model("alexnet")
+        zoo.build_model("lenet")
     msg = str(info.value)
-    assert "alexnet" in msg
+    assert "alexnet" in msg and "lenet" in msg
     for name in zoo.MODELS:
         assert name in msg
 

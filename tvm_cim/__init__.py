@@ -34,7 +34,7 @@ from .common.hardware import (
 )
 from .compiler import strategies
 from .compiler.quantize import CalibrationConfig
-from .compiler.transform import CIMPipeline, calibration, last_compile_info, offload, scheduling
+from .compiler.transform import CIMPipeline, accuracy_budget, calibration, last_compile_info, offload, scheduling
 
 __version__ = importlib.metadata.version("tvm-cim")  # one place: setup.py
 
@@ -47,6 +47,7 @@ __all__ = [
     "strategies",
     "scheduling",
     "calibration",
+    "accuracy_budget",
     "CIMPipeline",
     "offload",
     "last_compile_info",

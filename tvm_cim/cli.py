@@ -25,14 +25,18 @@ from .common.cli import UserError, add_run_io, dispatch, load_hardware
 from .common.onnx_io import load_onnx  # noqa: F401  (part of the CLI's API: zoo specs)
 from .common.report import finish_run
 from .compiler import strategies
+from .compiler.accuracy import DEFAULT_MAX_ERROR
 from .compiler.transform import last_compile_info
 from .evaluate import evaluate
 
 
 def cmd_run(args) -> int:
     load_hardware(args.hw, "cim")  # validate early: bad hardware exits 2 before any work
+    if args.max_error is not None and not args.max_error >= 0:
+        raise UserError(f"--max-error must be >= 0, got {args.max_error}")
     rep, outs, model = evaluate(args.model, args.hw, args.strategy, seed=args.seed, calib_samples=args.calib_samples,
-                                inputs_path=args.inputs, bitwise=args.bitwise, timing_only=args.timing_only)
+                                inputs_path=args.inputs, bitwise=args.bitwise, timing_only=args.timing_only,
+                                max_error=args.max_error)
     if args.emit:
         Path(args.emit).write_text(last_compile_info().program_text())
     if args.timing_only and args.outputs:
@@ -83,6 +87,10 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--strategy", default=strategies.DEFAULT, choices=strategies.names(),
                    help="scheduling: " + "; ".join(f"{s.name}: {s.doc}" for s in strategies.all_strategies()))
     r.add_argument("--calib-samples", type=int, default=1, help="seeded calibration samples (default 1)")
+    r.add_argument("--max-error", type=float, default=None,
+                   help="error budget: largest 1 - cosine against the float reference on the calibration samples; "
+                   "per layer the fastest crossbar mapping (rows per read step, programmed ADC range) within it "
+                   f"(default {DEFAULT_MAX_ERROR}; 1 = fastest mappings, no constraint)")
     r.add_argument(
         "--bitwise",
         action="store_true",

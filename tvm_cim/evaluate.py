@@ -17,7 +17,7 @@ from . import runtime
 from .common.onnx_io import host_onnx_ops, import_onnx, load_onnx, model_inputs
 from .common.report import compare, reference_outputs, run_vm
 from .common.target import register_hardware
-from .compiler.transform import calibration, last_compile_info, offload, scheduling
+from .compiler.transform import accuracy_budget, calibration, last_compile_info, offload, scheduling
 
 # ONNX operators a crossbar region can run, and the Relax operators they become
 # (BatchNormalization is folded into the convolution before it).
@@ -26,7 +26,8 @@ CIM_ONNX_OPS = {"Conv": ("relax.nn.conv2d",), "Gemm": ("relax.matmul", "relax.li
 
 
 def evaluate(spec: str, hw, strategy: str, *, seed: int = 0, calib_samples: int = 1, inputs_path: str | None = None,
-             bitwise: bool = False, timing_only: bool = False, hw_name: str | None = None) -> tuple[dict, list, object]:
+             bitwise: bool = False, timing_only: bool = False, hw_name: str | None = None,
+             max_error: float | None = None) -> tuple[dict, list, object]:
     """Compile a model for a chip, simulate it and report.
 
     Parameters
@@ -48,6 +49,8 @@ def evaluate(spec: str, hw, strategy: str, *, seed: int = 0, calib_samples: int 
         Skip the numerics (and the reference): latency, energy and power only.
     hw_name : str, optional
         Name in the report (default: the preset name or the description's).
+    max_error : float, optional
+        Error budget of the crossbar mapping (:func:`tvm_cim.accuracy_budget`; default 0.005).
 
     Returns
     -------
@@ -61,7 +64,7 @@ def evaluate(spec: str, hw, strategy: str, *, seed: int = 0, calib_samples: int 
     mod, shapes, dtypes = import_onnx(model, spec)
     inputs = model_inputs(inputs_path, shapes, dtypes, seed)
     t1 = time.perf_counter()
-    with calibration(samples=calib_samples, seed=seed + 1), scheduling(strategy):
+    with calibration(samples=calib_samples, seed=seed + 1), scheduling(strategy), accuracy_budget(max_error):
         if isinstance(hw, str):
             ex = relax.build(mod, target=register_hardware("cim", hw))
             info = last_compile_info()

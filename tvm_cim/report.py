@@ -108,6 +108,7 @@ def build_report(info: CompileInfo, stats: list, hw_name: str) -> dict:
                     float(np.sqrt(e["sum_sq_err"] / e["sum_sq_ref"])) if e and e.get("sum_sq_ref") else 0.0
                 ),
                 "adc_max_abs_error": float(e.get("max_abs", 0.0)) if e else 0.0,
+                "mapping": info.accuracy.get("regions", {}).get(s.name),
             }
         )
     latency_ns = tl.latency_ns
@@ -168,14 +169,40 @@ def build_report(info: CompileInfo, stats: list, hw_name: str) -> dict:
             "buffer_fraction": peak / gbuf if gbuf else 0.0,
             "regions_spilled_offchip": sum(1 for s in stats if s.spills),
         },
+        "accuracy": accuracy_summary(info.accuracy),
         "adc": {
             "bits": hw.crossbar.adc_bits,
             "mode": hw.crossbar.adc_mode,
+            "range": hw.crossbar.adc_range,
             "lossless": xbar.is_lossless(hw),
             "max_partial_sum": xbar.max_partial_sum(hw),
             "rel_rms_error": float(np.sqrt(adc_err_sq / adc_ref_sq)) if adc_ref_sq else 0.0,
         },
         "latency_scope": "CIM regions on the simulator's resource timeline; host operators are listed in host_ops and not timed",
+    }
+
+
+def accuracy_summary(acc: dict) -> dict:
+    """The error budget, what the chosen crossbar mappings cost against the fastest ones, and per-layer choices.
+
+    Latencies are the fast estimate of each layer alone (one copy of its weights); ``latency_cost`` is
+    their sum over the chosen mappings divided by the sum over the fastest (unconstrained) ones.
+    """
+    if not acc:
+        return {"budget": "not needed: every layer is exact as the chip reads it by default"}
+    regs = acc.get("regions", {})
+    chosen = sum(v["ns"] for v in regs.values())
+    fastest = sum(v["fastest_ns"] for v in regs.values())
+    return {
+        "max_error": acc["max_error"],
+        "int8_error": acc["int8_error"],
+        "predicted_error": acc["predicted_error"],
+        "met": acc["met"],
+        "layers_changed": sum(1 for v in regs.values() if v["mapping"] != v["fastest"]),
+        "estimate_ns_chosen": chosen,
+        "estimate_ns_fastest": fastest,
+        "latency_cost": chosen / fastest if fastest else 1.0,
+        "scope": "errors are 1 - cosine on the calibration samples; latencies the estimate of each layer alone",
     }
 
 
@@ -217,6 +244,13 @@ def summary(rep: dict, top: int = 8) -> str:
         f"ADC           {a['bits']}-bit {a['mode']}, {'lossless' if a['lossless'] else 'lossy'} "
         f"(max partial sum {a['max_partial_sum']}); accumulator rel. RMS error {a['rel_rms_error']:.3g}"
     )
+    acc = rep.get("accuracy", {})
+    if "max_error" in acc:
+        pred = "n/a" if acc["predicted_error"] is None else f"{acc['predicted_error']:.3g}"
+        lines.append(
+            f"error budget  1-cos <= {acc['max_error']:.3g} on calibration samples ({'met' if acc['met'] else 'NOT met'}; "
+            f"predicted {pred}); {acc['layers_changed']} layer(s) read more slowly than the fastest mapping, "
+            f"x{acc['latency_cost']:.3g} layer latency")
     if "cosine" in rep:
         lines.append(f"vs reference  cosine {rep['cosine']:.6f}   max |err| {rep['max_abs_err']:.4g}  ({rep.get('reference', 'llvm')})")
     lines.append(f"regions       {len(rep['regions'])} on CIM; host ops: " + (", ".join(f"{k.removeprefix('relax.')}x{v}" for k, v in rep["host_ops"].items()) or "none"))
@@ -226,12 +260,14 @@ def summary(rep: dict, top: int = 8) -> str:
     regs = sorted(rep["regions"], key=lambda r: -r["latency_ns"])[:top]
     if regs:
         lines.append(f"slowest regions (of {len(rep['regions'])}):")
-        lines.append(f"  {'region':34s} {'op':8s} {'M x K x N':>20s} {'reps':>5s} {'xbars':>6s} {'latency':>10s} {'energy':>10s} {'ADC err':>8s}")
+        lines.append(f"  {'region':34s} {'op':8s} {'M x K x N':>20s} {'reps':>5s} {'xbars':>6s} {'latency':>10s} {'energy':>10s} {'ADC err':>8s}  mapping")
         for r in regs:
             mkn = "x".join(str(v) for v in r["shape_mkn"]) if r["shape_mkn"] else ""
+            mp = r.get("mapping") or {}
             lines.append(
                 f"  {r['name'][-34:]:34s} {r['op']:8s} {mkn:>20s} {r.get('replicas', 1):5d} {r['crossbars']:6d} "
                 f"{_si(r['latency_ns'] * 1e-9, 's'):>10s} {_si(r['energy_pj'] * 1e-12, 'J'):>10s} {r['adc_rel_rms_error']:8.2g}"
+                f"  {mp.get('mapping', '')}"
             )
     if "timing_s" in rep:
         t = rep["timing_s"]

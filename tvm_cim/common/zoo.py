@@ -15,8 +15,10 @@ Available models (see :data:`MODELS`):
     He et al., "Deep Residual Learning for Image Recognition", CVPR 2016,
     torchvision layer configuration (stride on the 3x3 convolution of the
     bottleneck, 1x1 convolution + BatchNorm projection shortcuts).
-``vgg16``
-    Simonyan & Zisserman 2015, configuration D without BatchNorm.
+``vgg16``, ``vgg19``
+    Simonyan & Zisserman 2015, configurations D and E without BatchNorm.
+``alexnet``, ``zfnet``
+    Krizhevsky et al. 2012 (torchvision configuration) and Zeiler & Fergus 2014.
 ``mobilenetv2``
     Sandler et al., "MobileNetV2: Inverted Residuals and Linear Bottlenecks",
     CVPR 2018 (torchvision variant, ReLU6 expressed as ``Clip``).
@@ -82,6 +84,9 @@ __all__ = [
     "resnet50",
     "resnet101",
     "vgg16",
+    "vgg19",
+    "alexnet",
+    "zfnet",
     "vit_base",
 ]
 
@@ -442,6 +447,8 @@ def resnet101(seed: int = 0, batch: int = 1, image_size: int | Sequence[int] = 2
 # ---------------------------------------------------------------------------
 _VGG16_CFG = (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M",
               512, 512, 512, "M")
+_VGG19_CFG = (64, 64, "M", 128, 128, "M", 256, 256, 256, 256, "M", 512, 512, 512, 512, "M",
+              512, 512, 512, 512, "M")
 
 
 def vgg16(seed: int = 0, batch: int = 1, image_size: int | Sequence[int] = 224,
@@ -476,15 +483,46 @@ def vgg16(seed: int = 0, batch: int = 1, image_size: int | Sequence[int] = 224,
     onnx.ModelProto
         Graph with input ``"input"`` and output ``"output"`` ``(batch, num_classes)``.
     """
+    return _vgg("vgg16", _VGG16_CFG, "configuration D", seed, batch, image_size, num_classes, in_channels, fc_hidden)
+
+
+def vgg19(seed: int = 0, batch: int = 1, image_size: int | Sequence[int] = 224,
+          num_classes: int = 1000, in_channels: int = 3,
+          fc_hidden: int = 4096) -> onnx.ModelProto:
+    """VGG-19 (configuration E, no BatchNorm): sixteen 3x3 convolutions, otherwise as :func:`vgg16`.
+
+    Parameters
+    ----------
+    seed, batch, image_size, num_classes, in_channels, fc_hidden
+        As for :func:`vgg16`.
+
+    Returns
+    -------
+    onnx.ModelProto
+        Graph with input ``"input"`` and output ``"output"`` ``(batch, num_classes)``.
+    """
+    return _vgg("vgg19", _VGG19_CFG, "configuration E", seed, batch, image_size, num_classes, in_channels, fc_hidden)
+
+
+def _classifier_head(g: _GraphBuilder, x: str, feat: int, fc_hidden: int, num_classes: int) -> str:
+    """``FC fc_hidden -> ReLU -> FC fc_hidden -> ReLU -> FC num_classes`` (dropout omitted at inference)."""
+    x = _classifier(g, x, feat, fc_hidden, "classifier.0", gain=2.0, out=None)
+    x = _relu(g, x, "classifier.1")
+    x = _classifier(g, x, fc_hidden, fc_hidden, "classifier.3", gain=2.0, out=None)
+    x = _relu(g, x, "classifier.4")
+    return _classifier(g, x, fc_hidden, num_classes, "classifier.6")
+
+
+def _vgg(name, cfg, label, seed, batch, image_size, num_classes, in_channels, fc_hidden) -> onnx.ModelProto:
     h, w = _pair(image_size)
     _check_positive(batch=batch, image_height=h, image_width=w, num_classes=num_classes,
                     in_channels=in_channels, fc_hidden=fc_hidden)
     if h < 32 or w < 32:
-        raise ValueError(f"vgg16 needs an image size of at least 32x32, got {h}x{w}")
-    g = _GraphBuilder("vgg16", seed)
+        raise ValueError(f"{name} needs an image size of at least 32x32, got {h}x{w}")
+    g = _GraphBuilder(name, seed)
     x = g.add_input("input", (batch, in_channels, h, w))
     cin, idx = in_channels, 0
-    for item in _VGG16_CFG:
+    for item in cfg:
         if item == "M":
             x = g.op("MaxPool", [x], f"features.{idx}", kernel_shape=[2, 2], strides=[2, 2])
             h, w = h // 2, w // 2
@@ -495,13 +533,77 @@ def vgg16(seed: int = 0, batch: int = 1, image_size: int | Sequence[int] = 224,
             idx += 1
         idx += 1
     x = g.op("Flatten", [x], "flatten", axis=1)
-    feat = cin * h * w
-    x = _classifier(g, x, feat, fc_hidden, "classifier.0", gain=2.0, out=None)
-    x = _relu(g, x, "classifier.1")
-    x = _classifier(g, x, fc_hidden, fc_hidden, "classifier.3", gain=2.0, out=None)
-    x = _relu(g, x, "classifier.4")
-    _classifier(g, x, fc_hidden, num_classes, "classifier.6")
-    return g.build((batch, num_classes), f"vgg16 (configuration D), seed={seed}")
+    _classifier_head(g, x, cin * h * w, fc_hidden, num_classes)
+    return g.build((batch, num_classes), f"{name} ({label}), seed={seed}")
+
+
+# ---------------------------------------------------------------------------
+# AlexNet, ZFNet
+# ---------------------------------------------------------------------------
+# (out channels, kernel, stride, pad, max-pool 3x3/2 after it with this padding or None)
+_ALEXNET_CFG = ((64, 11, 4, 2, 0), (192, 5, 1, 2, 0), (384, 3, 1, 1, None), (256, 3, 1, 1, None), (256, 3, 1, 1, 0))
+_ZFNET_CFG = ((96, 7, 2, 1, 1), (256, 5, 2, 0, 1), (384, 3, 1, 1, None), (384, 3, 1, 1, None), (256, 3, 1, 1, 0))
+
+
+def _alexnet_like(name, cfg, label, seed, batch, image_size, num_classes, in_channels, fc_hidden):
+    h, w = _pair(image_size)
+    _check_positive(batch=batch, image_height=h, image_width=w, num_classes=num_classes,
+                    in_channels=in_channels, fc_hidden=fc_hidden)
+    if h < 63 or w < 63:
+        raise ValueError(f"{name} needs an image size of at least 63x63, got {h}x{w}")
+    g = _GraphBuilder(name, seed)
+    x = g.add_input("input", (batch, in_channels, h, w))
+    cin = in_channels
+    for i, (cout, k, st, pad, pool) in enumerate(cfg):
+        x = _relu(g, _conv(g, x, cin, cout, k, f"features.{i}.conv", stride=st, pad=pad, bias=True), f"features.{i}.relu")
+        h, w = _conv_out(h, k, st, pad), _conv_out(w, k, st, pad)
+        cin = cout
+        if pool is not None:
+            x = g.op("MaxPool", [x], f"features.{i}.pool", kernel_shape=[3, 3], strides=[2, 2], pads=[pool] * 4)
+            h, w = _conv_out(h, 3, 2, pool), _conv_out(w, 3, 2, pool)
+    x = g.op("Flatten", [x], "flatten", axis=1)
+    _classifier_head(g, x, cin * h * w, fc_hidden, num_classes)
+    return g.build((batch, num_classes), f"{name} ({label}), seed={seed}")
+
+
+def alexnet(seed: int = 0, batch: int = 1, image_size: int | Sequence[int] = 224,
+            num_classes: int = 1000, in_channels: int = 3, fc_hidden: int = 4096) -> onnx.ModelProto:
+    """AlexNet (Krizhevsky et al. 2012, torchvision's single-tower configuration).
+
+    Five convolutions (11x11/4, 5x5, three 3x3) with ReLU, three 3x3/2
+    max-pools, and the classifier of :func:`vgg16` on the ``256 x 6 x 6``
+    features (at 224x224; no adaptive pooling).
+
+    Parameters
+    ----------
+    seed, batch, image_size, num_classes, in_channels, fc_hidden
+        As for :func:`vgg16`.
+
+    Returns
+    -------
+    onnx.ModelProto
+        Graph with input ``"input"`` and output ``"output"`` ``(batch, num_classes)``.
+    """
+    return _alexnet_like("alexnet", _ALEXNET_CFG, "torchvision configuration", seed, batch, image_size,
+                         num_classes, in_channels, fc_hidden)
+
+
+def zfnet(seed: int = 0, batch: int = 1, image_size: int | Sequence[int] = 224,
+          num_classes: int = 1000, in_channels: int = 3, fc_hidden: int = 4096) -> onnx.ModelProto:
+    """ZFNet (Zeiler & Fergus 2014): AlexNet with a 7x7/2 first layer, a 5x5/2 second and 384/384/256 3x3 layers.
+
+    Parameters
+    ----------
+    seed, batch, image_size, num_classes, in_channels, fc_hidden
+        As for :func:`vgg16`.
+
+    Returns
+    -------
+    onnx.ModelProto
+        Graph with input ``"input"`` and output ``"output"`` ``(batch, num_classes)``.
+    """
+    return _alexnet_like("zfnet", _ZFNET_CFG, "Zeiler & Fergus 2014", seed, batch, image_size,
+                         num_classes, in_channels, fc_hidden)
 
 
 # ---------------------------------------------------------------------------
@@ -1076,6 +1178,9 @@ MODELS: dict[str, Callable[..., onnx.ModelProto]] = {
     "resnet50": resnet50,
     "resnet101": resnet101,
     "vgg16": vgg16,
+    "vgg19": vgg19,
+    "alexnet": alexnet,
+    "zfnet": zfnet,
     "mobilenetv2": mobilenetv2,
     "vit_base": vit_base,
     "bert_layer": bert_layer,

@@ -78,6 +78,8 @@ def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | 
         ]
         if region.bias is not None:
             decls.append(Decl("const", "bias", "float32", (n,)))
+    if region.adc_lsb_cols is not None:  # the ADC range programmed per bitline
+        decls.append(Decl("const", "adclsb", "int32", tuple(region.adc_lsb_cols.shape)))
     decls.append(Decl("output", "out", "float32", tuple(region.out_shape)))
 
     n_rep = len(pl.replicas)
@@ -109,6 +111,12 @@ def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | 
         ("pipeline", bool(opts.pipeline)),
         ("mvm_pipeline", bool(opts.mvm_pipeline and mode != "core")),
     ]
+    # the crossbar mapping chosen for accuracy (only where it departs from the chip's defaults)
+    if region.rows_per_step is not None and region.rows_per_step < hw.crossbar.rows_active:
+        attrs.append(("rows_per_step", int(region.rows_per_step)))
+    if region.adc_lsb is not None:
+        attrs.append(("adc_lsb", int(region.adc_lsb)))
+    xhw = hw.driving(region.rows_per_step)
 
     # ---- virtual crossbars: one per (pass, replica)
     setup: list = []
@@ -185,7 +193,7 @@ def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | 
             if mode == "wordline":
                 return [
                     op("CIM.read_row", vxb=vid, group=g, src=Ref("xm"), vecs=v, dst=Ref("acc"), **blk, **extra)
-                    for g in range(-(-max_rows // hw.crossbar.rows_active))
+                    for g in range(-(-max_rows // xhw.crossbar.rows_active))
                 ]
             return [op("CIM.read_xb", vxb=vid, src=Ref("xm"), vecs=v, dst=Ref("acc"), **blk, **extra)]
 
@@ -249,13 +257,15 @@ def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | 
 
 def region_constants(region: Region) -> dict[str, np.ndarray]:
     """The constant tensors a region's program declares, by name."""
-    if region.kind == DMATMUL:
-        return {}
-    consts = {
-        "w": np.ascontiguousarray(region.w_int, dtype=np.int8),
-        "wscale": np.ascontiguousarray(region.w_scale, dtype=np.float32),
-        "wsum": region.w_int.astype(np.int32).sum(axis=0).astype(np.int32),
-    }
-    if region.bias is not None:
+    consts = {}
+    if region.kind != DMATMUL:
+        consts = {
+            "w": np.ascontiguousarray(region.w_int, dtype=np.int8),
+            "wscale": np.ascontiguousarray(region.w_scale, dtype=np.float32),
+            "wsum": region.w_int.astype(np.int32).sum(axis=0).astype(np.int32),
+        }
+    if region.bias is not None and region.kind != DMATMUL:
         consts["bias"] = np.ascontiguousarray(region.bias, dtype=np.float32)
+    if region.adc_lsb_cols is not None:
+        consts["adclsb"] = np.ascontiguousarray(region.adc_lsb_cols, dtype=np.int32)
     return consts

@@ -106,6 +106,10 @@ class Estimator:
         self._tile_bytes: dict = {}
         self._tiles: dict = {}
 
+    def hw_of(self, r: Region) -> CIMHardware:
+        """The chip as region ``r`` drives it (its rows per read step, :meth:`CIMHardware.driving`)."""
+        return self.hw.driving(r.rows_per_step)
+
     def logical_cols(self) -> int:
         return self.hw.logical_cols(self.wbits)
 
@@ -149,7 +153,7 @@ class Estimator:
         """
         m, k, n = r.mkn
         driven = min(tile_rows if rows is None else rows, k)
-        return cost.mvm_ns(self.hw, driven, min(self.logical_cols(), n), self.wbits, self.ibits, bool(r.x_signed))
+        return cost.mvm_ns(self.hw_of(r), driven, min(self.logical_cols(), n), self.wbits, self.ibits, bool(r.x_signed))
 
     def write_ns(self, r: Region, tile_rows: int) -> float:
         """Programming one replica's crossbars (rows serially, crossbars in parallel)."""
@@ -373,12 +377,13 @@ class Estimator:
         grouped = r.kind == CONV2D and r.conv.get("groups", 1) > 1
         tiles = tile_matrix(k, n, hw, r.w_int if grouped else None, tile_rows=tile_rows)
         e += float(np.sum(cost.scatter(hw, np.floor(bt * size * k * self.ibits / 8))[1]))
-        ra = hw.crossbar.rows_active
+        xhw = self.hw_of(r)
+        ra = xhw.crossbar.rows_active
         for t in tiles:  # wordline mode reads one group of rows_active rows per operation
             groups = [(min(ra, t.rows - g), 1) for g in range(0, t.rows, ra)] \
                 if hw.chip.computing_mode == "wordline" else [(t.rows, math.ceil(t.rows / ra))]
             for rows, g in groups:
-                _, er = cost.read(hw, rows, t.cols, bt * m, g, self.wbits, self.ibits, bool(r.x_signed))
+                _, er = cost.read(xhw, rows, t.cols, bt * m, g, self.wbits, self.ibits, bool(r.x_signed))
                 e += sum(er.values())
         row_blocks = len({t.k0 for t in tiles})
         e += float(cost.alu(hw, "dequantize", bt * m * n * 3, True)[1])

@@ -17,7 +17,10 @@ their inputs.
 
 from __future__ import annotations
 
+import hashlib
 import threading
+import zlib
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -31,11 +34,92 @@ from .partition import PREFIX
 from .region import CONV2D, DMATMUL, MATMUL, Region, unfold_conv_weight
 
 _OBSERVED: dict[str, list[float]] = {}
+_SAMPLED: dict[str, list[dict]] = {}  # region -> per calibration sample, a seeded sample of its input vectors
 _LOCK = threading.Lock()
-_CACHE: dict[tuple, dict] = {}  # (module hash, samples, seed) -> ranges, for seeded calibration
+_CACHE: dict[tuple, "Observation"] = {}  # (module hash, samples, seed) -> observation, for seeded calibration
+_COUNTER = [0]
+_RECORDS: OrderedDict = OrderedDict()  # observation id (module attribute cim.calibration_id) -> Observation
 
+# Input vectors of every region kept per calibration sample (what ADC-aware mapping measures errors on).
+SAMPLE_VECTORS = 64
 
 _FLOAT_REGIONS: dict[str, "CompositeInfo"] = {}
+
+
+@dataclass
+class Observation:
+    """What calibration saw: input ranges, sampled input vectors, and the float model's inputs and outputs.
+
+    Attributes
+    ----------
+    ranges : dict
+        ``"<region>:<input index>" -> (min, max)``.
+    vectors : dict
+        Region -> one :func:`sample_vectors` dict per calibration sample.
+    inputs : list of dict
+        The calibration samples (graph input name -> array).
+    outputs : list of list of np.ndarray
+        The float model's outputs on each sample.
+    runner : RegionRunner
+        The model with its regions replaced by Python functions (to run it again).
+    """
+
+    ranges: dict
+    vectors: dict
+    inputs: list
+    outputs: list
+    runner: "RegionRunner"
+
+
+def observation(token: str) -> Observation | None:
+    """The calibration record a module's ``cim.calibration_id`` attribute names (None if gone)."""
+    return _RECORDS.get(token)
+
+
+def _keep(obs: Observation, key) -> str:
+    """Keep an observation under an id: a digest of its calibration key (seeded samples), else a counter."""
+    if key is None:
+        with _LOCK:
+            _COUNTER[0] += 1
+            token = f"user{_COUNTER[0]}"
+    else:
+        token = "c" + hashlib.sha256(repr(key).encode()).hexdigest()[:12]
+    _RECORDS[token] = obs
+    _RECORDS.move_to_end(token)
+    while len(_RECORDS) > 8:
+        _RECORDS.popitem(last=False)
+    return token
+
+
+def sample_vectors(info: "CompositeInfo", args: list[np.ndarray], rng: np.random.Generator,
+                   n: int = SAMPLE_VECTORS) -> dict:
+    """A seeded sample of the input vectors a region's crossbars see (float, before quantisation).
+
+    Returns ``{"x": (V, K)}``; a ``dmatmul`` also gives ``"y"`` (the run-time
+    right operands, ``(B, K, N)``) and ``"b"`` (which of them each vector meets).
+    """
+    x = args[0]
+    if info.kind == CONV2D:
+        c = info.conv
+        cols = im2col(x, c["kernel"], c["strides"], c["padding"], c["dilation"], 0)
+        idx = np.sort(rng.choice(len(cols), min(n, len(cols)), replace=False))
+        return {"x": cols[idx].astype(np.float32)}
+    if info.kind == MATMUL:
+        flat = x.reshape(-1, x.shape[-1])
+        idx = np.sort(rng.choice(len(flat), min(n, len(flat)), replace=False))
+        return {"x": flat[idx].astype(np.float32)}
+    y = args[1]
+    bshape = np.broadcast_shapes(x.shape[:-2], y.shape[:-2])
+    xb = np.broadcast_to(x, bshape + x.shape[-2:]).reshape(-1, *x.shape[-2:])
+    yb = np.broadcast_to(y, bshape + y.shape[-2:]).reshape(-1, *y.shape[-2:])
+    heads = np.sort(rng.choice(len(xb), min(4, len(xb)), replace=False))
+    per = max(1, n // len(heads))
+    rows, which = [], []
+    for i, h in enumerate(heads):
+        r = np.sort(rng.choice(xb.shape[1], min(per, xb.shape[1]), replace=False))
+        rows.append(xb[h, r])
+        which += [i] * len(r)
+    return {"x": np.concatenate(rows).astype(np.float32), "y": yb[heads].astype(np.float32), "b": np.array(which)}
 
 
 def _record(key: str, a: np.ndarray) -> None:
@@ -62,13 +146,26 @@ def float_reference(info: "CompositeInfo", args: list[np.ndarray]) -> np.ndarray
     return np.matmul(args[0], args[1])
 
 
+_HANDLER = threading.local()  # what tvm_cim.calibrate_region does in this thread (see RegionRunner.run)
+
+
+def _calibrate(region: str, xs: list[np.ndarray]) -> np.ndarray:
+    """Record a region's input ranges and a sample of its input vectors; return its float result."""
+    for i, a in enumerate(xs):
+        _record(f"{region}:{i}", a)
+    info = _FLOAT_REGIONS[region]
+    with _LOCK:
+        got = _SAMPLED.setdefault(region, [])
+        rng = np.random.default_rng([zlib.crc32(region.encode()), len(got)])
+    got.append(sample_vectors(info, xs, rng))
+    return float_reference(info, xs)
+
+
 @tvm.register_global_func("tvm_cim.calibrate_region", override=True)
 def _calibrate_region(*args):
     out, region = args[-1], str(args[-2])
-    xs = [a.numpy() for a in args[:-2]]
-    for i, a in enumerate(xs):
-        _record(f"{region}:{i}", a)
-    y = float_reference(_FLOAT_REGIONS[region], xs)
+    handler = getattr(_HANDLER, "fn", None) or _calibrate
+    y = handler(region, [a.numpy() for a in args[:-2]])
     out.copyfrom(np.ascontiguousarray(y, dtype=np.float32))
 
 
@@ -151,7 +248,7 @@ def describe_composite(func) -> CompositeInfo:
 # --------------------------------------------------------------------------- calibration
 @relax.expr_functor.mutator
 class _InsertObservers(relax.PyExprMutator):
-    """Run every ``cim.*`` region through a float observer that records its inputs' range."""
+    """Run every ``cim.*`` region through ``tvm_cim.calibrate_region`` (a float observer by default)."""
 
     def __init__(self, mod: tvm.IRModule):
         super().__init__(mod)
@@ -167,6 +264,89 @@ class _InsertObservers(relax.PyExprMutator):
                 "tvm_cim.calibrate_region", list(call.args) + [tvm.ir.StringImm(region)], call.ty
             )
         return call
+
+
+class RegionRunner:
+    """The model built once for ``llvm`` with every region replaced by a Python function.
+
+    Host operators run through TVM's ``llvm`` build; each region call goes
+    to the handler given to :meth:`run` (the float observer of calibration
+    by default).
+
+    Parameters
+    ----------
+    mod : tvm.IRModule
+        The partitioned module.
+    region_names : dict
+        Composite function name -> region name.
+    """
+
+    def __init__(self, mod: tvm.IRModule, region_names: dict[str, str]):
+        mutator = _InsertObservers(mod)
+        mutator.names = region_names
+        cmod = relax.transform.DeadCodeElimination()(rewrite_callers(mod, mutator))
+        ex = relax.build(cmod, target=tvm.target.Target("llvm"))
+        self.vm = relax.VirtualMachine(ex, tvm.cpu())
+        self.params = list(mod["main"].params)
+
+    def run(self, samples: list[dict], handler=None) -> list[list[np.ndarray]]:
+        """The model's outputs on every sample, regions computed by ``handler(region, inputs) -> output``."""
+        params = self.params
+        outs = []
+        prev = getattr(_HANDLER, "fn", None)
+        _HANDLER.fn = handler
+        try:
+            for s in samples:
+                missing = [p.name for p in params if p.name not in s]
+                if missing:
+                    raise ValueError(f"calibration sample lacks inputs {missing}; "
+                                     f"the model's inputs are {[p.name for p in params]}")
+                y = self.vm["main"](*[tvm.runtime.tensor(np.asarray(s[p.name], dtype=str(p.ty.dtype))) for p in params])
+                outs.append(_flatten_outputs(y))
+        finally:
+            _HANDLER.fn = prev
+        return outs
+
+
+def _flatten_outputs(y) -> list[np.ndarray]:
+    if hasattr(y, "numpy"):
+        return [y.numpy()]
+    return [a for item in y for a in _flatten_outputs(item)]
+
+
+def observe(mod: tvm.IRModule, region_names: dict[str, str], config: CalibrationConfig) -> tuple[Observation, str]:
+    """Run the calibration samples through the float model, recording what the regions see.
+
+    Returns
+    -------
+    Observation
+    str
+        Its id (the ``Calibrate`` pass writes it as ``cim.calibration_id``).
+    """
+    key = None
+    if config.inputs is None:
+        key = (tvm_ffi.structural_hash(mod), tuple(sorted(region_names.items())), config.samples, config.seed)
+        if key in _CACHE:
+            return _CACHE[key], _keep(_CACHE[key], key)
+    params = list(mod["main"].params)
+    samples = config.inputs
+    if samples is None:
+        rng = np.random.default_rng(config.seed)
+        samples = [
+            {p.name: rng.standard_normal(tuple(int(s) for s in p.ty.shape)).astype(str(p.ty.dtype)) for p in params}
+            for _ in range(config.samples)
+        ]
+    with _LOCK:
+        _OBSERVED.clear()
+        _SAMPLED.clear()
+    runner = RegionRunner(mod, region_names)
+    outs = runner.run(samples)
+    with _LOCK:
+        obs = Observation({k: (v[0], v[1]) for k, v in _OBSERVED.items()}, dict(_SAMPLED), list(samples), outs,
+                          runner)
+    if key is not None:
+        _CACHE[key] = obs
+    return obs, _keep(obs, key)
 
 
 def calibrate(mod: tvm.IRModule, region_names: dict[str, str], config: CalibrationConfig) -> dict[str, tuple[float, float]]:
@@ -185,37 +365,7 @@ def calibrate(mod: tvm.IRModule, region_names: dict[str, str], config: Calibrati
     dict
         ``"<region>:<input index>" -> (min, max)``.
     """
-    key = None
-    if config.inputs is None:
-        key = (tvm_ffi.structural_hash(mod), tuple(sorted(region_names.items())), config.samples, config.seed)
-        if key in _CACHE:
-            return dict(_CACHE[key])
-    mutator = _InsertObservers(mod)
-    mutator.names = region_names
-    cmod = relax.transform.DeadCodeElimination()(rewrite_callers(mod, mutator))
-    ex = relax.build(cmod, target=tvm.target.Target("llvm"))
-    vm = relax.VirtualMachine(ex, tvm.cpu())
-    main = mod["main"]
-    params = list(main.params)
-    samples = config.inputs
-    if samples is None:
-        rng = np.random.default_rng(config.seed)
-        samples = [
-            {p.name: rng.standard_normal(tuple(int(s) for s in p.ty.shape)).astype(str(p.ty.dtype)) for p in params}
-            for _ in range(config.samples)
-        ]
-    with _LOCK:
-        _OBSERVED.clear()
-    for s in samples:
-        missing = [p.name for p in params if p.name not in s]
-        if missing:
-            raise ValueError(f"calibration sample lacks inputs {missing}; the model's inputs are {[p.name for p in params]}")
-        vm["main"](*[tvm.runtime.tensor(np.asarray(s[p.name], dtype=str(p.ty.dtype))) for p in params])
-    with _LOCK:
-        ranges = {k: (v[0], v[1]) for k, v in _OBSERVED.items()}
-    if key is not None:
-        _CACHE[key] = dict(ranges)
-    return ranges
+    return dict(observe(mod, region_names, config)[0].ranges)
 
 
 # --------------------------------------------------------------------------- quantisation

@@ -50,6 +50,12 @@ class Region:
     conv : dict
         ``kernel``, ``strides``, ``padding`` (top, left, bottom, right),
         ``dilation``, ``groups`` for convolutions.
+    rows_per_step : int or None
+        Wordlines driven per read step (None: the chip's ``rows_active``).
+    adc_lsb : int or None
+        ADC LSB programmed for all the region's arrays (None: the fixed rule).
+    adc_lsb_cols : np.ndarray or None
+        ADC LSB programmed per bitline, shape ``(slices x planes, N)``.
     """
 
     name: str
@@ -64,6 +70,9 @@ class Region:
     w_scale: np.ndarray | None = None
     bias: np.ndarray | None = None
     conv: dict = field(default_factory=dict)
+    rows_per_step: int | None = None
+    adc_lsb: int | None = None
+    adc_lsb_cols: np.ndarray | None = None
 
     # ------------------------------------------------------------------ shapes
     @property

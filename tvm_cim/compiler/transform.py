@@ -14,6 +14,9 @@ pass                   what it decides, and where it writes it
 ``Quantize``           activation scales and signedness, precision (``cim.x_scale``, ``cim.x_zero``,
                        ``cim.x_signed``, ``cim.y_scale``, ``cim.weight_bits``, ``cim.input_bits``);
                        weights are quantised per output channel from the function's constants
+``MapCrossbars``       per layer, the fastest crossbar mapping within the error budget: rows driven per
+                       read step, programmed ADC range (``cim.rows_per_step``, ``cim.adc_lsb[_cols]``,
+                       ``cim.accuracy``)
 ``Segment``            the strategy and its techniques (module attributes ``cim.strategy``,
                        ``cim.options``); segment of every region and whether weights stay resident
                        (``cim.segment``, ``cim.resident``)
@@ -37,7 +40,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import json
 import threading
+import warnings
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -60,10 +65,10 @@ from ..common.target import hardware_of
 from ..hardware.schema import CIMHardware
 from ..program import Network, Program, parse_network, parse_program, print_network, print_program, verify_network
 from ..program import Segment as NetSegment
-from . import codegen, mapping, schedule, strategies
+from . import accuracy, codegen, mapping, schedule, strategies
 from .estimate import Estimator
 from .partition import PREFIX, PartitionForCIM
-from .quantize import CalibrationConfig, activation_params, calibrate, describe_composite, quantize_weights
+from .quantize import CalibrationConfig, activation_params, describe_composite, observation, observe, quantize_weights
 from .region import CONV2D, DMATMUL, MATMUL, Region, unfold_conv_weight
 
 RUN_REGION = "tvm_cim.run_region"
@@ -126,6 +131,34 @@ def scheduling(strategy: str = strategies.DEFAULT, options: strategies.Options |
         _STATE.sched = prev
 
 
+def current_max_error() -> float | None:
+    """The error budget in force (see :func:`accuracy`); None means the default."""
+    return getattr(_STATE, "max_error", None)
+
+
+@contextlib.contextmanager
+def accuracy_budget(max_error: float | None = None):
+    """Set the error budget of builds inside the block.
+
+    Parameters
+    ----------
+    max_error : float, optional
+        Largest ``1 - cosine`` between the network's outputs and the float
+        reference on the calibration samples (default
+        :data:`tvm_cim.compiler.accuracy.DEFAULT_MAX_ERROR`, 0.01); the
+        compiler picks per layer the fastest crossbar mapping that keeps the
+        measured error within it.  1 or more: no constraint (fastest mappings).
+    """
+    if max_error is not None and not max_error >= 0:
+        raise ValueError(f"max_error must be >= 0, got {max_error}")
+    prev = current_max_error()
+    _STATE.max_error = max_error
+    try:
+        yield
+    finally:
+        _STATE.max_error = prev
+
+
 @dataclass
 class CompileInfo:
     """What the CIM passes decided, for reports and ``--emit`` (:func:`last_compile_info`).
@@ -144,6 +177,8 @@ class CompileInfo:
         Replicas, segments, options and the analytical latency estimate.
     producers : dict
         Region name -> regions whose outputs feed its inputs (through host operators).
+    accuracy : dict
+        The error budget and what ``MapCrossbars`` chose per region (:func:`accuracy_of`).
     """
 
     hw: CIMHardware
@@ -154,6 +189,7 @@ class CompileInfo:
     host_ops: dict[str, int] = field(default_factory=dict)
     schedule: schedule.Schedule | None = None
     producers: dict[str, list[str]] = field(default_factory=dict)
+    accuracy: dict = field(default_factory=dict)
 
     def program_text(self) -> str:
         """The network and every program, as ``--emit`` writes them."""
@@ -207,6 +243,15 @@ def _need(func, key: str, pass_name: str):
 
 
 _REGIONS: OrderedDict = OrderedDict()  # (body, quantisation attrs) -> Region; the body is kept alive
+MAPPING_KEYS = ("rows_per_step", "adc_lsb", "adc_lsb_cols")  # the crossbar mapping (MapCrossbars)
+
+
+def _mapped(r: Region, func) -> None:
+    """Set a region's crossbar mapping from its attributes (``MapCrossbars``, or a hand edit)."""
+    rp, lsb, cols = (_attr(func, k) for k in MAPPING_KEYS)
+    r.rows_per_step = None if rp is None else int(rp)
+    r.adc_lsb = None if lsb is None else int(lsb)
+    r.adc_lsb_cols = None if cols is None else accuracy.lsb_cols_parse(str(cols))
 
 
 def region_of(func: relax.Function) -> Region:
@@ -217,7 +262,7 @@ def region_of(func: relax.Function) -> Region:
     output channel to ``cim.weight_bits``.
     """
     name = str(_need(func, "region", "FindRegions"))
-    qkeys = ("x_scale", "x_zero", "x_signed", "y_scale", "weight_bits", "input_bits")
+    qkeys = ("x_scale", "x_zero", "x_signed", "y_scale", "weight_bits", "input_bits") + MAPPING_KEYS
     q = tuple(_attr(func, k) for k in qkeys)
     if q[0] is None:
         raise ValueError(f"region {name}: not quantised; run Quantize first")
@@ -227,7 +272,7 @@ def region_of(func: relax.Function) -> Region:
         _REGIONS.move_to_end(key)
         return hit[1]
     info = describe_composite(func)
-    x_scale, x_zero, x_signed, y_scale, wbits, _ = q
+    x_scale, x_zero, x_signed, y_scale, wbits = q[:5]
     r = Region(name, info.kind, info.in_shapes, info.out_shape, x_scale=float(x_scale), x_zero=int(x_zero),
                x_signed=bool(x_signed), y_scale=float(y_scale), conv=dict(info.conv))
     if info.kind == CONV2D:
@@ -237,6 +282,7 @@ def region_of(func: relax.Function) -> Region:
         r.w_int, r.w_scale = quantize_weights(info.weight, int(wbits), axis=1)
     if info.bias is not None:
         r.bias = info.bias.astype(np.float32)
+    _mapped(r, func)
     _REGIONS[key] = (func.body, r)
     while len(_REGIONS) > 1024:
         _REGIONS.popitem(last=False)
@@ -373,7 +419,8 @@ class Calibrate:
         fs = region_functions(mod)
         if not fs:
             return mod
-        observed = calibrate(mod, {g: str(_attr(f, "region")) for g, f in fs}, self.config)
+        obs, token = observe(mod, {g: str(_attr(f, "region")) for g, f in fs}, self.config)
+        observed = obs.ranges
         updates = {}
         for g, f in fs:
             name = str(_attr(f, "region"))
@@ -383,7 +430,7 @@ class Calibrate:
             updates[g] = {"range": [float(v) for lohi in rng for v in lohi]}
         c = self.config
         where = "user inputs" if c.inputs is not None else f"{c.samples} seeded sample(s), seed {c.seed}"
-        return _with_attrs(mod, updates).with_attr(A + "calibration", where)
+        return _with_attrs(mod, updates).with_attr(A + "calibration", where).with_attr(A + "calibration_id", token)
 
 
 @tvm.transform.module_pass(opt_level=0, name="Quantize")
@@ -416,6 +463,72 @@ class Quantize:
             updates[g] = {"x_scale": float(x_scale), "x_zero": 0, "x_signed": bool(x_signed),
                           "y_scale": float(y_scale), "weight_bits": wbits, "input_bits": ibits}
         return _with_attrs(mod, updates)
+
+
+@tvm.transform.module_pass(opt_level=0, name="MapCrossbars")
+class MapCrossbars:
+    """Choose every layer's crossbar mapping under the error budget (ADC-aware mapping).
+
+    Per layer: rows driven per read step and, where the chip can program it,
+    the ADC range calibrated on the partial sums of the calibration samples
+    (``cim.rows_per_step``, ``cim.adc_lsb`` or ``cim.adc_lsb_cols``): the
+    fastest mapping whose measured error keeps the network within
+    ``max_error`` (:mod:`tvm_cim.compiler.accuracy`).  What was measured and
+    the fastest alternative go to ``cim.accuracy`` (region and module).  On a
+    chip whose ADC is lossless and not programmable there is nothing to
+    decide and the module is unchanged.
+
+    Parameters
+    ----------
+    hw : CIMHardware or str, optional
+        The chip (default: the target in scope).
+    max_error : float, optional
+        Default: :func:`accuracy_budget`'s, else 0.01.
+    """
+
+    def __init__(self, hw=None, max_error: float | None = None):
+        self.hw, self.max_error = hw, max_error
+
+    def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
+        hw = _resolve_hw(self.hw)
+        fs = region_functions(mod)
+        budget = self.max_error if self.max_error is not None else current_max_error()
+        if not fs or not accuracy.needs_mapping(hw):
+            return mod
+        token = (mod.attrs or {}).get(A + "calibration_id")
+        obs = observation(str(token)) if token is not None else None
+        if obs is None:
+            raise ValueError("no calibration record for this module; run Calibrate first (in this process)")
+        wbits, ibits = _precision(mod)
+        regions = [accuracy.apply(region_of(f), None) for _, f in fs]
+        res = accuracy.map_layers(regions, obs, hw, wbits, ibits, budget, lambda: accuracy.int8_network_error(
+            {r.name: r for r in regions}, obs, wbits, ibits))
+        if not res.met:
+            warnings.warn(f"{hw.name}: int8 quantisation alone has error {res.int8_error:.3g} on the calibration "
+                          f"samples, above the budget {res.max_error:.3g}; every layer uses its most accurate mapping",
+                          stacklevel=2)
+        updates = {}
+        for (g, f), c in zip(fs, res.choices):
+            kv = dict(c.chosen.mapping.attrs())
+            kv["accuracy"] = json.dumps({
+                "mapping": c.chosen.mapping.describe(), "error": c.chosen.error, "ns": c.chosen.ns,
+                "fastest": c.fastest.mapping.describe(), "fastest_error": c.fastest.error,
+                "fastest_ns": c.fastest.ns, "candidates": c.tried})
+            updates[g] = kv
+        summary = {"max_error": res.max_error, "int8_error": res.int8_error,
+                   "predicted_error": res.predicted_error, "met": res.met}
+        return _with_attrs(mod, updates).with_attr(A + "accuracy", json.dumps(summary))
+
+
+def accuracy_of(mod: tvm.IRModule) -> dict:
+    """The budget and the per-region mapping report ``MapCrossbars`` recorded (empty if it decided nothing)."""
+    attrs = mod.attrs or {}
+    if A + "accuracy" not in attrs:
+        return {}
+    out = json.loads(str(attrs[A + "accuracy"]))
+    out["regions"] = {str(_attr(f, "region")): json.loads(str(_attr(f, "accuracy")))
+                      for _, f in region_functions(mod) if _attr(f, "accuracy") is not None}
+    return out
 
 
 def _resolve_options(strategy, options, hw) -> tuple[str, strategies.Options]:
@@ -669,6 +782,9 @@ class LowerToRuntime:
         cmap = _chip_map(mod, hw, regions)
         cmap.placements = {uid_names[k]: v for k, v in cmap.placements.items()}
         info.regions = [_renamed(r, uid_names[r.name]) for r in regions]
+        info.accuracy = accuracy_of(mod)
+        if info.accuracy:
+            info.accuracy["regions"] = {uid_names[k]: v for k, v in info.accuracy["regions"].items()}
         info.programs, info.chip_map, info.schedule = programs, cmap, sched
         info.network = parse_network(str(mod.attrs[A + "network"]))
         mod = lower_composites(mod, lowered)
@@ -683,7 +799,7 @@ def _renamed(r: Region, name: str) -> Region:
 
 # ============================================================================ the pipeline
 def CIMPipeline(hw=None, strategy: str | None = None, options: strategies.Options | None = None,  # noqa: N802
-                calibration: CalibrationConfig | None = None) -> tvm.transform.Pass:
+                calibration: CalibrationConfig | None = None, max_error: float | None = None) -> tvm.transform.Pass:
     """The whole CIM compilation as a ``tvm.transform.Sequential`` of the passes above.
 
     Parameters
@@ -696,6 +812,8 @@ def CIMPipeline(hw=None, strategy: str | None = None, options: strategies.Option
         Technique overrides (ablations).
     calibration : CalibrationConfig, optional
         Default: :func:`calibration`'s settings.
+    max_error : float, optional
+        Error budget of the crossbar mapping (default: :func:`accuracy_budget`'s, else 0.01).
 
     Returns
     -------
@@ -707,6 +825,7 @@ def CIMPipeline(hw=None, strategy: str | None = None, options: strategies.Option
             FindRegions(),
             Calibrate(c.samples, c.seed, c.inputs) if c else Calibrate(),
             Quantize(hw),
+            MapCrossbars(hw, max_error),
             Segment(hw, strategy, options),
             DuplicateWeights(hw),
             Place(hw),
@@ -718,7 +837,8 @@ def CIMPipeline(hw=None, strategy: str | None = None, options: strategies.Option
 
 
 def offload(mod: tvm.IRModule, hw: CIMHardware, calib: CalibrationConfig | None = None,
-            strategy: str | None = None, options: strategies.Options | None = None) -> tuple[tvm.IRModule, CompileInfo]:
+            strategy: str | None = None, options: strategies.Options | None = None,
+            max_error: float | None = None) -> tuple[tvm.IRModule, CompileInfo]:
     """Run the whole CIM pipeline on a module.
 
     Parameters
@@ -733,6 +853,8 @@ def offload(mod: tvm.IRModule, hw: CIMHardware, calib: CalibrationConfig | None 
         Scheduling strategy; defaults to :func:`scheduling`'s (``cim-mlc``).
     options : Options, optional
         Technique overrides for ablations.
+    max_error : float, optional
+        Error budget of the crossbar mapping (:class:`MapCrossbars`).
 
     Returns
     -------
@@ -740,5 +862,5 @@ def offload(mod: tvm.IRModule, hw: CIMHardware, calib: CalibrationConfig | None 
         The module with offloaded regions lowered to ``call_dps_packed``.
     CompileInfo
     """
-    out = CIMPipeline(hw, strategy, options, calib)(mod)
+    out = CIMPipeline(hw, strategy, options, calib, max_error)(mod)
     return out, last_compile_info()

@@ -92,6 +92,12 @@ class Crossbar:
         doc="'clip': ADC LSB is one unit and larger sums saturate; "
         "'scale': the LSB is the smallest power of two that covers the largest possible sum",
     )
+    adc_range: Literal["fixed", "array", "column"] = key(
+        "fixed",
+        doc="what the compiler may program of the ADC's input range: 'fixed' (set by adc_mode), "
+        "'array' (one power-of-two LSB per layer's arrays) or 'column' (one per bitline); "
+        "programmed ranges are calibrated on the partial sums of calibration samples",
+    )
     adcs: PositiveInt = key(1, doc="ADCs per crossbar, shared by the columns")
     adc_latency_ns: NonNegFloat = key(1.0, doc="one conversion", unit="ns")
     adc_energy_pj: NonNegFloat = key(0.0, doc="one conversion", unit="pJ")
@@ -216,6 +222,17 @@ class CIMHardware:
     def input_steps(self, bits: int) -> int:
         """Bit-serial input steps per MVM of ``bits``-bit inputs."""
         return -(-bits // self.crossbar.dac_bits)
+
+    def driving(self, rows: int | None) -> "CIMHardware":
+        """The chip as a region that drives at most ``rows`` wordlines per read step sees it.
+
+        Driving fewer rows than ``crossbar.rows_active`` (the others get zero
+        input) is a per-layer mapping decision: a read then takes more row
+        groups, and every cost primitive follows from ``rows_active``.
+        """
+        if rows is None or rows >= self.crossbar.rows_active:
+            return self
+        return dataclasses.replace(self, crossbar=dataclasses.replace(self.crossbar, rows_active=int(rows)))
 
     def op(self, name: str) -> OpCost:
         """Cost of a digital operation, defaulting to one cycle and no energy."""

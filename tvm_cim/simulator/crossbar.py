@@ -9,13 +9,46 @@ Weights are stored as cell-level bit slices:
   ``2^(b-1) * sum(x)``.
 
 Inputs are unsigned codes applied bit-serially, ``dac_bits`` at a time.  Each
-read step activates at most ``rows_active`` wordlines; every bitline's analogue
-sum over those rows is converted by an ADC of ``adc_bits``:
+read step drives ``rows_active`` wordlines (a region may drive fewer:
+:meth:`CIMHardware.driving`); every bitline's analogue sum over those rows
+is converted by its ADC.
 
-* ``clip`` mode: LSB of one unit, sums above ``2^adc_bits - 1`` saturate;
-* ``scale`` mode: the LSB is the smallest power of two ``2^e`` with
-  ``(2^adc_bits - 1) * 2^e`` covering the largest possible sum; sums are
-  rounded to a multiple of it.
+The ADC model
+-------------
+A conversion maps the analogue sum ``s >= 0`` of one bitline in one read
+step (integer units of one cell level times one input level) to
+
+    ``q = min(floor(s / LSB + 1/2), 2^adc_bits - 1) * LSB``
+
+* **levels**: ``2^adc_bits`` codes, ``0 .. 2^adc_bits - 1``;
+* **range**: ``[0, (2^adc_bits - 1) * LSB]``; sums are never negative
+  (cells and inputs are unsigned, signs are handled digitally);
+* **rounding**: to the nearest multiple of the LSB, ties up;
+* **saturation**: sums above the range give the top code.
+
+The LSB (always a power of two, so shift-and-add stays exact digital logic):
+
+* ``adc_mode = "clip"``: one unit (a converter whose levels match the cell
+  levels, saturating above);
+* ``adc_mode = "scale"``: the smallest ``2^e`` with ``(2^adc_bits - 1) * 2^e``
+  covering the largest sum the driven rows can produce
+  (:func:`adc_lsb`);
+* programmed (``crossbar.adc_range = "array"`` or ``"column"``): the LSB the
+  compiler calibrated on the calibration samples' partial sums
+  (:func:`programmed_lsb`), one per layer or one per bitline, carried by the
+  program (``adc_lsb`` attribute, ``%adclsb`` constant).
+
+Against the papers the presets cite: ISAAC (8-bit ADC over 128 rows of 2-bit
+cells and 1-bit inputs; its data encoding keeps sums within the ADC) and the
+CIM-MLC baseline of 8 rows are lossless here; PUMA's 8-bit ADC on 128 rows
+of 2-bit cells saturates only above 255 (``clip``); PRIME's 6-bit sense
+amplifiers with precision control, which keep the chosen most significant
+bits of a result, are the ``array``-programmable range over 64 rows of 4-bit
+cells and 3-bit inputs; Jia et al.'s charge-domain columns normalise the sum
+of the driven rows to an 8-bit ADC (``scale``); Dynaplasia and Jain et al.
+are modelled with converters that cover every sum.  Device non-idealities
+(conductance variation, IR drop, ADC offset or noise) are not modelled: the
+model is deterministic.
 
 Shift-and-add recombines input steps and weight slices.  When no conversion
 can be altered (the largest possible sum fits the ADC with an LSB of one), the
@@ -110,9 +143,35 @@ def decode(cells: np.ndarray, hw: CIMHardware, bits: int) -> np.ndarray:
     return np.rint(w).astype(np.int64)
 
 
-def _adc(part: np.ndarray, hw: CIMHardware, lsb: int) -> np.ndarray:
+def programmed_lsb(peak, hw: CIMHardware):
+    """The LSB a programmable ADC range gets for partial sums up to ``peak``.
+
+    The smallest power of two ``2^e`` (at least one unit) with
+    ``(2^adc_bits - 1) * 2^e >= peak``: the calibrated range covers the
+    largest partial sum observed on the calibration samples, and larger sums
+    saturate.  Works on arrays (one LSB per bitline).
+    """
+    levels = 2**hw.crossbar.adc_bits - 1
+    ratio = np.maximum(np.asarray(peak, dtype=np.float64), 1.0) / levels
+    e = np.maximum(0, np.ceil(np.log2(np.maximum(ratio, 1.0)) - 1e-12)).astype(np.int64)
+    out = np.left_shift(1, e)
+    return int(out) if np.ndim(out) == 0 else out
+
+
+def exact(hw: CIMHardware, lsb=None, rows: int | None = None) -> bool:
+    """True if no conversion of tiles of ``rows`` rows can be altered with this ADC setting.
+
+    ``lsb`` None: the fixed rule (:func:`adc_lsb`); ``rows`` None: ``rows_active``.
+    """
+    if lsb is None:
+        lsb = adc_lsb(hw, rows)
+    return bool(np.all(np.asarray(lsb) == 1)) and max_partial_sum(hw, rows) <= 2**hw.crossbar.adc_bits - 1
+
+
+def _adc(part: np.ndarray, hw: CIMHardware, lsb) -> np.ndarray:
+    """Convert analogue bitline sums: round to the nearest multiple of ``lsb`` (ties up), saturate at the top code."""
     top = float(2**hw.crossbar.adc_bits - 1)
-    if lsb == 1:
+    if np.ndim(lsb) == 0 and lsb == 1:
         return np.minimum(part, top, out=part)
     q = np.floor(part / lsb + 0.5)
     np.minimum(q, top, out=q)
@@ -120,8 +179,51 @@ def _adc(part: np.ndarray, hw: CIMHardware, lsb: int) -> np.ndarray:
     return q
 
 
+def _conversions(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, input_bits: int):
+    """The analogue sums every ADC converts, chunk of vectors by chunk.
+
+    Yields ``(v0, v1, b, part)``: input step ``b`` of vectors ``[v0, v1)``,
+    ``part`` of shape ``(T, Bt, G, v1 - v0, S*P*n)`` -- one value per tile,
+    batch, row group of ``rows_active`` rows, vector and bitline.
+    """
+    xb = hw.crossbar
+    t_n, bt, v, r = x.shape
+    s_n, p_n, n = cells.shape[-3:]
+    ra, d = xb.rows_active, xb.dac_bits
+    g_n = -(-r // ra)
+    pad = g_n * ra - r
+    xg = x if not pad else np.concatenate([x, np.zeros(x.shape[:-1] + (pad,), x.dtype)], axis=-1)
+    cg = cells.reshape(t_n, bt, r, s_n * p_n * n)
+    if pad:
+        cg = np.concatenate([cg, np.zeros((t_n, bt, pad, cg.shape[-1]), cg.dtype)], axis=2)
+    cg = cg.reshape(t_n, bt, g_n, ra, s_n * p_n * n)  # (T, Bt, G, ra, SPn)
+    mask = (1 << d) - 1
+    xi = xg.astype(np.int32)
+    per_vec = t_n * bt * g_n * s_n * p_n * n * 4
+    chunk = max(1, _CHUNK_BYTES // max(1, per_vec))
+    for v0 in range(0, v, chunk):
+        v1 = min(v, v0 + chunk)
+        xv = xi[:, :, v0:v1].reshape(t_n, bt, v1 - v0, g_n, ra).transpose(0, 1, 3, 2, 4)  # (T,Bt,G,V,ra)
+        for b in range(hw.input_steps(input_bits)):
+            xs = ((xv >> (b * d)) & mask).astype(np.float32)
+            yield v0, v1, b, np.matmul(xs, cg)  # (T, Bt, G, V, SPn): one conversion per element
+
+
+def bitline_peaks(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, input_bits: int) -> np.ndarray:
+    """Largest analogue sum each bitline produces over every read step of these inputs.
+
+    What a programmable ADC range is calibrated on.  Shapes as in
+    :func:`mvm`; returns ``(T, S, P, n)``.
+    """
+    t_n = x.shape[0]
+    peak = np.zeros((t_n, int(np.prod(cells.shape[-3:]))), dtype=np.float64)
+    for _, _, _, part in _conversions(x, cells, hw, input_bits):
+        np.maximum(peak, part.max(axis=(1, 2, 3)), out=peak)
+    return peak.reshape((t_n,) + cells.shape[-3:])
+
+
 def mvm(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, weight_bits: int, input_bits: int,
-        exact_shortcut: bool = True, weights: np.ndarray | None = None) -> np.ndarray:
+        exact_shortcut: bool = True, weights: np.ndarray | None = None, lsb=None) -> np.ndarray:
     """Bit-serial matrix-vector products on crossbars, vectorised over tiles.
 
     Parameters
@@ -132,6 +234,8 @@ def mvm(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, weight_bits: int, inp
     cells : np.ndarray
         Cell values from :func:`encode`, shape ``(T, Bt, R, S, P, n)``.
     hw : CIMHardware
+        The chip as the region drives it (:meth:`CIMHardware.driving`): a read
+        step sums ``crossbar.rows_active`` rows.
     weight_bits, input_bits : int
         Precision of the program's weights and input codes.
     exact_shortcut : bool
@@ -139,6 +243,10 @@ def mvm(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, weight_bits: int, inp
         conversion (same result, much faster).
     weights : np.ndarray, optional
         ``decode(cells)`` if the caller has it cached (shortcut only).
+    lsb : int or np.ndarray, optional
+        The programmed ADC LSB: one value, or one per bitline of every tile,
+        shape ``(T, S, P, n)``.  None: the fixed rule of ``adc_mode``
+        (:func:`adc_lsb`).
 
     Returns
     -------
@@ -149,39 +257,28 @@ def mvm(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, weight_bits: int, inp
     xb = hw.crossbar
     t_n, bt, v, r = x.shape
     s_n, p_n, n = cells.shape[-3:]
-    if exact_shortcut and is_lossless(hw):
+    if lsb is None:
+        lsb = adc_lsb(hw, r)
+    elif np.ndim(lsb):
+        lsb = np.asarray(lsb, dtype=np.float64).reshape(t_n, 1, 1, 1, s_n * p_n * n)
+    if exact_shortcut and exact(hw, lsb, r):
         w = decode(cells, hw, weight_bits) if weights is None else weights
         return np.rint(np.matmul(x.astype(np.float64), w.astype(np.float64))).astype(np.int64)
 
-    ra, d = xb.rows_active, xb.dac_bits
-    g_n = -(-r // ra)
-    pad = g_n * ra - r
-    xg = x if not pad else np.concatenate([x, np.zeros(x.shape[:-1] + (pad,), x.dtype)], axis=-1)
-    cg = cells.reshape(t_n, bt, r, s_n * p_n * n)
-    if pad:
-        cg = np.concatenate([cg, np.zeros((t_n, bt, pad, cg.shape[-1]), cg.dtype)], axis=2)
-    cg = cg.reshape(t_n, bt, g_n, ra, s_n * p_n * n)  # (T, Bt, G, ra, SPn)
+    d = xb.dac_bits
     sw = _slice_weights(hw, weight_bits).reshape(s_n * p_n, 1)
-    lsb = adc_lsb(hw, r)
-    mask = (1 << d) - 1
-    xi = xg.astype(np.int32)
     out = np.zeros((t_n, bt, v, n), dtype=np.float64)
-    per_vec = t_n * bt * g_n * s_n * p_n * n * 4
-    chunk = max(1, _CHUNK_BYTES // max(1, per_vec))
-    for v0 in range(0, v, chunk):
-        v1 = min(v, v0 + chunk)
-        # shift-and-add over input bits first (per cell slice), then over slices once
-        acc = np.zeros((t_n, bt, v1 - v0, s_n * p_n * n), dtype=np.float64)
-        xv = xi[:, :, v0:v1].reshape(t_n, bt, v1 - v0, g_n, ra).transpose(0, 1, 3, 2, 4)  # (T,Bt,G,V,ra)
-        for b in range(hw.input_steps(input_bits)):
-            xs = ((xv >> (b * d)) & mask).astype(np.float32)
-            part = np.matmul(xs, cg)  # (T, Bt, G, V, SPn): one conversion per element
-            part = _adc(part, hw, lsb).sum(axis=2)  # (T, Bt, V, SPn)
-            if b:
-                part *= float(1 << (b * d))
-            acc += part
-        acc = acc.reshape(t_n, bt, v1 - v0, s_n * p_n, n)
-        out[:, :, v0:v1] = np.matmul(acc.transpose(0, 1, 2, 4, 3), sw)[..., 0]
+    acc = None
+    for v0, v1, b, part in _conversions(x, cells, hw, input_bits):
+        if b == 0:  # shift-and-add over input bits first (per cell slice), then over slices once
+            acc = np.zeros((t_n, bt, v1 - v0, s_n * p_n * n), dtype=np.float64)
+        part = _adc(part, hw, lsb).sum(axis=2)  # (T, Bt, V, SPn)
+        if b:
+            part *= float(1 << (b * d))
+        acc += part
+        if b == hw.input_steps(input_bits) - 1:
+            a = acc.reshape(t_n, bt, v1 - v0, s_n * p_n, n)
+            out[:, :, v0:v1] = np.matmul(a.transpose(0, 1, 2, 4, 3), sw)[..., 0]
     if xb.weight_encoding == "offset":
         out -= float(2 ** (weight_bits - 1)) * x.astype(np.float64).sum(axis=-1, keepdims=True)
     return np.rint(out).astype(np.int64)

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..common.layout import im2col
+from ..common.layout import dequantize, im2col, quantize_codes
 from ..hardware import cost
 from ..hardware.schema import CIMHardware
 from ..program import OPS, Op, Parallel, Program, Range, Ref
@@ -143,6 +143,18 @@ class Chip:
         stats.pipeline = bool(prog.attr("pipeline", False))
         self.prog = prog
         self.signed_input = bool(prog.attr("signed_input", False))
+        # the region's crossbar mapping: rows driven per read step and the programmed ADC range
+        self.xhw = self.hw.driving(prog.attr("rows_per_step"))
+        self.adc_lsb = prog.attr("adc_lsb")
+        if self.adc_lsb is not None:
+            self.adc_lsb = int(self.adc_lsb)
+        programmed = self.adc_lsb is not None or any(d.name == "adclsb" for d in prog.decls)
+        if programmed and self.hw.crossbar.adc_range == "fixed":
+            raise SimulationError(f"program '{prog.name}' programs the ADC range; the chip's range is fixed")
+        rps = prog.attr("rows_per_step")
+        if rps is not None and not 1 <= int(rps) <= self.hw.crossbar.rows_active:
+            raise SimulationError(f"program '{prog.name}' drives {rps} rows per read step; "
+                                  f"the chip drives 1 to {self.hw.crossbar.rows_active}")
         self.vxbs = self._bindings(prog)
         self.M = int(prog.attr("M", 1)) * int(prog.attr("batch", 1))
         self._pending: list = []
@@ -206,7 +218,7 @@ class Chip:
         if blk is not None:
             ents = [e for e in ents if e[1].start == blk.start]
         if o.opcode == "CIM.read_row":
-            ra = self.hw.crossbar.rows_active
+            ra = self.xhw.crossbar.rows_active
             g = int(o["group"])
             out = []
             for xb, rows, cols in ents:
@@ -283,15 +295,7 @@ class Chip:
                 return
             self._done_full.add(dst)
             if k == "DCOM.quantize":
-                x = env[o["src"].name]
-                bits, zero = o["bits"], o["zero"]
-                q = np.rint(x.astype(np.float64) / o["scale"])
-                if o.get("signed", False):
-                    lim = 2 ** (bits - 1) - 1
-                    q = np.clip(q, -lim, lim)
-                else:
-                    q = np.clip(q + zero, 0, 2**bits - 1)
-                env[dst] = q.astype(np.int32)
+                env[dst] = quantize_codes(env[o["src"].name], o["scale"], o["zero"], o["bits"], o.get("signed", False))
             elif k == "DCOM.im2col":
                 cols = im2col(env[o["src"].name], o["kernel"], o["strides"], o["padding"], o["dilation"], o["pad_value"])
                 env[dst] = cols[None]
@@ -309,14 +313,10 @@ class Chip:
             pass  # the reads accumulated the partial sums; cost only
         elif k == "DCOM.dequantize":
             v = _vecs(o, self.M).slice()
-            acc = env[o["src"].name][:, v].astype(np.float64)
-            if o.get("zero"):
-                acc = acc - int(o["zero"]) * env[o["wsum"].name].astype(np.float64).reshape(-1, 1, acc.shape[-1])
-            acc = acc * o["scale"]
-            if o.get("wscale") is not None:
-                acc = acc * env[o["wscale"].name].astype(np.float64)
-            if o.get("bias") is not None:
-                acc = acc + env[o["bias"].name].astype(np.float64)
+            acc = env[o["src"].name][:, v]
+            wsum = env[o["wsum"].name].reshape(-1, 1, acc.shape[-1]) if o.get("zero") else None
+            acc = dequantize(acc, o["scale"], o.get("zero") or 0, wsum,
+                             *(env[o[n].name] if o.get(n) is not None else None for n in ("wscale", "bias")))
             dst = o["dst"].name
             if dst not in env:
                 env[dst] = np.zeros(env[o["src"].name].shape, dtype=np.float32)
@@ -381,13 +381,15 @@ class Chip:
                 wts.append(self._fit(w, bt, r_max, n_max))
             cells = np.stack(cells)
             wts = np.stack(wts)
+            lsb = self._lsb(env, keys, cells.shape)
+            hw, sc = self.xhw, self.options.exact_shortcut
             if self.signed_input:  # two unsigned phases: positive and negative parts
                 mag_bits = self.ibits - 1
-                res = X.mvm(np.maximum(xs, 0), cells, self.hw, self.wbits, mag_bits, self.options.exact_shortcut, weights=wts)
-                res -= X.mvm(np.maximum(-xs, 0), cells, self.hw, self.wbits, mag_bits, self.options.exact_shortcut, weights=wts)
+                res = X.mvm(np.maximum(xs, 0), cells, hw, self.wbits, mag_bits, sc, weights=wts, lsb=lsb)
+                res -= X.mvm(np.maximum(-xs, 0), cells, hw, self.wbits, mag_bits, sc, weights=wts, lsb=lsb)
             else:
-                res = X.mvm(xs, cells, self.hw, self.wbits, self.ibits, self.options.exact_shortcut, weights=wts)
-            if self.options.measure_adc_error and not X.is_lossless(self.hw):
+                res = X.mvm(xs, cells, hw, self.wbits, self.ibits, sc, weights=wts, lsb=lsb)
+            if self.options.measure_adc_error and not X.exact(hw, lsb, r_max):
                 ideal = np.matmul(xs.astype(np.float64), wts.astype(np.float64))
                 err = np.abs(res - ideal)
                 e = stats.adc_error
@@ -401,6 +403,19 @@ class Chip:
                     acc[:, v.slice(), c0:c1] += res[t, :, off : off + v.size, : c1 - c0]
                     off += v.size
                     stats.macs += bt * v.size * (r1 - r0) * (c1 - c0)
+
+    def _lsb(self, env, keys: list, shape: tuple):
+        """The programmed ADC LSB of the tiles being read: the program's ``adc_lsb``, or its per-bitline
+        constant ``%adclsb`` (slice x plane, column), or None (the hardware's fixed rule)."""
+        if "adclsb" in env:
+            per_col = env["adclsb"]  # (S*P, N)
+            t_n, _, _, s_n, p_n, n_max = shape
+            out = np.ones((t_n, s_n * p_n, n_max), dtype=np.float64)
+            for t, key in enumerate(keys):
+                c0, c1 = key[4], key[5]
+                out[t, :, : c1 - c0] = per_col[:, c0:c1]
+            return out.reshape(t_n, s_n, p_n, n_max)
+        return self.adc_lsb
 
     @staticmethod
     def _fit(a: np.ndarray, bt: int, r_max: int, n_max: int) -> np.ndarray:
@@ -471,14 +486,13 @@ class Chip:
         self._mark(key, Range(0, 1), i, True)
 
     def _record_read(self, o: Op, ev: Events) -> None:
-        hw = self.hw
         v = _vecs(o, self.M)
         ents = self._entries(o)
         vectors = v.size * int(self.prog.attr("batch", 1))
         durs, energy = [], defaultdict(float)
         for xb, rows, cols, _ in ents:
-            groups = 1 if o.opcode == "CIM.read_row" else -(-rows.size // hw.crossbar.rows_active)
-            d, e = cost.read(hw, rows.size, cols.size, vectors, groups, self.wbits, self.ibits, self.signed_input)
+            groups = 1 if o.opcode == "CIM.read_row" else -(-rows.size // self.xhw.crossbar.rows_active)
+            d, e = cost.read(self.xhw, rows.size, cols.size, vectors, groups, self.wbits, self.ibits, self.signed_input)
             durs.append(d)
             for k2, val in e.items():
                 energy[k2] += val

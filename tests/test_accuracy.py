@@ -1,0 +1,240 @@
+"""The ADC model against a per-bitline reference, and ADC-aware mapping under an error budget.
+
+The reference below is written from the documented model (cell slices,
+bit-serial inputs, one conversion per bitline per read step: round to the
+nearest multiple of the LSB, saturate at the top code, shift-and-add),
+one bitline at a time in plain numpy, without tvm_cim's encoder.
+"""
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+
+import tvm_cim
+from tvm_cim.compiler import accuracy, codegen, mapping, schedule
+from tvm_cim.compiler.region import MATMUL, Region
+from tvm_cim.hardware import cost
+from tvm_cim.simulator import crossbar
+from tvm_cim.simulator.engine import Chip, Options, SimulationError
+
+from . import test_build
+
+R = dataclasses.replace
+
+
+def reference_mvm(x, w, hw, wbits, ibits, rows_per_step, lsb):
+    """Bit-serial MVM one bitline at a time: x (V, K) unsigned codes, w (K, N) signed ints.
+
+    ``lsb``: a number, or a function ``(slice, plane, column) -> LSB``.
+    """
+    xb = hw.crossbar
+    c, d, top = xb.cell_bits, xb.dac_bits, 2**xb.adc_bits - 1
+    diff = xb.weight_encoding == "differential"
+    mag = wbits - 1 if diff else wbits
+    slices = -(-mag // c)
+    planes = [np.maximum(w, 0), np.maximum(-w, 0)] if diff else [w + 2 ** (wbits - 1)]
+    signs = [1, -1] if diff else [1]
+    v_n, k = x.shape
+    out = np.zeros((v_n, w.shape[1]), dtype=np.int64)
+    for v in range(v_n):
+        for j in range(w.shape[1]):
+            total = 0
+            for p, (plane, sign) in enumerate(zip(planes, signs)):
+                for s in range(slices):
+                    cell = (plane[:, j] >> (s * c)) & ((1 << c) - 1)
+                    step_lsb = lsb(s, p, j) if callable(lsb) else lsb
+                    for b in range(-(-ibits // d)):
+                        xbits = (x[v] >> (b * d)) & ((1 << d) - 1)
+                        for g0 in range(0, k, rows_per_step):
+                            analog = int(np.dot(xbits[g0:g0 + rows_per_step], cell[g0:g0 + rows_per_step]))
+                            code = min(int(np.floor(analog / step_lsb + 0.5)), top)
+                            total += sign * (code * step_lsb) << (b * d + s * c)
+            if not diff:
+                total -= 2 ** (wbits - 1) * int(x[v].sum())
+            out[v, j] = total
+    return out
+
+
+def crossbar_mvm(x, w, hw, wbits, ibits, lsb=None):
+    cells = crossbar.encode(w, hw, wbits)[None, None]
+    return crossbar.mvm(x[None, None], cells, hw, wbits, ibits, exact_shortcut=False, lsb=lsb)[0, 0]
+
+
+@pytest.mark.parametrize("preset,rows", [("prime", 64), ("prime", 8), ("jia21", 100), ("jia21", 37),
+                                         ("puma", 128), ("isaac", 8)])
+def test_adc_fixed_rule_matches_a_per_bitline_reference(preset, rows):
+    """clip (LSB one unit) and scale (LSB covering the largest sum of the driven rows), saturation included."""
+    rng = np.random.default_rng(rows)
+    hw = tvm_cim.load(preset)
+    hw = R(hw, crossbar=R(hw.crossbar, rows=max(rows, 64), adc_bits=6)).driving(rows)
+    k = min(hw.crossbar.rows, 70)
+    x = rng.integers(0, 256, size=(3, k))
+    x[0] = 255  # dense inputs saturate
+    w = rng.integers(-127, 128, size=(k, 5))
+    lsb = crossbar.adc_lsb(hw, k)
+    got = crossbar_mvm(x, w, hw, 8, 8)
+    np.testing.assert_array_equal(got, reference_mvm(x, w, hw, 8, 8, hw.crossbar.rows_active, lsb))
+    altered = not np.array_equal(got, x @ w)
+    assert altered == (crossbar.max_partial_sum(hw, k) > 63)  # the 6-bit ADC alters these conversions iff it can
+
+
+@pytest.mark.parametrize("encoding", ["differential", "offset"])
+def test_programmed_adc_range_per_array_and_per_bitline_matches_the_reference(encoding):
+    rng = np.random.default_rng(7)
+    hw = tvm_cim.load("prime")
+    hw = R(hw, crossbar=R(hw.crossbar, weight_encoding=encoding, adc_range="column")).driving(16)
+    x = rng.integers(0, 256, size=(4, 40))
+    w = rng.integers(-127, 128, size=(40, 6))
+    got = crossbar_mvm(x, w, hw, 8, 8, lsb=4)
+    np.testing.assert_array_equal(got, reference_mvm(x, w, hw, 8, 8, 16, 4))
+    s_n, p_n = hw.weight_slices(8), hw.cols_per_weight(8) // hw.weight_slices(8)
+    per = 1 << rng.integers(0, 4, size=(s_n, p_n, 6))
+    got = crossbar_mvm(x, w, hw, 8, 8, lsb=per[None])
+    np.testing.assert_array_equal(got, reference_mvm(x, w, hw, 8, 8, 16, lambda s, p, j: int(per[s, p, j])))
+
+
+def test_programmed_lsb_is_the_smallest_power_of_two_covering_the_peak():
+    hw = tvm_cim.load("prime")  # 8-bit ADC: 255 levels
+    assert crossbar.programmed_lsb(0, hw) == 1 and crossbar.programmed_lsb(255, hw) == 1
+    assert crossbar.programmed_lsb(256, hw) == 2 and crossbar.programmed_lsb(510, hw) == 2
+    assert crossbar.programmed_lsb(511, hw) == 4
+    np.testing.assert_array_equal(crossbar.programmed_lsb(np.array([10, 600, 4000]), hw), [1, 4, 16])
+
+
+def test_bitline_peaks_are_the_largest_analogue_sums():
+    rng = np.random.default_rng(2)
+    hw = tvm_cim.load("prime").driving(8)
+    x = rng.integers(0, 256, size=(5, 20))
+    w = rng.integers(-127, 128, size=(20, 3))
+    cells = crossbar.encode(w, hw, 8)  # (20, S, P, 3)
+    peaks = crossbar.bitline_peaks(x[None, None], cells[None, None], hw, 8)[0]
+    want = np.zeros(cells.shape[1:])
+    for b in range(hw.input_steps(8)):
+        xb = (x >> (3 * b)) & 7
+        for g0 in range(0, 20, 8):
+            want = np.maximum(want, np.einsum("vr,rspn->vspn", xb[:, g0:g0 + 8], cells[g0:g0 + 8]).max(axis=0))
+    np.testing.assert_array_equal(peaks, want)
+
+
+def test_row_options_end_with_an_exact_count():
+    for name, want in [("prime", [64, 32, 16, 8, 4, 2]), ("jia21", [1152, 576, 288, 255]), ("puma", [128, 85]),
+                       ("isaac", [8]), ("dynaplasia", [320]), ("jain21", [32])]:
+        hw = tvm_cim.load(name)
+        assert accuracy.row_options(hw) == want
+        last = hw.driving(want[-1])
+        assert crossbar.max_partial_sum(last) <= 2**hw.crossbar.adc_bits - 1
+
+
+def test_fewer_rows_per_step_cost_more_read_steps():
+    hw = tvm_cim.load("prime")
+    base = cost.mvm_ns(hw, 256, 10, 8, 8, False)
+    assert cost.mvm_ns(hw.driving(16), 256, 10, 8, 8, False) == pytest.approx(4 * base)
+    assert hw.driving(1000) is hw and hw.driving(None) is hw
+
+
+def test_simulated_rows_per_step_matches_estimate_and_reference():
+    """A program that drives 2 rows per step (no sum exceeds the ADC): exact results, longer reads."""
+    rng = np.random.default_rng(9)
+    hw = tvm_cim.load("prime")
+    w = rng.integers(-127, 128, size=(100, 12)).astype(np.int8)
+    x = rng.integers(0, 256, size=(6, 100)).astype(np.float32)
+    results = {}
+    for rps in (None, 2):
+        r = Region("mm", MATMUL, [(6, 100)], (6, 12), x_scale=1.0, w_int=w, w_scale=np.ones(12, np.float32),
+                   rows_per_step=rps)
+        sched = schedule.schedule([r], hw, "none")
+        cmap = mapping.allocate([r], hw, sched.plans)
+        prog = codegen.generate(r, cmap.placements["mm"], hw, sched.options, "none")
+        assert (prog.attr("rows_per_step") == 2) == (rps == 2)
+        env, stats = Chip(hw, Options(exact_shortcut=False)).run(prog, {"x": x, **codegen.region_constants(r)})
+        results[rps] = (env["acc"][0], stats.latency_ns, sched.plans["mm"].latency_ns)
+    exact = x.astype(np.int64) @ w.astype(np.int64)
+    np.testing.assert_array_equal(results[2][0], exact)
+    assert not np.array_equal(results[None][0], exact)
+    assert results[2][1] > results[None][1] and results[2][2] > results[None][2]
+
+
+def test_simulator_rejects_a_mapping_the_chip_cannot_do():
+    rng = np.random.default_rng(1)
+    hw = tvm_cim.load("puma")  # fixed ADC range
+    w = rng.integers(-127, 128, size=(20, 4)).astype(np.int8)
+    r = Region("mm", MATMUL, [(2, 20)], (2, 4), x_scale=1.0, w_int=w, w_scale=np.ones(4, np.float32), adc_lsb=2)
+    sched = schedule.schedule([r], hw, "none")
+    prog = codegen.generate(r, mapping.allocate([r], hw, sched.plans).placements["mm"], hw, sched.options)
+    with pytest.raises(SimulationError, match="fixed"):
+        Chip(hw).run(prog, {"x": np.ones((2, 20), np.float32), **codegen.region_constants(r)})
+
+
+def test_lsb_cols_text_round_trip():
+    a = 1 << np.array([[0, 3, 15], [2, 2, 1]])
+    np.testing.assert_array_equal(accuracy.lsb_cols_parse(accuracy.lsb_cols_text(a)), a)
+
+
+# ---------------------------------------------------------------------------- whole builds
+cnn = test_build.cnn  # the small CNN, its input and its float reference (a fixture)
+cosine = test_build.cosine
+
+
+def build_run(mod, x, hw, max_error=None):
+    with tvm_cim.accuracy_budget(max_error):
+        ex = relax.build(mod, target=f"cim -hw={hw}")
+    info = tvm_cim.last_compile_info()
+    tvm_cim.runtime.reset()
+    with tvm_cim.runtime.collect() as stats:
+        y = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+    return y, info, stats
+
+
+@pytest.mark.parametrize("hw", ["prime", "jia21"])
+def test_default_budget_gives_a_usable_network_on_lossy_presets(cnn, hw):
+    mod, x, ref = cnn
+    y, info, _ = build_run(mod, x, hw)
+    acc = info.accuracy
+    assert acc["max_error"] == accuracy.DEFAULT_MAX_ERROR and acc["met"]
+    assert acc["predicted_error"] is None or acc["predicted_error"] <= acc["max_error"]
+    assert cosine(y, ref) >= 0.99
+    for prog in info.programs:  # the programs carry the mapping the report gives
+        rep = acc["regions"][prog.name]
+        rps = prog.attr("rows_per_step", info.hw.crossbar.rows_active)
+        assert rep["mapping"].startswith(f"{rps} rows/step")
+        assert rep["ns"] >= rep["fastest_ns"] and rep["error"] <= rep["fastest_error"]
+
+
+def test_tighter_budget_is_slower_and_more_accurate(cnn):
+    mod, x, ref = cnn
+    loose_y, loose, _ = build_run(mod, x, "prime", max_error=1.0)
+    tight_y, tight, _ = build_run(mod, x, "prime", max_error=0.001)
+    assert all(v["mapping"] == v["fastest"] for v in loose.accuracy["regions"].values())
+    assert loose.accuracy["int8_error"] is None  # unconstrained: nothing measured end to end
+    ns = [sum(v["ns"] for v in a.accuracy["regions"].values()) for a in (loose, tight)]
+    assert ns[1] > ns[0]
+    assert cosine(tight_y, ref) > cosine(loose_y, ref)
+
+
+def test_lossless_presets_are_left_as_they_were(cnn):
+    mod, x, ref = cnn
+    for hw in ("isaac", "dynaplasia", "jain21"):
+        y, info, _ = build_run(mod, x, hw)
+        assert info.accuracy == {}
+        assert all(p.attr("rows_per_step") is None and p.attr("adc_lsb") is None for p in info.programs)
+
+
+def test_an_edited_mapping_is_followed(cnn):
+    mod, x, ref = cnn
+    from tvm_cim.compiler import transform as T
+
+    hw = tvm_cim.load("prime")
+    m = T.MapCrossbars(hw)(T.Quantize(hw)(T.Calibrate()(T.FindRegions()(mod))))
+    g = T.region_functions(m)[1][0]
+    m.update_func(m.get_global_var(g), m[g].with_attr("cim.rows_per_step", 4).with_attr("cim.adc_lsb", 2))
+    for p in (T.Segment(hw), T.DuplicateWeights(hw), T.Place(hw), T.GenerateMetaOps(hw)):
+        m = p(m)
+    from tvm_cim.program import parse_program
+
+    prog = parse_program(str(m[g].attrs["cim.program"]))
+    assert prog.attr("rows_per_step") == 4 and prog.attr("adc_lsb") == 2
+    assert "cim.accuracy" in m.attrs and json.loads(str(m.attrs["cim.accuracy"]))["met"]

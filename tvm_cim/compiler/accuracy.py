@@ -1,0 +1,459 @@
+"""ADC-aware crossbar mapping: per layer, the fastest mapping whose error on the calibration samples fits a budget.
+
+A layer's *mapping* is how its crossbars are read, within what the hardware
+file allows:
+
+* **rows driven per read step** (at most ``crossbar.rows_active``; the other
+  rows get zero input).  Fewer rows keep every bitline's analogue sum small,
+  so the ADC alters fewer conversions, at the price of more read steps.  The
+  cost is what the cost primitives charge for the chip as the layer drives it
+  (:meth:`tvm_cim.hardware.schema.CIMHardware.driving`): ``cost.read`` and
+  ``cost.mvm_ns`` count ``ceil(rows / rows_per_step)`` row groups.
+* **the ADC's input range**, where ``crossbar.adc_range`` lets the compiler
+  program it: one power-of-two LSB for all of the layer's arrays (``array``)
+  or one per bitline (``column``), calibrated on the largest partial sum the
+  calibration samples produce (as activation scales are calibrated on the
+  ranges they produce); larger sums saturate.  With ``fixed`` the LSB follows
+  ``adc_mode``.
+
+Error budget.  ``max_error`` bounds ``1 - cosine`` between the network's
+outputs and the float reference on the calibration samples (default 0.01:
+cosine >= 0.99).  Int8 quantisation alone costs ``e_q``, measured end to end
+on the samples with every region replaced by exact int8 arithmetic; the
+mappings may add the rest.  The error a mapping adds to a layer is measured on
+a seeded sample of the layer's calibration input vectors: ``1 - cosine``
+between its output through the modelled crossbars
+(:func:`tvm_cim.simulator.crossbar.mvm`, the simulator's physics) and its
+exact int8 output.  Layer errors are taken to add up at the network output
+(``1 - cos`` is half the squared relative error, and independent relative
+errors of successive layers add in quadrature); residual connections and
+pooling attenuate them, so the sum is conservative.
+
+Choice.  Every layer starts at its fastest candidate (the most accurate of
+the equally fast ones); while the summed error exceeds the allowance, the
+layer whose next more accurate candidate removes the most error per
+nanosecond added moves to it.  Driving few enough rows that no sum can exceed
+the ADC is exact, so any budget above ``e_q`` can be met.  Latencies are the
+fast estimate of the layer alone (one copy of its weights).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import zlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..common.layout import dequantize, im2col, quantize_codes
+from ..hardware.schema import CIMHardware
+from ..simulator import crossbar as X
+from .estimate import Estimator
+from .plan import passes_of
+from .quantize import Observation
+from .region import CONV2D, DMATMUL, MATMUL, Region
+
+DEFAULT_MAX_ERROR = 0.005  # 1 - cosine against the float reference on the calibration samples (half of 0.99's)
+SAMPLE_COLS = 32  # output columns an error is measured on (all columns calibrate a programmed range)
+_COL_CHUNK = 256  # columns encoded at once when calibrating ranges
+
+
+# ============================================================================ mappings
+@dataclass(frozen=True)
+class Mapping:
+    """How a layer's crossbars are read.
+
+    Attributes
+    ----------
+    rows_per_step : int
+        Wordlines driven per read step.
+    adc : str
+        ``fixed`` (the hardware's rule), ``array`` (one programmed LSB) or
+        ``column`` (one programmed LSB per bitline).
+    lsb : int or None
+        The programmed LSB (``array``).
+    lsb_cols : np.ndarray or None
+        The programmed LSB per bitline, shape ``(slices x planes, N)`` (``column``).
+    """
+
+    rows_per_step: int
+    adc: str = "fixed"
+    lsb: int | None = None
+    lsb_cols: np.ndarray | None = field(default=None, compare=False, repr=False)
+
+    def describe(self) -> str:
+        """One line for reports."""
+        if self.adc == "array":
+            return f"{self.rows_per_step} rows/step, ADC LSB {self.lsb}"
+        if self.adc == "column":
+            lo, hi = int(self.lsb_cols.min()), int(self.lsb_cols.max())
+            return f"{self.rows_per_step} rows/step, ADC LSB per bitline {lo}..{hi}"
+        return f"{self.rows_per_step} rows/step, fixed ADC range"
+
+    def attrs(self) -> dict:
+        """The region-function attributes that record it (``cim.rows_per_step``, ``cim.adc_lsb[_cols]``)."""
+        out: dict = {"rows_per_step": int(self.rows_per_step)}
+        if self.adc == "array":
+            out["adc_lsb"] = int(self.lsb)
+        if self.adc == "column":
+            out["adc_lsb_cols"] = lsb_cols_text(self.lsb_cols)
+        return out
+
+
+def lsb_cols_text(lsb: np.ndarray) -> str:
+    """Per-bitline LSBs (powers of two) as text: one hex digit of the exponent per column, rows by ``/``."""
+    e = np.log2(np.asarray(lsb)).round().astype(np.int64)
+    if e.min() < 0 or e.max() > 15:
+        raise ValueError("programmed ADC LSBs must be 2^0 .. 2^15")
+    digits = np.array(list("0123456789abcdef"))
+    return "/".join("".join(digits[row]) for row in e)
+
+
+def lsb_cols_parse(text: str) -> np.ndarray:
+    """Inverse of :func:`lsb_cols_text`: ``(slices x planes, N)`` int64 LSBs."""
+    return np.array([[1 << int(c, 16) for c in row] for row in str(text).split("/")], dtype=np.int64)
+
+
+def apply(r: Region, m: Mapping | None) -> Region:
+    """A copy of a region read with mapping ``m`` (None: the chip's defaults)."""
+    if m is None:
+        return dataclasses.replace(r, rows_per_step=None, adc_lsb=None, adc_lsb_cols=None)
+    return dataclasses.replace(r, rows_per_step=m.rows_per_step, adc_lsb=m.lsb if m.adc == "array" else None,
+                               adc_lsb_cols=m.lsb_cols if m.adc == "column" else None)
+
+
+def row_options(hw: CIMHardware) -> list[int]:
+    """Rows per read step worth trying: ``rows_active`` halved until no sum can exceed the ADC, and that count.
+
+    Largest first (the fastest).
+    """
+    xb = hw.crossbar
+    per_row = (2**xb.dac_bits - 1) * (2**xb.cell_bits - 1)
+    r_exact = max(1, (2**xb.adc_bits - 1) // per_row)
+    out, r = [], xb.rows_active
+    while r > r_exact:
+        out.append(r)
+        r //= 2
+    out.append(min(xb.rows_active, r_exact))
+    return sorted(set(out), reverse=True)
+
+
+def needs_mapping(hw: CIMHardware) -> bool:
+    """False when every layer is exact as the chip reads it by default (nothing to decide)."""
+    return hw.crossbar.adc_range != "fixed" or not X.is_lossless(hw)
+
+
+# ============================================================================ measuring a layer
+class LayerProbe:
+    """A layer's calibration vectors, quantised, and its crossbars as they would be programmed.
+
+    Parameters
+    ----------
+    r : Region
+        The quantised layer.
+    vectors : list of dict
+        Its sampled calibration input vectors (:func:`tvm_cim.compiler.quantize.sample_vectors`).
+    hw : CIMHardware
+    wbits, ibits : int
+        Quantised precision.
+    """
+
+    def __init__(self, r: Region, vectors: list[dict], hw: CIMHardware, wbits: int, ibits: int):
+        self.r, self.hw, self.wbits, self.ibits = r, hw, wbits, ibits
+        x = np.concatenate([v["x"] for v in vectors])
+        self.xq = quantize_codes(x, r.x_scale, r.x_zero, ibits, r.x_signed)
+        if r.kind == DMATMUL:
+            ys, which, off = [], [], 0
+            for v in vectors:
+                ys.append(quantize_codes(v["y"], r.y_scale, 0, wbits, True))
+                which.append(v["b"] + off)
+                off += len(v["y"])
+            self.w = np.concatenate(ys)  # (B, K, N)
+            self.which = np.concatenate(which)
+        else:
+            self.w = r.w_int.astype(np.int32)[None]
+            self.which = np.zeros(len(self.xq), dtype=np.int64)
+        n = self.w.shape[-1]
+        seed = zlib.crc32(r.name.encode())
+        self.cols = np.sort(np.random.default_rng(seed).choice(n, min(n, SAMPLE_COLS), replace=False))
+        self.exact = self._output(self._exact_acc(self.cols), self.cols)
+        self._cells: dict = {}
+
+    # ------------------------------------------------------------------ helpers
+    def _blocks(self) -> list[tuple[int, int]]:
+        k, rows = self.w.shape[1], self.hw.crossbar.rows
+        return [(k0, min(k, k0 + rows)) for k0 in range(0, k, rows)]
+
+    def _tiles(self, b: int, cols: np.ndarray):
+        """Input tiles ``(T, 1, V, R)`` of the vectors meeting weight matrix ``b``, and their cells."""
+        rows = min(self.w.shape[1], self.hw.crossbar.rows)  # a tile's rows, as the simulator pads them
+        sel = self.which == b
+        xs, cells = [], []
+        key = (b, cols.tobytes())
+        cached = self._cells.get(key)
+        for i, (k0, k1) in enumerate(self._blocks()):
+            xt = np.zeros((sel.sum(), rows), dtype=np.int32)
+            xt[:, : k1 - k0] = self.xq[sel, k0:k1]
+            xs.append(xt)
+            if cached is None:
+                wt = np.zeros((rows, len(cols)), dtype=np.int32)
+                wt[: k1 - k0] = self.w[b, k0:k1][:, cols]
+                cells.append(X.encode(wt, self.hw, self.wbits))
+        if cached is None:
+            cached = np.stack(cells)[:, None]  # (T, 1, R, S, P, n)
+            if len(cols) <= SAMPLE_COLS:
+                self._cells[key] = cached
+        return np.stack(xs)[:, None], cached, sel
+
+    def _phases(self, x: np.ndarray) -> list[tuple[np.ndarray, int, int]]:
+        """(unsigned codes, input bits, sign) of each phase the crossbars are read in."""
+        if self.r.x_signed:
+            return [(np.maximum(x, 0), self.ibits - 1, 1), (np.maximum(-x, 0), self.ibits - 1, -1)]
+        return [(x, self.ibits, 1)]
+
+    def _exact_acc(self, cols: np.ndarray) -> np.ndarray:
+        acc = np.zeros((len(self.xq), len(cols)))
+        for b in np.unique(self.which):
+            sel = self.which == b
+            acc[sel] = self.xq[sel].astype(np.float64) @ self.w[b][:, cols].astype(np.float64)
+        return acc
+
+    def _output(self, acc: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        r = self.r
+        scale = r.x_scale * (r.y_scale if r.kind == DMATMUL else 1.0)
+        wsum = self.w.sum(axis=1)[self.which][:, cols] if r.x_zero else None
+        wscale = r.w_scale[cols] if r.w_scale is not None else None
+        bias = r.bias[cols] if r.bias is not None else None
+        return dequantize(acc, scale, r.x_zero, wsum, wscale, bias)
+
+    # ------------------------------------------------------------------ what the compiler asks
+    def peaks(self, rows_per_step: int) -> np.ndarray:
+        """Largest analogue sum of every bitline, ``(slices x planes, N)``, driving ``rows_per_step`` rows."""
+        xhw = self.hw.driving(rows_per_step)
+        n = self.w.shape[-1]
+        s_p = self.hw.cols_per_weight(self.wbits)
+        out = np.zeros((s_p, n))
+        for c0 in range(0, n, _COL_CHUNK):
+            cols = np.arange(c0, min(n, c0 + _COL_CHUNK))
+            for b in np.unique(self.which):
+                xs, cells, _ = self._tiles(int(b), cols)
+                for x, bits, _ in self._phases(xs):
+                    p = X.bitline_peaks(x, cells, xhw, bits).max(axis=0)  # (S, P, n)
+                    out[:, cols] = np.maximum(out[:, cols], p.reshape(s_p, len(cols)))
+        return out
+
+    def error(self, m: Mapping) -> float:
+        """``1 - cosine`` of the layer's output read with mapping ``m`` against its exact int8 output."""
+        xhw = self.hw.driving(m.rows_per_step)
+        lsb = m.lsb if m.adc == "array" else None
+        if m.adc == "column":
+            s_n = self.hw.weight_slices(self.wbits)
+            lsb = m.lsb_cols[:, self.cols].reshape(s_n, -1, len(self.cols))[None]
+        if X.exact(xhw, lsb, min(self.w.shape[1], self.hw.crossbar.rows)):
+            return 0.0
+        acc = np.zeros((len(self.xq), len(self.cols)))
+        for b in np.unique(self.which):
+            xs, cells, sel = self._tiles(int(b), self.cols)
+            t_lsb = np.broadcast_to(lsb, (len(xs),) + cells.shape[-3:]) if np.ndim(lsb) else lsb
+            for x, bits, sign in self._phases(xs):
+                res = X.mvm(x, cells, xhw, self.wbits, bits, exact_shortcut=True, lsb=t_lsb)
+                acc[sel] += sign * res.sum(axis=0)[0]
+        return cosine_error(self._output(acc, self.cols), self.exact)
+
+
+def cosine_error(a: np.ndarray, b: np.ndarray) -> float:
+    """``1 - cosine`` of two arrays (0 when both are zero)."""
+    a, b = np.ravel(a).astype(np.float64), np.ravel(b).astype(np.float64)
+    na, nb = np.linalg.norm(a), np.linalg.norm(b)
+    if na == 0 or nb == 0:
+        return 0.0 if na == nb else 1.0
+    return float(max(0.0, 1.0 - (a @ b) / (na * nb)))
+
+
+# ============================================================================ candidates and the choice
+@dataclass
+class Candidate:
+    """One mapping of a layer with its estimated latency and measured error."""
+
+    mapping: Mapping
+    ns: float
+    error: float
+
+
+@dataclass
+class Choice:
+    """What the compiler chose for one layer, and what the fastest mapping would have given."""
+
+    region: str
+    chosen: Candidate
+    fastest: Candidate
+    tried: int
+
+
+class Front:
+    """A layer's mappings that no other beats on both latency and error, fastest first, measured lazily.
+
+    Row counts are tried largest (fastest) first; at each, the ADC options
+    are the fixed rule and, where the chip can program its range, the
+    calibrated range (and half of it, which clips the rarest sums but halves
+    the rounding step) per array, or per bitline.  A row count joins the
+    front with its most accurate option if that beats the faster ones; slower
+    row counts are measured only when the choice asks for them.
+
+    Parameters
+    ----------
+    probe : LayerProbe
+    est : Estimator
+    """
+
+    def __init__(self, probe: LayerProbe, est: Estimator):
+        self.probe, self.est = probe, est
+        self.rows = row_options(probe.hw)
+        self.items: list[Candidate] = []
+        self.tried = 0
+        self._next = 0
+        r, hw = probe.r, probe.hw
+        self._passes = passes_of(est.tiles(r, hw.crossbar.rows), hw.total_crossbars)
+        self._extend()
+
+    def _extend(self) -> None:
+        hw, r = self.probe.hw, self.probe.r
+        rp = self.rows[self._next]
+        self._next += 1
+        ns = self.est.region_ns(apply(r, Mapping(rp)), 1, hw.crossbar.rows, True, self._passes)
+        opts = [Mapping(rp)]
+        if hw.crossbar.adc_range in ("array", "column"):
+            peak = self.probe.peaks(rp)
+            lsb = int(X.programmed_lsb(peak.max(), hw))
+            opts += [Mapping(rp, "array", lsb)] + ([Mapping(rp, "array", lsb // 2)] if lsb > 1 else [])
+            if hw.crossbar.adc_range == "column":
+                opts.append(Mapping(rp, "column", lsb_cols=np.asarray(X.programmed_lsb(peak, hw))))
+        found = [Candidate(m, ns, self.probe.error(m)) for m in opts]
+        self.tried += len(found)
+        best = min(found, key=lambda c: c.error)
+        if not self.items or best.error < self.items[-1].error:
+            self.items.append(best)
+
+    def get(self, i: int) -> Candidate | None:
+        """The ``i``-th front entry (measuring slower row counts as needed), None if there is none."""
+        while len(self.items) <= i and self._next < len(self.rows) and self.items[-1].error > 0:
+            self._extend()
+        return self.items[i] if i < len(self.items) else None
+
+
+def allocate(fronts: dict[str, Front], allowance: float) -> dict[str, int]:
+    """Index into every layer's front: the fastest start, then the best error removed per ns added until
+    the summed error fits ``allowance`` (or no layer can do better)."""
+    idx = {k: 0 for k in fronts}
+    total = sum(f.get(0).error for f in fronts.values())
+    while total > allowance:
+        best, gain = None, -1.0
+        for k, f in fronts.items():
+            cur, nxt = f.get(idx[k]), f.get(idx[k] + 1)
+            if nxt is None:
+                continue
+            gain_k = (cur.error - nxt.error) / max(nxt.ns - cur.ns, 1e-9)
+            if gain_k > gain:
+                best, gain = k, gain_k
+        if best is None:
+            break
+        f = fronts[best]
+        total -= f.get(idx[best]).error - f.get(idx[best] + 1).error
+        idx[best] += 1
+    return idx
+
+
+@dataclass
+class Result:
+    """The mapping of every layer and what it means for the network.
+
+    Attributes
+    ----------
+    choices : list of Choice
+    max_error : float
+        The budget (``1 - cosine`` against the float reference on the calibration samples).
+    int8_error : float or None
+        Measured ``1 - cosine`` of exact int8 arithmetic (None when not needed: no layer loses accuracy).
+    predicted_error : float or None
+        ``int8_error`` plus the chosen mappings' layer errors.
+    met : bool
+        Whether the prediction fits the budget.
+    """
+
+    choices: list[Choice]
+    max_error: float
+    int8_error: float | None
+    predicted_error: float | None
+    met: bool
+
+
+def map_layers(regions: list[Region], obs: Observation, hw: CIMHardware, wbits: int, ibits: int,
+               max_error: float | None, int8_error) -> Result:
+    """Choose every layer's mapping (see the module docstring).
+
+    Parameters
+    ----------
+    regions : list of Region
+        The quantised layers.
+    obs : Observation
+        What calibration saw (the sampled input vectors of every layer).
+    hw : CIMHardware
+    wbits, ibits : int
+    max_error : float or None
+        The budget; None: :data:`DEFAULT_MAX_ERROR`; 1 or more: unconstrained (the fastest mappings).
+    int8_error : callable
+        ``() -> float``: the measured error of exact int8 arithmetic (called only when needed).
+
+    Returns
+    -------
+    Result
+    """
+    budget = DEFAULT_MAX_ERROR if max_error is None else float(max_error)
+    est = Estimator(hw, wbits, ibits)
+    fronts = {}
+    for r in regions:
+        vecs = obs.vectors.get(r.name)
+        if not vecs:
+            raise ValueError(f"region {r.name}: no calibration vectors; run Calibrate on this module first")
+        fronts[r.name] = Front(LayerProbe(r, vecs, hw, wbits, ibits), est)
+    lossy = sum(f.get(0).error for f in fronts.values()) > 0
+    e_q = None
+    if lossy and budget < 1.0:
+        e_q = float(int8_error())
+        idx = allocate(fronts, max(0.0, budget - e_q))
+    else:
+        idx = {k: 0 for k in fronts}
+    choices = [Choice(r.name, fronts[r.name].get(idx[r.name]), fronts[r.name].get(0), fronts[r.name].tried)
+               for r in regions]
+    pred = None if e_q is None else e_q + sum(c.chosen.error for c in choices)
+    return Result(choices, budget, e_q, pred, pred is None or pred <= budget)
+
+
+# ============================================================================ exact int8 network
+def emulate(r: Region, xs: list[np.ndarray], wbits: int, ibits: int) -> np.ndarray:
+    """A region computed with exact int8 arithmetic (no ADC): what a lossless chip gives."""
+    xq = quantize_codes(xs[0], r.x_scale, r.x_zero, ibits, r.x_signed).astype(np.float64)
+    if r.kind == CONV2D:
+        c = r.conv
+        cols = im2col(xq, c["kernel"], c["strides"], c["padding"], c["dilation"], r.x_zero)
+        wsum = r.w_int.astype(np.float64).sum(axis=0)
+        y = dequantize(cols @ r.w_int.astype(np.float64), r.x_scale, r.x_zero, wsum, r.w_scale, r.bias)
+        n, oc, oh, ow = r.out_shape
+        y = y.reshape(n, oh, ow, oc).transpose(0, 3, 1, 2)
+    elif r.kind == MATMUL:
+        wsum = r.w_int.astype(np.float64).sum(axis=0)
+        y = dequantize(xq @ r.w_int.astype(np.float64), r.x_scale, r.x_zero, wsum, r.w_scale, r.bias)
+    else:
+        yq = quantize_codes(xs[1], r.y_scale, 0, wbits, True).astype(np.float64)
+        wsum = yq.sum(axis=-2, keepdims=True)
+        y = dequantize(np.matmul(xq, yq), r.x_scale * r.y_scale, r.x_zero, wsum)
+    return y.reshape(r.out_shape)
+
+
+def int8_network_error(regions: dict[str, Region], obs: Observation, wbits: int, ibits: int) -> float:
+    """``1 - cosine`` of the network with every region in exact int8 arithmetic (:func:`emulate`), against
+    the float outputs calibration recorded, over the calibration samples."""
+    outs = obs.runner.run(obs.inputs, lambda name, xs: emulate(regions[name], xs, wbits, ibits))
+    got = np.concatenate([np.ravel(a) for sample in outs for a in sample])
+    ref = np.concatenate([np.ravel(a) for sample in obs.outputs for a in sample])
+    return cosine_error(got, ref)
