@@ -17,8 +17,7 @@ from tvm import relax
 import tvm_cim
 from tvm_cim.compiler import accuracy, codegen, mapping, schedule
 from tvm_cim.compiler.region import MATMUL, Region
-from tvm_cim.hardware import cost
-from tvm_cim.simulator import crossbar
+from tvm_cim.hardware import cost, crossbar
 from tvm_cim.simulator.engine import Chip, Options, SimulationError
 
 from . import test_build

@@ -45,7 +45,7 @@ def cosine(a, b):
 def test_every_preset_builds_and_runs(cnn, name):
     """Lossless ADCs leave only int8 quantisation error; on lossy ones the default error budget (ADC-aware
     mapping) keeps the network as usable: cosine >= 0.99 against the float reference on a new input."""
-    from tvm_cim.simulator import crossbar
+    from tvm_cim.hardware import crossbar
 
     mod, x, ref = cnn
     ex = relax.build(mod, target=f"cim -hw={name}")

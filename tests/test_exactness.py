@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import tvm_cim
 from tvm_cim.compiler import codegen, mapping, schedule, strategies
 from tvm_cim.compiler.region import CONV2D, DMATMUL, MATMUL, Region, unfold_conv_weight
-from tvm_cim.simulator import crossbar
+from tvm_cim.hardware import crossbar
 from tvm_cim.simulator.engine import Chip, Options
 
 R = dataclasses.replace

@@ -11,8 +11,8 @@ from .common.report import si as _si
 from .compiler import codegen
 from .compiler.mapping import precision
 from .compiler.transform import CompileInfo
+from .hardware import crossbar as xbar
 from .hardware.cost import leakage_mw as chip_leakage_mw
-from .simulator import crossbar as xbar
 from .simulator.engine import Chip
 from .simulator.engine import Options as SimOptions
 from .simulator.timeline import schedule_graph

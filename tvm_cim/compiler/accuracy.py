@@ -23,7 +23,7 @@ on the samples with every region replaced by exact int8 arithmetic; the
 mappings may add the rest.  The error a mapping adds to a layer is measured on
 a seeded sample of the layer's calibration input vectors: ``1 - cosine``
 between its output through the modelled crossbars
-(:func:`tvm_cim.simulator.crossbar.mvm`, the simulator's physics) and its
+(:func:`tvm_cim.hardware.crossbar.mvm`, the device physics the simulator executes) and its
 exact int8 output.  Layer errors are taken to add up at the network output
 (``1 - cos`` is half the squared relative error, and independent relative
 errors of successive layers add in quadrature); residual connections and
@@ -46,8 +46,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..common.layout import dequantize, im2col, quantize_codes
+from ..hardware import crossbar as X
 from ..hardware.schema import CIMHardware
-from ..simulator import crossbar as X
 from .estimate import Estimator
 from .plan import passes_of
 from .quantize import Observation

@@ -30,9 +30,9 @@ import numpy as np
 
 from ..common.layout import dequantize, im2col, quantize_codes
 from ..hardware import cost
+from ..hardware import crossbar as X
 from ..hardware.schema import CIMHardware
 from ..program import OPS, Op, Parallel, Program, Range, Ref
-from . import crossbar as X
 from .timeline import Events, schedule_graph
 
 
