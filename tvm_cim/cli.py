@@ -102,14 +102,8 @@ def main(argv: list[str] | None = None) -> int:
                    "no outputs, no comparison with the reference")
     r.set_defaults(func=cmd_run)
 
-    w = sub.add_parser("sweep", help="compile and simulate a grid of models x presets x strategies x hardware keys "
-                       "on Ray (a local Ray by default; --address or $RAY_ADDRESS for a cluster)",
-                       description="Each point is one compile + simulation, run as a Ray task in its own worker "
-                       "process. Results go to OUT/sweep.csv (one row per point), plots to OUT/, and a cache keyed "
-                       "by model, hardware, options and project version, so a re-run computes only new points. "
-                       "Point it at a Ray cluster with --address ray://HEAD:10001 (or set RAY_ADDRESS); on a node "
-                       "of the cluster, --address auto.")
-    sweep.add_arguments(w, "cim", "prime")
+    w = sweep.add_parser(sub, "cim", "prime", "compile and simulate a grid of models x presets x strategies x "
+                         "hardware keys", "Each point is one compile + simulation")
     w.add_argument("--timing-only", action="store_true", help="timing-only simulation of every point (faster)")
     w.set_defaults(func=cmd_sweep)
 

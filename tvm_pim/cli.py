@@ -217,13 +217,9 @@ def main(argv: list[str] | None = None) -> int:
     q.add_argument("-o", "--output", help="model file (default <$TVM_PIM_CACHE or ~/.cache/tvm_pim>/<hw>/predictor.ubj)")
     q.set_defaults(func=cmd_predictor)
 
-    w = sub.add_parser("sweep", help="time a grid of kernels (or models) x presets x draft strategies x hardware "
-                       "keys on Ray (a local Ray by default; --address or $RAY_ADDRESS for a cluster)",
-                       description="Each point is one kernel timed with its chosen draft (or one model compiled and "
-                       "simulated), run as a Ray task in its own worker process. --model takes kernels "
-                       "(gemv:b=1,m=1,n=4096,k=4096) as well as models. Results go to OUT/sweep.csv, plots to OUT/, "
-                       "and a cache keyed by kernel, hardware, options and project version. Point it at a Ray "
-                       "cluster with --address ray://HEAD:10001 (or set RAY_ADDRESS).")
-    sweep.add_arguments(w, "pim", "attacc")
+    w = sweep.add_parser(sub, "pim", "attacc", "time a grid of kernels (or models) x presets x draft strategies x "
+                         "hardware keys", "Each point is one kernel timed with its chosen draft (or one model "
+                         "compiled and simulated; --model takes kernels such as gemv:b=1,m=1,n=4096,k=4096 as well "
+                         "as models)")
     w.set_defaults(func=cmd_sweep)
     return dispatch(p, argv)

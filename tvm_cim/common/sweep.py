@@ -346,6 +346,33 @@ def summary(rows: list[dict], swept: list[str], figures: list[str]) -> str:
     return "\n".join(lines)
 
 
+def add_parser(sub, kind: str, default_hw: str, grid_text: str, point_text: str):
+    """Add the ``sweep`` sub-command to a CLI's sub-parsers and return it.
+
+    Parameters
+    ----------
+    sub : argparse._SubParsersAction
+        The CLI's sub-parsers.
+    kind : {'cim', 'pim'}
+        The backend (hardware choices and messages).
+    default_hw : str
+        Preset swept when ``--hw`` is not given.
+    grid_text : str
+        What the grid spans (first line of the help).
+    point_text : str
+        What one point is (start of the description).
+    """
+    w = sub.add_parser("sweep", help=f"{grid_text} on Ray (a local Ray by default; --address or $RAY_ADDRESS "
+                       "for a cluster)",
+                       description=f"{point_text}, run as a Ray task in its own worker process. Results go to "
+                       "OUT/sweep.csv (one row per point), plots to OUT/, and a cache keyed by the point, the "
+                       "hardware, its options and the project version, so a re-run computes only new points. "
+                       "Point it at a Ray cluster with --address ray://HEAD:10001 (or set RAY_ADDRESS); on a node "
+                       "of the cluster, --address auto.")
+    add_arguments(w, kind, default_hw)
+    return w
+
+
 def add_arguments(p, kind: str, default_hw: str) -> None:
     """The options of a ``sweep`` sub-command."""
     p.add_argument("--model", nargs="+", help="models (ONNX files or zoo:NAME[?k=v,...])")
