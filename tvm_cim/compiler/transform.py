@@ -14,8 +14,9 @@ pass                   what it decides, and where it writes it
 ``Quantize``           activation scales and signedness, precision (``cim.x_scale``, ``cim.x_zero``,
                        ``cim.x_signed``, ``cim.y_scale``, ``cim.weight_bits``, ``cim.input_bits``);
                        weights are quantised per output channel from the function's constants
-``MapCrossbars``       per layer, the fastest crossbar mapping within the error budget: rows driven per
-                       read step, programmed ADC range (``cim.rows_per_step``, ``cim.adc_lsb[_cols]``,
+``MapCrossbars``       per layer, the fastest crossbar mapping within the error budget: weight and input
+                       encoding, rows driven per read step, programmed ADC range (``cim.weight_encoding``,
+                       ``cim.input_encoding``, ``cim.rows_per_step``, ``cim.adc_lsb[_cols]``,
                        ``cim.accuracy``)
 ``Segment``            the strategy and its techniques (module attributes ``cim.strategy``,
                        ``cim.options``); segment of every region and whether weights stay resident
@@ -243,15 +244,17 @@ def _need(func, key: str, pass_name: str):
 
 
 _REGIONS: OrderedDict = OrderedDict()  # (body, quantisation attrs) -> Region; the body is kept alive
-MAPPING_KEYS = ("rows_per_step", "adc_lsb", "adc_lsb_cols")  # the crossbar mapping (MapCrossbars)
+MAPPING_KEYS = ("rows_per_step", "adc_lsb", "adc_lsb_cols", "weight_encoding", "input_encoding")  # MapCrossbars
 
 
 def _mapped(r: Region, func) -> None:
     """Set a region's crossbar mapping from its attributes (``MapCrossbars``, or a hand edit)."""
-    rp, lsb, cols = (_attr(func, k) for k in MAPPING_KEYS)
+    rp, lsb, cols, wenc, ienc = (_attr(func, k) for k in MAPPING_KEYS)
     r.rows_per_step = None if rp is None else int(rp)
     r.adc_lsb = None if lsb is None else int(lsb)
     r.adc_lsb_cols = None if cols is None else accuracy.lsb_cols_parse(str(cols))
+    r.weight_encoding = None if wenc is None else str(wenc)
+    r.input_encoding = None if ienc is None else str(ienc)
 
 
 def region_of(func: relax.Function) -> Region:
@@ -636,7 +639,7 @@ def _chip_map(mod: tvm.IRModule, hw: CIMHardware, regions: list[Region]) -> mapp
     stationary = True
     for (_, f), r in zip(fs, regions):
         m, k, n = r.mkn
-        ts = mapping.tile_matrix(k, n, hw, r.w_int if r.kind != DMATMUL else None,
+        ts = mapping.tile_matrix(k, n, r.chip(hw), r.w_int if r.kind != DMATMUL else None,
                                  tile_rows=int(_need(f, "tile_rows", "DuplicateWeights")))
         cmap.crossbars_needed += len(ts)
         reps = _xbs_parse(_need(f, "xbs", "Place"))

@@ -6,7 +6,26 @@ Weights are stored as cell-level bit slices:
   ``[0, 2^(b-1) - 1]`` on separate bitlines, ``ceil((b-1)/cell_bits)`` cells each;
 * ``offset`` encoding: ``u = w + 2^(b-1)`` in ``[0, 2^b - 1]`` on
   ``ceil(b/cell_bits)`` cells, the offset removed digitally as
-  ``2^(b-1) * sum(x)``.
+  ``2^(b-1) * sum(x)``;
+* ``twos`` encoding: the ``b - 1`` low bits of the two's complement code on
+  ``ceil((b-1)/cell_bits)`` cells and the sign bit on one more cell whose
+  bitline is recombined with weight ``-2^(b-1)`` (the negative most
+  significant slice; no digital correction).
+
+Signed input codes ``x`` in ``[-(2^(b-1)-1), 2^(b-1)-1]`` are applied
+(:func:`mvm_signed`, ``crossbar.input_encoding``) as
+
+* ``phases``: two unsigned passes of ``b - 1`` bits, ``max(x, 0)`` then
+  ``max(-x, 0)``, subtracted digitally;
+* ``offset``: one unsigned pass of ``u = x + 2^(b-1)`` (``b`` bits), minus
+  ``2^(b-1)`` times the column sums of the weights (digital);
+* ``twos``: the ``b - 1`` low bits of the two's complement code bit-serially,
+  then the sign bit in one more input step recombined with weight
+  ``-2^(b-1)``.
+
+Which encodings a chip supports is stated by its hardware file
+(``crossbar.weight_encodings``, ``crossbar.input_encodings``); the compiler
+chooses per layer (:mod:`tvm_cim.compiler.accuracy`).
 
 Inputs are unsigned codes applied bit-serially, ``dac_bits`` at a time.  Each
 read step drives ``rows_active`` wordlines (a region may drive fewer:
@@ -120,6 +139,10 @@ def encode(w: np.ndarray, hw: CIMHardware, bits: int) -> np.ndarray:
     w = np.clip(w, -lim, lim)
     if xb.weight_encoding == "differential":
         planes = np.stack([np.maximum(w, 0), np.maximum(-w, 0)], axis=-2)  # (..., rows, 2, n)
+    elif xb.weight_encoding == "twos":
+        low = (w & ((1 << (bits - 1)) - 1))[..., None, :]  # the bits - 1 low bits of the two's complement code
+        cells = [(low >> (s * c)) & mask for s in range(s_n - 1)] + [(w < 0).astype(np.int32)[..., None, :]]
+        return np.stack(cells, axis=-3).astype(np.float32)
     else:
         planes = (w + 2 ** (bits - 1))[..., None, :]  # (..., rows, 1, n)
     cells = np.stack([(planes >> (s * c)) & mask for s in range(s_n)], axis=-3)
@@ -127,11 +150,13 @@ def encode(w: np.ndarray, hw: CIMHardware, bits: int) -> np.ndarray:
 
 
 def _slice_weights(hw: CIMHardware, bits: int) -> np.ndarray:
-    """Recombination weight of each (slice, plane): ``±2^(s*cell_bits)``."""
+    """Recombination weight of each (slice, plane): ``±2^(s*cell_bits)`` (``-2^(bits-1)`` for a sign slice)."""
     xb = hw.crossbar
     s = 2.0 ** (xb.cell_bits * np.arange(hw.weight_slices(bits)))
     if xb.weight_encoding == "differential":
         return np.stack([s, -s], axis=1)  # (S, 2)
+    if xb.weight_encoding == "twos":  # the last slice is the sign bit, worth -2^(bits-1)
+        s[-1] = -(2.0 ** (bits - 1))
     return s[:, None]  # (S, 1)
 
 
@@ -282,3 +307,44 @@ def mvm(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, weight_bits: int, inp
     if xb.weight_encoding == "offset":
         out -= float(2 ** (weight_bits - 1)) * x.astype(np.float64).sum(axis=-1, keepdims=True)
     return np.rint(out).astype(np.int64)
+
+
+def input_passes(x: np.ndarray, hw: CIMHardware, input_bits: int) -> list[tuple[np.ndarray, int, int]]:
+    """The unsigned passes signed input codes make through the crossbars, as ``crossbar.input_encoding`` says.
+
+    Returns
+    -------
+    list of (codes, bits, factor)
+        Unsigned codes of each pass, their bit count, and the digital weight
+        the pass's result is recombined with.  ``offset`` also needs
+        ``- 2^(b-1) x`` the weight column sums (:func:`mvm_signed`).
+    """
+    b = input_bits
+    x = x.astype(np.int32)
+    enc = hw.crossbar.input_encoding
+    half = 1 << (b - 1)
+    if enc == "phases":
+        return [(np.maximum(x, 0), b - 1, 1), (np.maximum(-x, 0), b - 1, -1)]
+    if enc == "offset":
+        return [(x + half, b, 1)]
+    # twos: the low bits, then the sign bit in one more input step (the ADC keeps its range)
+    return [(x & (half - 1), b - 1, 1), ((x < 0).astype(np.int32), 1, -half)]
+
+
+def mvm_signed(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, weight_bits: int, input_bits: int,
+               exact_shortcut: bool = True, weights: np.ndarray | None = None, lsb=None) -> np.ndarray:
+    """:func:`mvm` of signed input codes, applied as ``hw.crossbar.input_encoding`` says.
+
+    ``x`` holds signed codes in ``[-(2^(b-1)-1), 2^(b-1)-1]`` (``b = input_bits``);
+    the other arguments are as in :func:`mvm`.  Every pass the crossbars make
+    (:func:`input_passes`) is an unsigned :func:`mvm` whose conversions go
+    through the ADC; the recombination of passes is digital and exact.
+    """
+    res = None
+    for codes, bits, factor in input_passes(x, hw, input_bits):
+        part = mvm(codes, cells, hw, weight_bits, bits, exact_shortcut, weights, lsb)
+        res = factor * part if res is None else res + factor * part
+    if hw.crossbar.input_encoding == "offset":
+        w = decode(cells, hw, weight_bits) if weights is None else weights
+        res -= (1 << (input_bits - 1)) * np.rint(w.astype(np.float64).sum(axis=-2, keepdims=True)).astype(np.int64)
+    return res

@@ -144,7 +144,11 @@ class Chip:
         self.prog = prog
         self.signed_input = bool(prog.attr("signed_input", False))
         # the region's crossbar mapping: rows driven per read step and the programmed ADC range
-        self.xhw = self.hw.driving(prog.attr("rows_per_step"))
+        try:  # its encodings (the chip's defaults unless the program says otherwise)
+            self.phw = self.hw.mapped(None, prog.attr("weight_encoding"), prog.attr("input_encoding"))
+        except ValueError as e:
+            raise SimulationError(f"program '{prog.name}': {e}") from None
+        self.xhw = self.phw.driving(prog.attr("rows_per_step"))
         self.adc_lsb = prog.attr("adc_lsb")
         if self.adc_lsb is not None:
             self.adc_lsb = int(self.adc_lsb)
@@ -280,8 +284,8 @@ class Chip:
             key = (o["src"].name, id(src), o["rows"].start, o["rows"].stop, o["cols"].start, o["cols"].stop)
             memo = self._write_memo.get(key)
             if memo is None:
-                cells = X.encode(w, self.hw, self.wbits)
-                memo = self._write_memo[key] = (cells, X.decode(cells, self.hw, self.wbits))
+                cells = X.encode(w, self.phw, self.wbits)
+                memo = self._write_memo[key] = (cells, X.decode(cells, self.phw, self.wbits))
             self.xb_cells[xb], self.xb_weights[xb] = memo
             self.xb_owner[xb] = (self.prog.name,)
             stats.weight_writes += 1
@@ -383,10 +387,8 @@ class Chip:
             wts = np.stack(wts)
             lsb = self._lsb(env, keys, cells.shape)
             hw, sc = self.xhw, self.options.exact_shortcut
-            if self.signed_input:  # two unsigned phases: positive and negative parts
-                mag_bits = self.ibits - 1
-                res = X.mvm(np.maximum(xs, 0), cells, hw, self.wbits, mag_bits, sc, weights=wts, lsb=lsb)
-                res -= X.mvm(np.maximum(-xs, 0), cells, hw, self.wbits, mag_bits, sc, weights=wts, lsb=lsb)
+            if self.signed_input:  # as the input encoding applies them (two unsigned phases by default)
+                res = X.mvm_signed(xs, cells, hw, self.wbits, self.ibits, sc, weights=wts, lsb=lsb)
             else:
                 res = X.mvm(xs, cells, hw, self.wbits, self.ibits, sc, weights=wts, lsb=lsb)
             if self.options.measure_adc_error and not X.exact(hw, lsb, r_max):
@@ -478,7 +480,7 @@ class Chip:
 
     def _record_write(self, o: Op, ev: Events) -> None:
         xb = o["xb"]
-        dur, e = cost.write(self.hw, o["rows"].size, o["cols"].size, int(o.get("batch", 1)), self.wbits)
+        dur, e = cost.write(self.phw, o["rows"].size, o["cols"].size, int(o.get("batch", 1)), self.wbits)
         key = f"xb:{xb}"
         deps = self._deps(key, Range(0, 1), write=True) + self._deps(o["src"].name, Range(0, self.M), write=False)
         self._energy["write"] += e
