@@ -62,7 +62,7 @@ from ..common.relax_utils import (
     lower_composites,
     rewrite_callers,
 )
-from ..common.target import hardware_of
+from ..common.target import hardware_of, options_of
 from ..hardware.schema import CIMHardware
 from ..program import Network, Program, parse_network, parse_program, print_network, print_program, verify_network
 from ..program import Segment as NetSegment
@@ -146,7 +146,7 @@ def accuracy_budget(max_error: float | None = None):
     max_error : float, optional
         Largest ``1 - cosine`` between the network's outputs and the float
         reference on the calibration samples (default
-        :data:`tvm_cim.compiler.accuracy.DEFAULT_MAX_ERROR`, 0.01); the
+        :data:`tvm_cim.compiler.accuracy.DEFAULT_MAX_ERROR`, 0.005); the
         compiler picks per layer the fastest crossbar mapping that keeps the
         measured error within it.  1 or more: no constraint (fastest mappings).
     """
@@ -486,7 +486,8 @@ class MapCrossbars:
     hw : CIMHardware or str, optional
         The chip (default: the target in scope).
     max_error : float, optional
-        Default: :func:`accuracy_budget`'s, else 0.01.
+        Default: the target's ``-max_error`` (``cim -hw=prime -max_error=0.01``), else
+        :func:`accuracy_budget`'s, else :data:`tvm_cim.compiler.accuracy.DEFAULT_MAX_ERROR`.
     """
 
     def __init__(self, hw=None, max_error: float | None = None):
@@ -495,7 +496,9 @@ class MapCrossbars:
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
         hw = _resolve_hw(self.hw)
         fs = region_functions(mod)
-        budget = self.max_error if self.max_error is not None else current_max_error()
+        budget = self.max_error
+        if budget is None:  # the target's -max_error, else the accuracy_budget() in force
+            budget = options_of(tvm.target.Target.current(allow_none=True)).get("max_error", current_max_error())
         if not fs or not accuracy.needs_mapping(hw):
             return mod
         token = (mod.attrs or {}).get(A + "calibration_id")
@@ -816,7 +819,8 @@ def CIMPipeline(hw=None, strategy: str | None = None, options: strategies.Option
     calibration : CalibrationConfig, optional
         Default: :func:`calibration`'s settings.
     max_error : float, optional
-        Error budget of the crossbar mapping (default: :func:`accuracy_budget`'s, else 0.01).
+        Error budget of the crossbar mapping (default: the target's ``-max_error``, else
+        :func:`accuracy_budget`'s, else 0.005).
 
     Returns
     -------
