@@ -44,6 +44,7 @@ import zlib
 from dataclasses import dataclass, field
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from ..common.layout import dequantize, im2col, quantize_codes
 from ..hardware import crossbar as X
@@ -56,6 +57,7 @@ from .region import CONV2D, DMATMUL, MATMUL, Region
 DEFAULT_MAX_ERROR = 0.005  # 1 - cosine against the float reference on the calibration samples (half of 0.99's)
 SAMPLE_COLS = 32  # output columns an error is measured on (all columns calibrate a programmed range)
 _COL_CHUNK = 256  # columns encoded at once when calibrating ranges
+_CACHE_CELLS = 2**25  # cells of a layer kept encoded (one byte each) between row counts
 
 
 # ============================================================================ mappings
@@ -209,33 +211,59 @@ class LayerProbe:
         self.cols = np.sort(np.random.default_rng(seed).choice(n, min(n, SAMPLE_COLS), replace=False))
         self.exact = self._output(self._exact_acc(self.cols), self.cols)
         self._cells: dict = {}
+        self._xs: dict = {}
 
     # ------------------------------------------------------------------ helpers
     def _blocks(self) -> list[tuple[int, int]]:
         k, rows = self.w.shape[1], self.hw.crossbar.rows
         return [(k0, min(k, k0 + rows)) for k0 in range(0, k, rows)]
 
-    def _tiles(self, b: int, cols: np.ndarray, whw: CIMHardware):
-        """Input tiles ``(T, 1, V, R)`` of the vectors meeting weight matrix ``b``, and their cells as
-        ``whw`` (the chip with the layer's weight encoding) holds them."""
-        rows = min(self.w.shape[1], self.hw.crossbar.rows)  # a tile's rows, as the simulator pads them
-        sel = self.which == b
-        xs, cells = [], []
-        key = (b, cols.tobytes(), whw.crossbar.weight_encoding)
-        cached = self._cells.get(key)
+    def _inputs(self, b: int):
+        """Input tiles ``(T, 1, V, R)`` of the vectors meeting weight matrix ``b`` (rows padded as the
+        simulator pads a tile), and which vectors they are."""
+        hit = self._xs.get(b)
+        if hit is None:
+            rows = min(self.w.shape[1], self.hw.crossbar.rows)
+            sel = self.which == b
+            xs = np.zeros((len(self._blocks()), 1, int(sel.sum()), rows), dtype=np.int32)
+            for i, (k0, k1) in enumerate(self._blocks()):
+                xs[i, 0, :, : k1 - k0] = self.xq[sel, k0:k1]
+            hit = self._xs[b] = (xs, sel)
+        return hit
+
+    def _encode(self, b: int, cols: np.ndarray, whw: CIMHardware) -> np.ndarray:
+        """Cells ``(T, 1, R, S, P, n)`` of columns ``cols`` of weight matrix ``b`` as ``whw`` (the chip with
+        the layer's weight encoding) holds them."""
+        rows = min(self.w.shape[1], self.hw.crossbar.rows)
+        wt = np.zeros((len(self._blocks()), rows, len(cols)), dtype=np.int32)
         for i, (k0, k1) in enumerate(self._blocks()):
-            xt = np.zeros((sel.sum(), rows), dtype=np.int32)
-            xt[:, : k1 - k0] = self.xq[sel, k0:k1]
-            xs.append(xt)
-            if cached is None:
-                wt = np.zeros((rows, len(cols)), dtype=np.int32)
-                wt[: k1 - k0] = self.w[b, k0:k1][:, cols]
-                cells.append(X.encode(wt, whw, self.wbits))
-        if cached is None:
-            cached = np.stack(cells)[:, None]  # (T, 1, R, S, P, n)
-            if len(cols) <= SAMPLE_COLS:
-                self._cells[key] = cached
-        return np.stack(xs)[:, None], cached, sel
+            wt[i, : k1 - k0] = self.w[b, k0:k1][:, cols]
+        return X.encode(wt, whw, self.wbits)[:, None]
+
+    def _tiles(self, b: int, cols: np.ndarray, whw: CIMHardware, sampled: bool = False):
+        """Input tiles ``(T, 1, V, R)`` of the vectors meeting weight matrix ``b``, their cells
+        ``(T, 1, R, S, P, n)`` and which vectors they are.
+
+        Cells are cached for the sampled columns (``sampled``), and for all columns (as small
+        integers, when the layer is small enough), so that every row count and ADC option reuses them.
+        """
+        xs, sel = self._inputs(b)
+        enc = whw.crossbar.weight_encoding
+        if sampled:
+            key = (b, cols.tobytes(), enc)
+            cells = self._cells.get(key)
+            if cells is None:
+                cells = self._cells[key] = self._encode(b, cols, whw)
+            return xs, cells, sel
+        full = self._cells.get((b, "all", enc))
+        if full is None:
+            n = self.w.shape[-1]
+            if xs.shape[0] * xs.shape[-1] * n * whw.cols_per_weight(self.wbits) <= _CACHE_CELLS:
+                full = self._cells[(b, "all", enc)] = self._encode(b, np.arange(n), whw).astype(np.uint8)
+            else:
+                return xs, self._encode(b, cols, whw), sel
+        part = full[..., cols[0] : cols[-1] + 1] if cols[-1] - cols[0] + 1 == len(cols) else full[..., cols]
+        return xs, part.astype(np.float32), sel
 
     def _passes(self, x: np.ndarray, view: CIMHardware) -> list[tuple[np.ndarray, int, int]]:
         """(unsigned codes, input bits, factor) of each pass the crossbars are read in."""
@@ -290,7 +318,7 @@ class LayerProbe:
             return 0.0
         acc = np.zeros((len(self.xq), len(self.cols)))
         for b in np.unique(self.which):
-            xs, cells, sel = self._tiles(int(b), self.cols, xhw)
+            xs, cells, sel = self._tiles(int(b), self.cols, xhw, sampled=True)
             t_lsb = np.broadcast_to(lsb, (len(xs),) + cells.shape[-3:]) if np.ndim(lsb) else lsb
             if self.r.x_signed:
                 res = X.mvm_signed(xs, cells, xhw, self.wbits, self.ibits, exact_shortcut=True, lsb=t_lsb)
@@ -459,6 +487,13 @@ def map_layers(regions: list[Region], obs: Observation, hw: CIMHardware, wbits: 
     -------
     Result
     """
+    # The measurement is many small matrix products: BLAS threads only add synchronisation, and on a
+    # busy machine spinning threads slow it several times over (same numbers: the sums are exact integers).
+    with threadpool_limits(limits=1, user_api="blas"):
+        return _map_layers(regions, obs, hw, wbits, ibits, max_error, int8_error)
+
+
+def _map_layers(regions, obs, hw, wbits, ibits, max_error, int8_error) -> Result:
     budget = DEFAULT_MAX_ERROR if max_error is None else float(max_error)
     est = Estimator(hw, wbits, ibits)
     fronts = {}

@@ -85,7 +85,7 @@ import numpy as np
 from ..hardware.schema import CIMHardware
 
 # Bound the working set of the bitwise path (bytes of float32 partial sums).
-_CHUNK_BYTES = 96 * 2**20
+_CHUNK_BYTES = 16 * 2**20  # (larger chunks are slower: the partial sums are reduced after they leave the caches)
 
 
 def adc_lsb(hw: CIMHardware, rows: int | None = None) -> int:
