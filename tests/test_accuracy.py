@@ -360,3 +360,60 @@ def test_budget_as_a_target_option(cnn):
         tvm.target.Target("cim -hw=prime -foo=1")
     with pytest.raises(ValueError, match="max_error"):
         tvm.target.Target("cim -hw=prime -max_error=-1")
+
+
+# ---------------------------------------------------------------------------- device non-idealities
+def test_nonideal_device_matches_a_per_bitline_reference():
+    """Conductance variation and IR drop (the drawn conductances are inputs here) and ADC offsets, converted one
+    bitline at a time: q = clip(floor((s + offset) / LSB + 1/2), 0, top) * LSB, shift-and-add."""
+    rng = np.random.default_rng(3)
+    hw = tvm_cim.load("prime").driving(16)
+    ni = crossbar.Nonideal(conductance_sigma=0.05, ir_drop=2e-3, adc_offset=0.4, seed=11)
+    x = rng.integers(0, 256, size=(3, 40))
+    w = rng.integers(-127, 128, size=(40, 4))
+    ideal = crossbar.encode(w, hw, 8)
+    g = ni.program(ideal, xb=5)  # (rows, S, P, n) conductances as programmed
+    off = ni.offsets(ideal.shape[-3:], xb=5)
+    assert ni.active and not crossbar.Nonideal().active
+    np.testing.assert_allclose(ni.program(np.ones_like(ideal), 5)[:, 0, 0, 0] > 0, True)
+    got = crossbar.mvm(x[None, None], g[None, None], hw, 8, 8, lsb=2, offset=off[None],
+                       weights=crossbar.decode(ideal, hw, 8)[None, None])[0, 0]
+    top, want = 255, np.zeros((3, 4))
+    for v in range(3):
+        for j in range(4):
+            total = 0.0
+            for s in range(2):
+                for p, sign in enumerate((1, -1)):
+                    for b in range(3):
+                        xbits = (x[v] >> (3 * b)) & 7
+                        for g0 in range(0, 40, 16):
+                            analog = float(np.dot(xbits[g0:g0 + 16].astype(np.float64), g[g0:g0 + 16, s, p, j]))
+                            code = min(max(np.floor(analog / 2 + float(off[s, p, j]) + 0.5), 0), top)
+                            total += sign * code * 2 * 2 ** (3 * b + 4 * s)
+            want[v, j] = total
+    np.testing.assert_array_equal(got, np.rint(want).astype(np.int64))
+    exact = x @ w
+    assert not np.array_equal(got, exact) and np.corrcoef(got.ravel(), exact.ravel())[0, 1] > 0.95
+
+
+@pytest.mark.slow
+def test_nonideal_simulation_is_seeded_off_by_default_and_reported():
+    from tvm_cim.evaluate import evaluate
+
+    spec = "zoo:resnet18?image_size=32"
+    base, outs0, _ = evaluate(spec, "isaac", "none")
+    zero, outs_z, _ = evaluate(spec, "isaac", "none", nonideal=crossbar.Nonideal(seed=4))
+    np.testing.assert_array_equal(outs0[0], outs_z[0])  # all zero: the ideal device, bit for bit
+    assert "nonideal" not in base and "nonideal" not in zero
+    ni = crossbar.Nonideal(conductance_sigma=0.1, ir_drop=1e-3, adc_offset=0.5, seed=1)
+    a, outs_a, _ = evaluate(spec, "isaac", "none", nonideal=ni)
+    b, outs_b, _ = evaluate(spec, "isaac", "none", nonideal=ni)
+    c, outs_c, _ = evaluate(spec, "isaac", "none", nonideal=dataclasses.replace(ni, seed=2))
+    np.testing.assert_array_equal(outs_a[0], outs_b[0])
+    assert not np.array_equal(outs_a[0], outs_c[0]) and not np.array_equal(outs_a[0], outs0[0])
+    assert a["nonideal"] == ni.describe() and a["cosine"] < base["cosine"]
+    assert a["latency_ns"] == base["latency_ns"]  # the device's accuracy, not its timing
+    tvm_cim.runtime.set_options(nonideal=None)
+    with pytest.raises(ValueError, match="conductance"):
+        crossbar.Nonideal.parse("conductanc=0.1")
+    assert crossbar.Nonideal.parse("conductance=0.1,seed=3") == crossbar.Nonideal(conductance_sigma=0.1, seed=3)

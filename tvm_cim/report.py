@@ -212,6 +212,8 @@ def summary(rep: dict, top: int = 8) -> str:
     """A readable multi-line summary of a report."""
     lines = []
     lines.append(f"hardware      {rep['hw']} ({rep['computing_mode']} mode)   {rep.get('hw_file', '')}")
+    if rep.get("nonideal"):
+        lines.append("non-ideal     " + ", ".join(f"{k} {v}" for k, v in rep["nonideal"].items()))
     if "model" in rep:
         lines.append(f"model         {rep['model']}")
     lines.append(

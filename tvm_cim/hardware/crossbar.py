@@ -65,9 +65,16 @@ amplifiers with precision control, which keep the chosen most significant
 bits of a result, are the ``array``-programmable range over 64 rows of 4-bit
 cells and 3-bit inputs; Jia et al.'s charge-domain columns normalise the sum
 of the driven rows to an 8-bit ADC (``scale``); Dynaplasia and Jain et al.
-are modelled with converters that cover every sum.  Device non-idealities
-(conductance variation, IR drop, ADC offset or noise) are not modelled: the
-model is deterministic.
+are modelled with converters that cover every sum.
+
+Device non-idealities (:class:`Nonideal`, off by default, seeded): each
+cell's conductance varies around its level (``conductance_sigma``, relative,
+drawn once when the crossbar is programmed), wordline ``r`` of an array
+delivers ``1 - ir_drop * r`` of its current (IR drop as a per-row
+attenuation), and every bitline's ADC has an input offset (``adc_offset``
+LSBs, drawn once per ADC); then ``q = min(max(floor((s + offset) / LSB + 1/2),
+0), 2^adc_bits - 1) * LSB``.  The compiler maps for the ideal device; the
+simulator applies these when asked (``Options.nonideal``) and reports them.
 
 Shift-and-add recombines input steps and weight slices.  When no conversion
 can be altered (the largest possible sum fits the ADC with an LSB of one), the
@@ -79,6 +86,8 @@ and is what tests compare against the integer reference.
 from __future__ import annotations
 
 import math
+import zlib
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
@@ -86,6 +95,74 @@ from ..hardware.schema import CIMHardware
 
 # Bound the working set of the bitwise path (bytes of float32 partial sums).
 _CHUNK_BYTES = 16 * 2**20  # (larger chunks are slower: the partial sums are reduced after they leave the caches)
+
+
+@dataclass(frozen=True)
+class Nonideal:
+    """Seeded device non-idealities the simulator may apply (all zero: the ideal device).
+
+    Attributes
+    ----------
+    conductance_sigma : float
+        Relative standard deviation of every cell's conductance (programming variation).
+    ir_drop : float
+        Attenuation per wordline position: row ``r`` of an array contributes ``(1 - ir_drop * r)``.
+    adc_offset : float
+        Standard deviation of every bitline ADC's input offset, in LSBs.
+    seed : int
+        Seed of the draws (each crossbar draws from ``(seed, crossbar id)``).
+    """
+
+    conductance_sigma: float = 0.0
+    ir_drop: float = 0.0
+    adc_offset: float = 0.0
+    seed: int = 0
+
+    def __post_init__(self):
+        for k in ("conductance_sigma", "ir_drop", "adc_offset"):
+            if not getattr(self, k) >= 0:
+                raise ValueError(f"non-ideality {k} must be >= 0, got {getattr(self, k)}")
+
+    @property
+    def active(self) -> bool:
+        """Whether anything departs from the ideal device."""
+        return bool(self.conductance_sigma or self.ir_drop or self.adc_offset)
+
+    def describe(self) -> dict:
+        """The settings, for reports."""
+        return asdict(self)
+
+    @classmethod
+    def parse(cls, text: str) -> "Nonideal":
+        """From ``"conductance=0.02,ir_drop=1e-4,adc_offset=0.5,seed=0"`` (any subset)."""
+        names = {"conductance": "conductance_sigma", "conductance_sigma": "conductance_sigma",
+                 "ir_drop": "ir_drop", "adc_offset": "adc_offset", "seed": "seed"}
+        kw = {}
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            k, _, v = part.partition("=")
+            if k.strip() not in names or not v:
+                raise ValueError(f"non-idealities: expected key=value with keys {sorted(names)}, got {part!r}")
+            kw[names[k.strip()]] = int(v) if k.strip() == "seed" else float(v)
+        return cls(**kw)
+
+    def _rng(self, xb: int, what: str) -> np.random.Generator:
+        return np.random.default_rng([self.seed, int(xb), zlib.crc32(what.encode())])
+
+    def program(self, cells: np.ndarray, xb: int) -> np.ndarray:
+        """The cells crossbar ``xb`` holds, ``(..., rows, S, P, n)``, as the device realises them."""
+        out = cells.astype(np.float32)
+        if self.conductance_sigma:
+            var = self._rng(xb, "g").standard_normal(cells.shape[-4:]).astype(np.float32)
+            out = out * np.maximum(0.0, 1.0 + self.conductance_sigma * var)
+        if self.ir_drop:
+            rows = cells.shape[-4]
+            att = np.maximum(0.0, 1.0 - self.ir_drop * np.arange(rows, dtype=np.float32))
+            out = out * att[:, None, None, None]
+        return out
+
+    def offsets(self, shape: tuple, xb: int) -> np.ndarray:
+        """ADC input offsets of crossbar ``xb``'s bitlines (LSBs), shape ``(S, P, n)``."""
+        return (self.adc_offset * self._rng(xb, "adc").standard_normal(shape)).astype(np.float32)
 
 
 def adc_lsb(hw: CIMHardware, rows: int | None = None) -> int:
@@ -193,10 +270,19 @@ def exact(hw: CIMHardware, lsb=None, rows: int | None = None) -> bool:
     return bool(np.all(np.asarray(lsb) == 1)) and max_partial_sum(hw, rows) <= 2**hw.crossbar.adc_bits - 1
 
 
-def _adc(part: np.ndarray, hw: CIMHardware, lsb) -> np.ndarray:
-    """Convert analogue bitline sums: round to the nearest multiple of ``lsb`` (ties up), saturate at the top code."""
+def _adc(part: np.ndarray, hw: CIMHardware, lsb, offset=None) -> np.ndarray:
+    """Convert analogue bitline sums: round to the nearest multiple of ``lsb`` (ties up), saturate at the top code.
+
+    ``offset``: ADC input offsets in LSBs (a non-ideal device: sums may be fractional, every code is
+    rounded, and codes below zero clamp at zero).
+    """
     top = float(2**hw.crossbar.adc_bits - 1)
-    if np.ndim(lsb) == 0 and lsb == 1:
+    if offset is not None:
+        q = np.floor(part / lsb + offset + 0.5)
+        np.clip(q, 0.0, top, out=q)
+        q *= lsb
+        return q
+    if np.ndim(lsb) == 0 and lsb == 1:  # integer sums: nothing to round
         return np.minimum(part, top, out=part)
     q = np.floor(part / lsb + 0.5)
     np.minimum(q, top, out=q)
@@ -248,7 +334,7 @@ def bitline_peaks(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, input_bits:
 
 
 def mvm(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, weight_bits: int, input_bits: int,
-        exact_shortcut: bool = True, weights: np.ndarray | None = None, lsb=None) -> np.ndarray:
+        exact_shortcut: bool = True, weights: np.ndarray | None = None, lsb=None, offset=None) -> np.ndarray:
     """Bit-serial matrix-vector products on crossbars, vectorised over tiles.
 
     Parameters
@@ -272,6 +358,9 @@ def mvm(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, weight_bits: int, inp
         The programmed ADC LSB: one value, or one per bitline of every tile,
         shape ``(T, S, P, n)``.  None: the fixed rule of ``adc_mode``
         (:func:`adc_lsb`).
+    offset : np.ndarray, optional
+        ADC input offsets in LSBs, shape ``(T, S, P, n)`` (a non-ideal device,
+        :class:`Nonideal`; the cells may then hold non-integer conductances).
 
     Returns
     -------
@@ -286,6 +375,9 @@ def mvm(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, weight_bits: int, inp
         lsb = adc_lsb(hw, r)
     elif np.ndim(lsb):
         lsb = np.asarray(lsb, dtype=np.float64).reshape(t_n, 1, 1, 1, s_n * p_n * n)
+    if offset is not None:
+        offset = np.asarray(offset, dtype=np.float32).reshape(t_n, 1, 1, 1, s_n * p_n * n)
+        exact_shortcut = False
     if exact_shortcut and exact(hw, lsb, r):
         w = decode(cells, hw, weight_bits) if weights is None else weights
         return np.rint(np.matmul(x.astype(np.float64), w.astype(np.float64))).astype(np.int64)
@@ -297,7 +389,7 @@ def mvm(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, weight_bits: int, inp
     for v0, v1, b, part in _conversions(x, cells, hw, input_bits):
         if b == 0:  # shift-and-add over input bits first (per cell slice), then over slices once
             acc = np.zeros((t_n, bt, v1 - v0, s_n * p_n * n), dtype=np.float64)
-        part = _adc(part, hw, lsb).sum(axis=2)  # (T, Bt, V, SPn)
+        part = _adc(part, hw, lsb, offset).sum(axis=2)  # (T, Bt, V, SPn)
         if b:
             part *= float(1 << (b * d))
         acc += part
@@ -332,7 +424,7 @@ def input_passes(x: np.ndarray, hw: CIMHardware, input_bits: int) -> list[tuple[
 
 
 def mvm_signed(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, weight_bits: int, input_bits: int,
-               exact_shortcut: bool = True, weights: np.ndarray | None = None, lsb=None) -> np.ndarray:
+               exact_shortcut: bool = True, weights: np.ndarray | None = None, lsb=None, offset=None) -> np.ndarray:
     """:func:`mvm` of signed input codes, applied as ``hw.crossbar.input_encoding`` says.
 
     ``x`` holds signed codes in ``[-(2^(b-1)-1), 2^(b-1)-1]`` (``b = input_bits``);
@@ -342,7 +434,7 @@ def mvm_signed(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, weight_bits: i
     """
     res = None
     for codes, bits, factor in input_passes(x, hw, input_bits):
-        part = mvm(codes, cells, hw, weight_bits, bits, exact_shortcut, weights, lsb)
+        part = mvm(codes, cells, hw, weight_bits, bits, exact_shortcut, weights, lsb, offset)
         res = factor * part if res is None else res + factor * part
     if hw.crossbar.input_encoding == "offset":
         w = decode(cells, hw, weight_bits) if weights is None else weights
