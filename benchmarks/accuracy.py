@@ -288,10 +288,19 @@ def zoo_table(presets: list[str], image: int, seed: int, quick: bool) -> dict:
                         "estimate_cost": acc.get("latency_cost", 1.0),
                         "layers_changed": acc.get("layers_changed", 0),
                         "predicted_error": acc.get("predicted_error"),
-                        "encodings": sorted({m["mapping"].split(" rows/step")[0].rsplit(", ", 1)[0]
-                                             for m in acc.get("regions", {}).values() if "inputs" in m["mapping"]
-                                             or "weights" in m["mapping"]}),
+                        "encodings": encodings_chosen(rep),
                         "compile_s": rep["timing_s"]["compile"]}
+    return out
+
+
+def encodings_chosen(rep: dict) -> dict:
+    """How many layers use each encoding other than the chip's defaults (from the report's per-region mapping)."""
+    out: dict = {}
+    for reg in rep["regions"]:
+        text = (reg.get("mapping") or {}).get("mapping", "")
+        for part in text.split(", "):
+            if part.endswith((" weights", " inputs")):
+                out[part] = out.get(part, 0) + 1
     return out
 
 
@@ -299,12 +308,12 @@ def print_zoo(res: dict) -> None:
     print(f"cosine against the float reference (default budget, seed {res['seed']}, {res['image_size']}x"
           f"{res['image_size']} inputs) and simulated latency against the fastest mappings")
     print(f"  {'model':28s} {'preset':11s} {'cosine':>8s} {'latency':>11s} {'fastest':>11s} {'cost':>6s} "
-          f"{'layers':>6s} {'compile':>8s}")
+          f"{'layers':>6s} {'compile':>8s}  encodings other than the chip's defaults")
     for label, rows in res["models"].items():
         for hw, r in rows.items():
             print(f"  {label:28s} {hw:11s} {r['cosine']:8.5f} {r['latency_ns'] / 1e3:9.1f}us "
                   f"{r['latency_ns_fastest'] / 1e3:9.1f}us {r['cost']:6.3f} {r['layers_changed']:6d} "
-                  f"{r['compile_s']:7.1f}s")
+                  f"{r['compile_s']:7.1f}s  " + ", ".join(f"{k} x{v}" for k, v in r["encodings"].items()))
 
 
 def plot_zoo(res: dict, where: str) -> None:
