@@ -1,8 +1,16 @@
 """ADC-aware crossbar mapping: per layer, the fastest mapping whose error on the calibration samples fits a budget.
 
-A layer's *mapping* is how its crossbars are read, within what the hardware
-file allows:
+A layer's *mapping* is how its crossbars hold its weights and are read,
+within what the hardware file allows:
 
+* **weight encoding** (``crossbar.weight_encoding`` and the extras in
+  ``crossbar.weight_encodings``): differential, offset or two's complement
+  slices; fewer bitlines per weight read faster, and encodings whose sums
+  stay small (differential: sparse magnitudes) lose less in the ADC;
+* **input encoding** of signed activations (``crossbar.input_encoding`` /
+  ``input_encodings``): two unsigned phases, one offset pass, or two's
+  complement with a sign step -- the number of input steps against the size
+  of the sums;
 * **rows driven per read step** (at most ``crossbar.rows_active``; the other
   rows get zero input).  Fewer rows keep every bitline's analogue sum small,
   so the ADC alters fewer conversions, at the price of more read steps.  The
@@ -28,6 +36,8 @@ exact int8 output.  Layer errors are taken to add up at the network output
 (``1 - cos`` is half the squared relative error, and independent relative
 errors of successive layers add in quadrature); residual connections and
 pooling attenuate them, so the sum is conservative.
+
+Candidates are encodings x rows per step x ADC options (:class:`Front`).
 
 Choice.  Every layer starts at its fastest candidate (the most accurate of
 the equally fast ones); while the summed error exceeds the allowance, the
