@@ -41,6 +41,8 @@ setup(
         "matplotlib",
         "highspy>=1.7",
         "pydantic>=2.6",
+        # one BLAS thread for the many small matrix products of the accuracy measurement
+        "threadpoolctl>=3.1",
         "deap>=1.4",
     ],
     extras_require={

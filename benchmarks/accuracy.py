@@ -21,7 +21,19 @@ signed activations), then evaluated on the held-out test images:
 Calibration uses a batch of training images.  The whole test set runs as one
 batch (one simulator run per build).
 
+``--zoo`` measures instead cosine against the float reference (TVM's ``llvm``
+build, seeded random inputs and weights) of CNNs on every CIM preset with the
+default error budget, and the simulated latency cost of the chosen mappings
+against the unconstrained ones (``max_error = 1``, timed without values):
+AlexNet, ZFNet, VGG-19 and ResNet-18 from the zoo at ``--image`` pixels
+(default 64: 224 takes minutes per build on the bit-accurate simulator), and
+one ONNX model from outside the zoo, built here with ``onnx.helper``: an
+NHWC-input mobile-style CNN (Transpose to NCHW, Conv + BatchNormalization +
+Clip (ReLU6), a depthwise convolution, a residual Add, GlobalAveragePool,
+MatMul + Add head).
+
     python benchmarks/accuracy.py [--quick] [--json out.json] [--plots DIR]
+    python benchmarks/accuracy.py --zoo [--image 64] [--quick] [--json out.json] [--plots DIR]
 """
 
 from __future__ import annotations
@@ -30,6 +42,7 @@ import argparse
 import dataclasses
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +57,7 @@ from tvm import relax  # noqa: E402
 import tvm_cim  # noqa: E402
 from tvm_cim.common.layout import im2col  # noqa: E402
 from tvm_cim.common.onnx_io import import_onnx  # noqa: E402
+from tvm_cim.evaluate import evaluate as evaluate_spec  # noqa: E402
 
 
 # ---------------------------------------------------------------------------- data and training
@@ -199,6 +213,134 @@ def evaluate(kind, p, xtr, xt, yt, presets) -> dict:
     return out
 
 
+# ---------------------------------------------------------------------------- zoo and ONNX CNNs: cosine
+ZOO_MODELS = ("alexnet", "zfnet", "vgg19", "resnet18")
+
+
+def nhwc_cnn(seed: int, image: int, channels: int = 32, classes: int = 100) -> onnx.ModelProto:
+    """A mobile-style CNN with an NHWC input, built with ``onnx.helper`` (not from the zoo), seeded weights.
+
+    Transpose (NHWC -> NCHW), Conv 3x3/2 + BatchNormalization + Clip(0, 6), depthwise Conv 3x3 + BN +
+    Clip, pointwise Conv + BN, residual Add with the block input, Relu, Conv 3x3/2 + Relu,
+    GlobalAveragePool, Flatten, MatMul + Add.
+    """
+    rng = np.random.default_rng(seed)
+    c = channels
+    inits, nodes = [], []
+
+    def const(name, a):
+        inits.append(numpy_helper.from_array(np.asarray(a, dtype=np.float32), name))
+        return name
+
+    def conv_bn(src, dst, cin, cout, k, stride, group=1, bn=True):
+        w = rng.standard_normal((cout, cin // group, k, k)) * np.sqrt(2.0 / (cin // group * k * k))
+        out = dst + "_c" if bn else dst
+        nodes.append(helper.make_node("Conv", [src, const(dst + "_w", w)], [out], pads=[k // 2] * 4,
+                                      strides=[stride, stride], group=group))
+        if bn:
+            nodes.append(helper.make_node(
+                "BatchNormalization",
+                [out, const(dst + "_g", 1 + 0.1 * rng.standard_normal(cout)), const(dst + "_b", 0.1 * rng.standard_normal(cout)),
+                 const(dst + "_m", 0.1 * rng.standard_normal(cout)), const(dst + "_v", 1 + 0.1 * rng.random(cout))],
+                [dst], epsilon=1e-5))
+        return dst
+
+    relu6 = [const("lo", 0.0), const("hi", 6.0)]
+    nodes.append(helper.make_node("Transpose", ["x"], ["xt"], perm=[0, 3, 1, 2]))
+    conv_bn("xt", "s", 3, c, 3, 2)
+    nodes.append(helper.make_node("Clip", ["s", *relu6], ["s6"]))
+    conv_bn("s6", "dw", c, c, 3, 1, group=c)
+    nodes.append(helper.make_node("Clip", ["dw", *relu6], ["dw6"]))
+    conv_bn("dw6", "pw", c, c, 1, 1)
+    nodes.append(helper.make_node("Add", ["pw", "s6"], ["res"]))
+    nodes.append(helper.make_node("Relu", ["res"], ["r"]))
+    conv_bn("r", "c2", c, 2 * c, 3, 2, bn=False)
+    nodes.append(helper.make_node("Relu", ["c2"], ["c2r"]))
+    nodes.append(helper.make_node("GlobalAveragePool", ["c2r"], ["gap"]))
+    nodes.append(helper.make_node("Flatten", ["gap"], ["f"]))
+    w = rng.standard_normal((2 * c, classes)) / np.sqrt(2 * c)
+    nodes.append(helper.make_node("MatMul", ["f", const("fc_w", w)], ["fc"]))
+    nodes.append(helper.make_node("Add", ["fc", const("fc_b", 0.1 * rng.standard_normal(classes))], ["y"]))
+    graph = helper.make_graph(nodes, "nhwc_cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, image, image, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, classes])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    onnx.checker.check_model(model)
+    return model
+
+
+def zoo_table(presets: list[str], image: int, seed: int, quick: bool) -> dict:
+    """Cosine with the default budget and the latency cost against the fastest mappings, model x preset."""
+    tmp = Path(tempfile.mkdtemp(prefix="cim-accuracy-"))
+    ext = tmp / "nhwc_cnn.onnx"
+    onnx.save(nhwc_cnn(seed, image), ext)
+    models = {f"{m}@{image}": f"zoo:{m}?image_size={image}" for m in (("resnet18",) if quick else ZOO_MODELS)}
+    models[f"nhwc_cnn@{image} (onnx.helper)"] = str(ext)
+    out = {"image_size": image, "seed": seed, "models": {}}
+    for label, spec in models.items():
+        rows = out["models"][label] = {}
+        for hw in tqdm(presets, desc=label, leave=False):
+            rep, _, _ = evaluate_spec(spec, hw, "cim-mlc", seed=seed)
+            fast, _, _ = evaluate_spec(spec, hw, "cim-mlc", seed=seed, max_error=1.0, timing_only=True)
+            acc = rep.get("accuracy", {})
+            rows[hw] = {"cosine": rep["cosine"], "latency_ns": rep["latency_ns"],
+                        "latency_ns_fastest": fast["latency_ns"],
+                        "cost": rep["latency_ns"] / fast["latency_ns"],
+                        "estimate_cost": acc.get("latency_cost", 1.0),
+                        "layers_changed": acc.get("layers_changed", 0),
+                        "predicted_error": acc.get("predicted_error"),
+                        "encodings": encodings_chosen(rep),
+                        "compile_s": rep["timing_s"]["compile"]}
+    return out
+
+
+def encodings_chosen(rep: dict) -> dict:
+    """How many layers use each encoding other than the chip's defaults (from the report's per-region mapping)."""
+    out: dict = {}
+    for reg in rep["regions"]:
+        text = (reg.get("mapping") or {}).get("mapping", "")
+        for part in text.split(", "):
+            if part.endswith((" weights", " inputs")):
+                out[part] = out.get(part, 0) + 1
+    return out
+
+
+def print_zoo(res: dict) -> None:
+    print(f"cosine against the float reference (default budget, seed {res['seed']}, {res['image_size']}x"
+          f"{res['image_size']} inputs) and simulated latency against the fastest mappings")
+    print(f"  {'model':28s} {'preset':11s} {'cosine':>8s} {'latency':>11s} {'fastest':>11s} {'cost':>6s} "
+          f"{'layers':>6s} {'compile':>8s}  encodings other than the chip's defaults")
+    for label, rows in res["models"].items():
+        for hw, r in rows.items():
+            print(f"  {label:28s} {hw:11s} {r['cosine']:8.5f} {r['latency_ns'] / 1e3:9.1f}us "
+                  f"{r['latency_ns_fastest'] / 1e3:9.1f}us {r['cost']:6.3f} {r['layers_changed']:6d} "
+                  f"{r['compile_s']:7.1f}s  " + ", ".join(f"{k} x{v}" for k, v in r["encodings"].items()))
+
+
+def plot_zoo(res: dict, where: str) -> None:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(10, 4))
+    ax1, ax2 = fig.subplots(1, 2)
+    labels = list(res["models"])
+    presets = list(next(iter(res["models"].values())))
+    width = 0.8 / len(labels)
+    xs = np.arange(len(presets))
+    for i, label in enumerate(labels):
+        rows = res["models"][label]
+        ax1.bar(xs + i * width, [rows[p]["cosine"] for p in presets], width, label=label)
+        ax2.bar(xs + i * width, [rows[p]["cost"] for p in presets], width, label=label)
+    ax1.axhline(0.99, color="k", ls="--")
+    ax1.set_ylim(0.98, 1.0)
+    ax1.set_ylabel("cosine vs float (default budget)")
+    ax2.set_ylabel("latency / fastest mapping")
+    for ax in (ax1, ax2):
+        ax.set_xticks(xs + 0.4 - width / 2, presets)
+    ax1.legend(fontsize=7)
+    Path(where).mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(Path(where) / "accuracy_zoo.png", dpi=120)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="100 test images, fewer epochs, mlp only")
@@ -207,8 +349,18 @@ def main() -> int:
     ap.add_argument("--hw", nargs="*", default=None, help="presets (default: every CIM preset)")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--plots", help="write accuracy.png here (a directory)")
+    ap.add_argument("--zoo", action="store_true", help="cosine of zoo CNNs and an outside ONNX model per preset")
+    ap.add_argument("--image", type=int, default=None, help="--zoo: input size (default 64, quick 32)")
     args = ap.parse_args()
     presets = args.hw or tvm_cim.known_presets("cim")
+    if args.zoo:
+        res = zoo_table(presets, args.image or (32 if args.quick else 64), args.seed, args.quick)
+        print_zoo(res)
+        if args.json:
+            Path(args.json).write_text(json.dumps(res, indent=2))
+        if args.plots:
+            plot_zoo(res, args.plots)
+        return 0
     xtr, ytr, xt, yt = load_digits(args.seed, 100 if args.quick else None)
     epochs = args.epochs or (3 if args.quick else 30)
     kinds = ["mlp"] if args.quick else ["mlp", "cnn"]

@@ -32,30 +32,54 @@ def reference_mvm(x, w, hw, wbits, ibits, rows_per_step, lsb):
     """
     xb = hw.crossbar
     c, d, top = xb.cell_bits, xb.dac_bits, 2**xb.adc_bits - 1
-    diff = xb.weight_encoding == "differential"
-    mag = wbits - 1 if diff else wbits
-    slices = -(-mag // c)
-    planes = [np.maximum(w, 0), np.maximum(-w, 0)] if diff else [w + 2 ** (wbits - 1)]
-    signs = [1, -1] if diff else [1]
+    enc = xb.weight_encoding
+    # every bitline: (plane index, slice index, its cells as a function of the weight column, digital weight)
+    lines = []
+    if enc == "differential":
+        for p, plane in enumerate([np.maximum(w, 0), np.maximum(-w, 0)]):
+            for s in range(-(-(wbits - 1) // c)):
+                lines.append((p, s, (plane >> (s * c)) & ((1 << c) - 1), (1 - 2 * p) * 2 ** (s * c)))
+    elif enc == "offset":
+        for s in range(-(-wbits // c)):
+            lines.append((0, s, ((w + 2 ** (wbits - 1)) >> (s * c)) & ((1 << c) - 1), 2 ** (s * c)))
+    else:  # two's complement: low bits in cells of c bits, the sign bit alone, worth -2^(b-1)
+        code = np.where(w < 0, w + 2**wbits, w)  # the b-bit two's complement code as an unsigned number
+        low_slices = -(-(wbits - 1) // c)
+        for s in range(low_slices):
+            lines.append((0, s, (code % 2 ** (wbits - 1)) // 2 ** (s * c) % 2**c, 2 ** (s * c)))
+        lines.append((0, low_slices, code // 2 ** (wbits - 1), -(2 ** (wbits - 1))))
     v_n, k = x.shape
     out = np.zeros((v_n, w.shape[1]), dtype=np.int64)
     for v in range(v_n):
         for j in range(w.shape[1]):
             total = 0
-            for p, (plane, sign) in enumerate(zip(planes, signs)):
-                for s in range(slices):
-                    cell = (plane[:, j] >> (s * c)) & ((1 << c) - 1)
-                    step_lsb = lsb(s, p, j) if callable(lsb) else lsb
-                    for b in range(-(-ibits // d)):
-                        xbits = (x[v] >> (b * d)) & ((1 << d) - 1)
-                        for g0 in range(0, k, rows_per_step):
-                            analog = int(np.dot(xbits[g0:g0 + rows_per_step], cell[g0:g0 + rows_per_step]))
-                            code = min(int(np.floor(analog / step_lsb + 0.5)), top)
-                            total += sign * (code * step_lsb) << (b * d + s * c)
-            if not diff:
+            for p, s, cells, weight in lines:
+                cell = cells[:, j]
+                step_lsb = lsb(s, p, j) if callable(lsb) else lsb
+                for b in range(-(-ibits // d)):
+                    xbits = (x[v] >> (b * d)) & ((1 << d) - 1)
+                    for g0 in range(0, k, rows_per_step):
+                        analog = int(np.dot(xbits[g0:g0 + rows_per_step], cell[g0:g0 + rows_per_step]))
+                        code_ = min(int(np.floor(analog / step_lsb + 0.5)), top)
+                        total += weight * (code_ * step_lsb) * 2 ** (b * d)
+            if enc == "offset":
                 total -= 2 ** (wbits - 1) * int(x[v].sum())
             out[v, j] = total
     return out
+
+
+def reference_signed_mvm(x, w, hw, wbits, ibits, rows_per_step, lsb):
+    """Signed input codes x (V, K) applied as ``crossbar.input_encoding`` documents, each unsigned pass
+    through :func:`reference_mvm`."""
+    enc, half = hw.crossbar.input_encoding, 2 ** (ibits - 1)
+    if enc == "phases":
+        return (reference_mvm(np.maximum(x, 0), w, hw, wbits, ibits - 1, rows_per_step, lsb)
+                - reference_mvm(np.maximum(-x, 0), w, hw, wbits, ibits - 1, rows_per_step, lsb))
+    if enc == "offset":
+        return reference_mvm(x + half, w, hw, wbits, ibits, rows_per_step, lsb) - half * w.sum(axis=0)
+    code = np.where(x < 0, x + 2**ibits, x)  # two's complement code: low bits, then the sign bit
+    return (reference_mvm(code % half, w, hw, wbits, ibits - 1, rows_per_step, lsb)
+            - half * reference_mvm(code // half, w, hw, wbits, 1, rows_per_step, lsb))
 
 
 def crossbar_mvm(x, w, hw, wbits, ibits, lsb=None):
@@ -94,6 +118,80 @@ def test_programmed_adc_range_per_array_and_per_bitline_matches_the_reference(en
     per = 1 << rng.integers(0, 4, size=(s_n, p_n, 6))
     got = crossbar_mvm(x, w, hw, 8, 8, lsb=per[None])
     np.testing.assert_array_equal(got, reference_mvm(x, w, hw, 8, 8, 16, lambda s, p, j: int(per[s, p, j])))
+
+
+@pytest.mark.parametrize("preset", ["prime", "jia21", "puma"])
+@pytest.mark.parametrize("wenc", ["differential", "offset", "twos"])
+@pytest.mark.parametrize("ienc", ["phases", "offset", "twos"])
+def test_every_encoding_matches_the_per_bitline_reference(preset, wenc, ienc):
+    """Weight and input encodings through lossy conversions (a 6-bit ADC, a programmed LSB), and exact
+    against the integer product when no conversion can be altered."""
+    rng = np.random.default_rng(len(preset) + 7 * len(wenc) + len(ienc))
+    base = tvm_cim.load(preset)
+    hw = R(base, crossbar=R(base.crossbar, adc_bits=6, weight_encoding=wenc, input_encoding=ienc)).driving(16)
+    x = rng.integers(-127, 128, size=(3, 40))
+    x[0] = -127  # dense negative inputs: every low bit of their two's complement code is 1 but one
+    w = rng.integers(-127, 128, size=(40, 5))
+    w[:, 0] = -1
+    cells = crossbar.encode(w, hw, 8)
+    np.testing.assert_array_equal(crossbar.decode(cells, hw, 8), w)
+    for lsb in (None, 2):
+        got = crossbar.mvm_signed(x[None, None], cells[None, None], hw, 8, 8, exact_shortcut=False, lsb=lsb)[0, 0]
+        want_lsb = crossbar.adc_lsb(hw, 40) if lsb is None else lsb
+        np.testing.assert_array_equal(got, reference_signed_mvm(x, w, hw, 8, 8, 16, want_lsb))
+    exact_hw = R(hw, crossbar=R(hw.crossbar, adc_bits=16, adc_mode="clip"))
+    got = crossbar.mvm_signed(x[None, None], cells[None, None], exact_hw, 8, 8, exact_shortcut=False)[0, 0]
+    np.testing.assert_array_equal(got, x.astype(np.int64) @ w.astype(np.int64))
+
+
+def test_encodings_set_bitlines_and_input_steps():
+    hw = tvm_cim.load("prime")  # 4-bit cells, 3-bit DAC, 8-bit weights and inputs
+    bitlines = {e: R(hw, crossbar=R(hw.crossbar, weight_encoding=e)).cols_per_weight(8)
+                for e in ("differential", "offset", "twos")}
+    assert bitlines == {"differential": 4, "offset": 2, "twos": 3}  # 2x ceil(7/4); ceil(8/4); ceil(7/4) + 1
+    steps = {e: cost.input_steps(R(hw, crossbar=R(hw.crossbar, input_encoding=e)), 8, True)
+             for e in ("phases", "offset", "twos")}
+    assert steps == {"phases": 6, "offset": 3, "twos": 4}  # 2x ceil(7/3); ceil(8/3); ceil(7/3) + 1
+    assert cost.input_steps(hw, 8, False) == 3
+
+
+def test_hardware_file_bounds_the_encodings():
+    hw = tvm_cim.load("prime")
+    assert hw.weight_encoding_options == ["differential"] and hw.input_encoding_options == ["phases"]
+    with pytest.raises(ValueError, match="not allowed"):
+        hw.mapped(None, "twos")
+    jia = tvm_cim.load("jia21")
+    assert set(jia.weight_encoding_options) == {"offset", "twos", "differential"}
+    assert accuracy.encodings(jia, False) == [(None, None), ("twos", None), ("differential", None)]
+    assert len(accuracy.encodings(jia, True)) == 9
+    view = jia.mapped(8, "twos", "offset")
+    assert (view.crossbar.rows_active, view.crossbar.weight_encoding, view.crossbar.input_encoding) == \
+        (8, "twos", "offset")
+
+
+def test_simulator_follows_the_programs_encodings():
+    """A region mapped with two's complement weights and offset inputs: the program says so, the simulator
+    computes what the per-bitline reference gives, and the read time follows the input steps."""
+    rng = np.random.default_rng(5)
+    hw = tvm_cim.load("jia21")
+    w = rng.integers(-127, 128, size=(300, 6)).astype(np.int8)
+    x = rng.integers(-127, 128, size=(4, 300)).astype(np.float32)
+    results = {}
+    for wenc, ienc in [(None, None), ("twos", "offset"), ("differential", "twos")]:
+        r = Region("mm", MATMUL, [(4, 300)], (4, 6), x_scale=1.0, x_signed=True, w_int=w,
+                   w_scale=np.ones(6, np.float32), weight_encoding=wenc, input_encoding=ienc)
+        sched = schedule.schedule([r], hw, "none")
+        prog = codegen.generate(r, mapping.allocate([r], hw, sched.plans).placements["mm"], hw, sched.options, "none")
+        assert prog.attr("weight_encoding") == wenc and prog.attr("input_encoding") == ienc
+        env, stats = Chip(hw, Options(exact_shortcut=False)).run(prog, {"x": x, **codegen.region_constants(r)})
+        view = r.chip(hw)
+        want = reference_signed_mvm(x.astype(np.int64), w.astype(np.int64), view, 8, 8, 1152,
+                                    crossbar.adc_lsb(view, 300))
+        np.testing.assert_array_equal(env["acc"][0], want)
+        results[(wenc, ienc)] = (stats.latency_ns, sched.plans["mm"].latency_ns)
+    # offset inputs take 8 input steps instead of 2 x 7: faster; the estimate agrees in direction
+    assert results[("twos", "offset")][0] < results[(None, None)][0]
+    assert results[("twos", "offset")][1] < results[(None, None)][1]
 
 
 def test_programmed_lsb_is_the_smallest_power_of_two_covering_the_peak():
@@ -199,7 +297,10 @@ def test_default_budget_gives_a_usable_network_on_lossy_presets(cnn, hw):
     for prog in info.programs:  # the programs carry the mapping the report gives
         rep = acc["regions"][prog.name]
         rps = prog.attr("rows_per_step", info.hw.crossbar.rows_active)
-        assert rep["mapping"].startswith(f"{rps} rows/step")
+        assert f"{rps} rows/step" in rep["mapping"]
+        for key in ("weight_encoding", "input_encoding"):  # encodings the chip allows, named when not the default
+            enc = prog.attr(key)
+            assert enc is None or (enc in rep["mapping"] and enc in getattr(info.hw, key + "_options"))
         assert rep["ns"] >= rep["fastest_ns"] and rep["error"] <= rep["fastest_error"]
 
 
@@ -237,3 +338,82 @@ def test_an_edited_mapping_is_followed(cnn):
     prog = parse_program(str(m[g].attrs["cim.program"]))
     assert prog.attr("rows_per_step") == 4 and prog.attr("adc_lsb") == 2
     assert "cim.accuracy" in m.attrs and json.loads(str(m.attrs["cim.accuracy"]))["met"]
+
+
+def test_budget_as_a_target_option(cnn):
+    mod, x, ref = cnn
+    ex = relax.build(mod, target="cim -hw=prime -max_error=1")
+    loose = tvm_cim.last_compile_info().accuracy
+    assert loose["max_error"] == 1.0 and all(v["mapping"] == v["fastest"] for v in loose["regions"].values())
+    with tvm_cim.accuracy_budget(1.0):  # the target's option wins over the ambient budget
+        relax.build(mod, target="cim -hw=prime -max_error=0.001")
+    tight = tvm_cim.last_compile_info().accuracy
+    assert tight["max_error"] == 0.001
+    assert sum(v["ns"] for v in tight["regions"].values()) > sum(v["ns"] for v in loose["regions"].values())
+    y = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+    assert y.shape == ref.shape
+    from tvm_cim.common.target import options_of
+
+    assert options_of(tvm.target.Target("cim -hw=prime -max_error=0.01")) == {"max_error": 0.01}
+    assert options_of(tvm.target.Target("cim -hw=prime")) == {}
+    with pytest.raises(ValueError, match="unknown option -foo"):
+        tvm.target.Target("cim -hw=prime -foo=1")
+    with pytest.raises(ValueError, match="max_error"):
+        tvm.target.Target("cim -hw=prime -max_error=-1")
+
+
+# ---------------------------------------------------------------------------- device non-idealities
+def test_nonideal_device_matches_a_per_bitline_reference():
+    """Conductance variation and IR drop (the drawn conductances are inputs here) and ADC offsets, converted one
+    bitline at a time: q = clip(floor((s + offset) / LSB + 1/2), 0, top) * LSB, shift-and-add."""
+    rng = np.random.default_rng(3)
+    hw = tvm_cim.load("prime").driving(16)
+    ni = crossbar.Nonideal(conductance_sigma=0.05, ir_drop=2e-3, adc_offset=0.4, seed=11)
+    x = rng.integers(0, 256, size=(3, 40))
+    w = rng.integers(-127, 128, size=(40, 4))
+    ideal = crossbar.encode(w, hw, 8)
+    g = ni.program(ideal, xb=5)  # (rows, S, P, n) conductances as programmed
+    off = ni.offsets(ideal.shape[-3:], xb=5)
+    assert ni.active and not crossbar.Nonideal().active
+    np.testing.assert_allclose(ni.program(np.ones_like(ideal), 5)[:, 0, 0, 0] > 0, True)
+    got = crossbar.mvm(x[None, None], g[None, None], hw, 8, 8, lsb=2, offset=off[None],
+                       weights=crossbar.decode(ideal, hw, 8)[None, None])[0, 0]
+    top, want = 255, np.zeros((3, 4))
+    for v in range(3):
+        for j in range(4):
+            total = 0.0
+            for s in range(2):
+                for p, sign in enumerate((1, -1)):
+                    for b in range(3):
+                        xbits = (x[v] >> (3 * b)) & 7
+                        for g0 in range(0, 40, 16):
+                            analog = float(np.dot(xbits[g0:g0 + 16].astype(np.float64), g[g0:g0 + 16, s, p, j]))
+                            code = min(max(np.floor(analog / 2 + float(off[s, p, j]) + 0.5), 0), top)
+                            total += sign * code * 2 * 2 ** (3 * b + 4 * s)
+            want[v, j] = total
+    np.testing.assert_array_equal(got, np.rint(want).astype(np.int64))
+    exact = x @ w
+    assert not np.array_equal(got, exact) and np.corrcoef(got.ravel(), exact.ravel())[0, 1] > 0.95
+
+
+@pytest.mark.slow
+def test_nonideal_simulation_is_seeded_off_by_default_and_reported():
+    from tvm_cim.evaluate import evaluate
+
+    spec = "zoo:resnet18?image_size=32"
+    base, outs0, _ = evaluate(spec, "isaac", "none")
+    zero, outs_z, _ = evaluate(spec, "isaac", "none", nonideal=crossbar.Nonideal(seed=4))
+    np.testing.assert_array_equal(outs0[0], outs_z[0])  # all zero: the ideal device, bit for bit
+    assert "nonideal" not in base and "nonideal" not in zero
+    ni = crossbar.Nonideal(conductance_sigma=0.1, ir_drop=1e-3, adc_offset=0.5, seed=1)
+    a, outs_a, _ = evaluate(spec, "isaac", "none", nonideal=ni)
+    b, outs_b, _ = evaluate(spec, "isaac", "none", nonideal=ni)
+    c, outs_c, _ = evaluate(spec, "isaac", "none", nonideal=dataclasses.replace(ni, seed=2))
+    np.testing.assert_array_equal(outs_a[0], outs_b[0])
+    assert not np.array_equal(outs_a[0], outs_c[0]) and not np.array_equal(outs_a[0], outs0[0])
+    assert a["nonideal"] == ni.describe() and a["cosine"] < base["cosine"]
+    assert a["latency_ns"] == base["latency_ns"]  # the device's accuracy, not its timing
+    tvm_cim.runtime.set_options(nonideal=None)
+    with pytest.raises(ValueError, match="conductance"):
+        crossbar.Nonideal.parse("conductanc=0.1")
+    assert crossbar.Nonideal.parse("conductance=0.1,seed=3") == crossbar.Nonideal(conductance_sigma=0.1, seed=3)

@@ -40,3 +40,13 @@ def test_accuracy_quick(tmp_path):
     mlp = res["models"]["mlp"]
     assert set(mlp["presets"]) == {"prime", "jia21"} and 0 <= mlp["int8"] <= 1 and "digits" in out
     assert (tmp_path / "accuracy.png").exists()
+
+
+@pytest.mark.slow
+def test_accuracy_zoo_quick(tmp_path):
+    res, out = bench("accuracy.py", "--zoo", "--quick", "--image", "32", "--hw", "jia21", "--plots", tmp_path,
+                     tmp=tmp_path)
+    assert set(res["models"]) == {"resnet18@32", "nhwc_cnn@32 (onnx.helper)"} and "cosine" in out
+    for rows in res["models"].values():
+        assert set(rows) == {"jia21"} and rows["jia21"]["cost"] >= 1.0 - 1e-9
+    assert (tmp_path / "accuracy_zoo.png").exists()

@@ -91,6 +91,11 @@ def test_unknown_hardware_lists_presets(model_file):
         assert name in p.stderr
 
 
+def test_bad_nonideal_option(model_file):
+    p = cli("run", model_file, "--hw", "isaac", "--nonideal", "conductance=-1")
+    assert p.returncode == 2 and "--nonideal" in p.stderr and "Traceback" not in p.stderr
+
+
 def test_malformed_hardware_file(model_file, tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text((ROOT / "targets" / "prime.toml").read_text().replace("cell_bits = 4", "cell_bits = -4"))

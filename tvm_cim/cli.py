@@ -28,6 +28,7 @@ from .compiler import strategies
 from .compiler.accuracy import DEFAULT_MAX_ERROR
 from .compiler.transform import last_compile_info
 from .evaluate import evaluate
+from .hardware.crossbar import Nonideal
 
 
 def cmd_run(args) -> int:
@@ -36,12 +37,21 @@ def cmd_run(args) -> int:
         raise UserError(f"--max-error must be >= 0, got {args.max_error}")
     rep, outs, model = evaluate(args.model, args.hw, args.strategy, seed=args.seed, calib_samples=args.calib_samples,
                                 inputs_path=args.inputs, bitwise=args.bitwise, timing_only=args.timing_only,
-                                max_error=args.max_error)
+                                max_error=args.max_error, nonideal=_nonideal(args.nonideal))
     if args.emit:
         Path(args.emit).write_text(last_compile_info().program_text())
     if args.timing_only and args.outputs:
         raise UserError("--outputs needs the values: drop --timing-only")
     return finish_run(rep, R.summary, args, model, outs, "program")
+
+
+def _nonideal(text):
+    if not text:
+        return None
+    try:
+        return Nonideal.parse(text)
+    except ValueError as e:
+        raise UserError(f"--nonideal: {e}") from None
 
 
 def cmd_sweep(args) -> int:
@@ -89,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--calib-samples", type=int, default=1, help="seeded calibration samples (default 1)")
     r.add_argument("--max-error", type=float, default=None,
                    help="error budget: largest 1 - cosine against the float reference on the calibration samples; "
-                   "per layer the fastest crossbar mapping (rows per read step, programmed ADC range) within it "
+                   "per layer the fastest crossbar mapping (encodings, rows per read step, programmed ADC range) "
+                   "within it "
                    f"(default {DEFAULT_MAX_ERROR}; 1 = fastest mappings, no constraint)")
     r.add_argument(
         "--bitwise",
@@ -100,6 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--timing-only", action="store_true",
                    help="skip the numerics: latency, energy, power and utilisation only (for sweeps); "
                    "no outputs, no comparison with the reference")
+    r.add_argument("--nonideal", default=None, metavar="K=V,...",
+                   help="seeded device non-idealities the simulator applies (off by default; reported): "
+                   "conductance=<relative sigma>,ir_drop=<attenuation per row>,adc_offset=<sigma in LSBs>,seed=<int>")
     r.set_defaults(func=cmd_run)
 
     w = sweep.add_parser(sub, "cim", "prime", "compile and simulate a grid of models x presets x strategies x "

@@ -27,7 +27,7 @@ CIM_ONNX_OPS = {"Conv": ("relax.nn.conv2d",), "Gemm": ("relax.matmul", "relax.li
 
 def evaluate(spec: str, hw, strategy: str, *, seed: int = 0, calib_samples: int = 1, inputs_path: str | None = None,
              bitwise: bool = False, timing_only: bool = False, hw_name: str | None = None,
-             max_error: float | None = None) -> tuple[dict, list, object]:
+             max_error: float | None = None, nonideal=None) -> tuple[dict, list, object]:
     """Compile a model for a chip, simulate it and report.
 
     Parameters
@@ -51,6 +51,9 @@ def evaluate(spec: str, hw, strategy: str, *, seed: int = 0, calib_samples: int 
         Name in the report (default: the preset name or the description's).
     max_error : float, optional
         Error budget of the crossbar mapping (:func:`tvm_cim.accuracy_budget`; default 0.005).
+    nonideal : tvm_cim.hardware.crossbar.Nonideal, optional
+        Seeded device non-idealities the simulator applies (the compiler maps for the ideal device);
+        reported under ``nonideal``.
 
     Returns
     -------
@@ -78,7 +81,7 @@ def evaluate(spec: str, hw, strategy: str, *, seed: int = 0, calib_samples: int 
         stats, _ = R.simulate_timing(info)
     else:
         runtime.reset()
-        runtime.set_options(exact_shortcut=not bitwise)
+        runtime.set_options(exact_shortcut=not bitwise, nonideal=nonideal)
         with runtime.collect() as stats:
             outs = run_vm(ex, inputs, order)
     t3 = time.perf_counter()
@@ -95,5 +98,8 @@ def evaluate(spec: str, hw, strategy: str, *, seed: int = 0, calib_samples: int 
         rep["simulation"] = "bitwise" if bitwise else "exact shortcut where the ADC is lossless"
         rep["outputs"] = {o.name: list(a.shape) for o, a in zip(model.graph.output, outs)}
     rep["onnx_ops_on_host"] = host_onnx_ops(model, CIM_ONNX_OPS, info.host_ops)
+    if nonideal is not None and nonideal.active:
+        rep["nonideal"] = nonideal.describe()
+        rep["simulation"] += "; device non-idealities applied (see nonideal)"
     rep["timing_s"] = {"import": t1 - t0, "compile": t2 - t1, "simulate": t3 - t2, "reference": t4 - t3}
     return rep, outs, model

@@ -118,9 +118,11 @@ def build_report(info: CompileInfo, stats: list, hw_name: str) -> dict:
     used_cells = alloc_cells = 0
     xbs_used: set[int] = set()
     if info.chip_map:
-        for pl in info.chip_map.placements.values():
+        by_name = {r.name: r for r in info.regions}
+        for name, pl in info.chip_map.placements.items():
+            per_weight = (by_name[name].chip(hw) if name in by_name else hw).cols_per_weight(precision(hw)[0])
             for t, xb in zip(pl.tiles, pl.xbs):
-                used_cells += t.rows * t.cols * hw.cols_per_weight(precision(hw)[0])
+                used_cells += t.rows * t.cols * per_weight
                 alloc_cells += hw.crossbar.rows * hw.crossbar.cols
                 xbs_used.add(xb)
     peak = max((s.buffer_peak_bytes for s in stats), default=0)
@@ -210,6 +212,8 @@ def summary(rep: dict, top: int = 8) -> str:
     """A readable multi-line summary of a report."""
     lines = []
     lines.append(f"hardware      {rep['hw']} ({rep['computing_mode']} mode)   {rep.get('hw_file', '')}")
+    if rep.get("nonideal"):
+        lines.append("non-ideal     " + ", ".join(f"{k} {v}" for k, v in rep["nonideal"].items()))
     if "model" in rep:
         lines.append(f"model         {rep['model']}")
     lines.append(

@@ -40,6 +40,8 @@ def set_options(**kwargs) -> None:
         if not hasattr(_OPTIONS, k):
             raise ValueError(f"unknown simulator option {k!r}")
         setattr(_OPTIONS, k, v)
+    if "nonideal" in kwargs:  # crossbars programmed before hold the other device's cells
+        reset()
 
 
 def reset() -> None:

@@ -6,6 +6,10 @@ preset is registered as the tag ``"cim -hw=<name>"`` (or ``"pim -hw=<name>"``)
 of an ``llvm`` target whose keys are ``["cim", "cpu"]`` and whose ``model``
 attribute names the hardware, so host code still builds with LLVM.
 
+Build options may follow the hardware: ``"cim -hw=prime -max_error=0.01"``
+(:data:`TARGET_OPTIONS`; they travel in the ``model`` attribute after the
+hardware, :func:`options_of`); an unknown option fails with the known ones.
+
 A user's own file (``"cim -hw=./my_chip.toml"``) is validated and registered
 on first use: :class:`tvm.target.Target` is wrapped so that an unregistered
 ``cim``/``pim`` string is resolved before TVM parses it (TVM offers no other
@@ -35,7 +39,25 @@ from tvm import relax
 
 from . import hardware as loader
 
-_TARGET_RE = re.compile(r"^\s*(cim|pim)\s+-hw=(\S+)\s*$")
+_TARGET_RE = re.compile(r"^\s*(cim|pim)\s+-hw=(\S+)((?:\s+-\w+=\S+)*)\s*$")
+_OPTION_RE = re.compile(r"-(\w+)=(\S+)")
+
+
+def _nonneg_float(name: str, text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        v = float("nan")
+    if not v >= 0:
+        raise ValueError(f"target option -{name}={text}: expected a number >= 0")
+    return v
+
+
+# build options a target string may carry after -hw=..., per kind: name -> parser
+TARGET_OPTIONS: dict[str, dict[str, Callable[[str, str], object]]] = {
+    "cim": {"max_error": _nonneg_float},  # error budget of the crossbar mapping (MapCrossbars)
+    "pim": {},
+}
 _REGISTERED: set[str] = set()
 # backend key -> factory of the pipeline run before TVM's for its targets
 _BACKENDS: dict[str, Callable[[], tvm.transform.Pass]] = {}
@@ -43,9 +65,27 @@ _BACKENDS: dict[str, Callable[[], tvm.transform.Pass]] = {}
 _TVM_PIPELINES: dict[str, Callable] = {}
 
 
-def target_string(kind: str, hw: str) -> str:
-    """The target string of a hardware preset or file."""
-    return f"{kind} -hw={hw}"
+def target_string(kind: str, hw: str, **options) -> str:
+    """The target string of a hardware preset or file, with build options (``-max_error=0.01``)."""
+    return f"{kind} -hw={hw}" + "".join(f" -{k}={v}" for k, v in options.items() if v is not None)
+
+
+def parse_options(kind: str, text: str) -> dict:
+    """The build options of a target string's tail (``" -max_error=0.01"``), checked.
+
+    Raises
+    ------
+    ValueError
+        An option the kind does not know, or a bad value.
+    """
+    known = TARGET_OPTIONS[kind]
+    out = {}
+    for name, value in _OPTION_RE.findall(text or ""):
+        if name not in known:
+            raise ValueError(f"unknown option -{name} in a {kind} target; known: "
+                             + (", ".join(f"-{k}" for k in known) or "none"))
+        out[name] = known[name](name, value)
+    return out
 
 
 def register_hardware(kind: str, name_or_path: str) -> str:
@@ -67,12 +107,19 @@ def register_hardware(kind: str, name_or_path: str) -> str:
     UnknownHardwareError, HardwareDescriptionError
         See :func:`tvm_cim.common.hardware.load`.
     """
-    tag = target_string(kind, name_or_path)
+    return _register(kind, name_or_path, "")
+
+
+def _register(kind: str, name_or_path: str, tail: str, tag: str | None = None) -> str:
+    options = parse_options(kind, tail)
+    tag = tag or target_string(kind, name_or_path, **options)
     if tag in _REGISTERED:
         return tag
     path = loader.resolve(name_or_path, kind)
     loader.load(path, kind=kind)  # validate now: errors name file and key
     model = name_or_path if name_or_path in loader.preset_files(kind) else str(path)
+    # the build options travel in the target's ``model`` attribute after the hardware ("prime -max_error=0.01")
+    model += "".join(f" -{k}={v}" for k, v in options.items())
     tvm.target.tag.register_tag(tag, {"kind": "llvm", "keys": [kind, "cpu"], "model": model})
     _REGISTERED.add(tag)
     return tag
@@ -82,17 +129,31 @@ def hardware_of(target: tvm.target.Target):
     """The hardware description a ``cim``/``pim`` target refers to."""
     if target is None:
         raise ValueError("no target in scope; build with target='cim -hw=<preset>'")
+    kind = _kind(target)
+    return loader.load(str(target.attrs["model"]).split(" -", 1)[0], kind=kind)
+
+
+def _kind(target) -> str:
     kind = "cim" if "cim" in target.keys else "pim" if "pim" in target.keys else None
     if kind is None:
         raise ValueError(f"target {target} is not a cim or pim target")
-    return loader.load(str(target.attrs["model"]), kind=kind)
+    return kind
+
+
+def options_of(target: tvm.target.Target | None) -> dict:
+    """The build options a ``cim``/``pim`` target string carries (``cim -hw=prime -max_error=0.01``);
+    empty for None or a target without options."""
+    if target is None or "model" not in target.attrs:
+        return {}
+    model = str(target.attrs["model"])
+    return parse_options(_kind(target), model[len(model.split(" -", 1)[0]):])
 
 
 def _ensure(target) -> None:
     if isinstance(target, str):
         m = _TARGET_RE.match(target)
         if m and target not in _REGISTERED:
-            register_hardware(m.group(1), m.group(2))
+            _register(m.group(1), m.group(2), m.group(3) or "", tag=target)
 
 
 _orig_init = tvm.target.Target.__init__

@@ -1,8 +1,16 @@
 """ADC-aware crossbar mapping: per layer, the fastest mapping whose error on the calibration samples fits a budget.
 
-A layer's *mapping* is how its crossbars are read, within what the hardware
-file allows:
+A layer's *mapping* is how its crossbars hold its weights and are read,
+within what the hardware file allows:
 
+* **weight encoding** (``crossbar.weight_encoding`` and the extras in
+  ``crossbar.weight_encodings``): differential, offset or two's complement
+  slices; fewer bitlines per weight read faster, and encodings whose sums
+  stay small (differential: sparse magnitudes) lose less in the ADC;
+* **input encoding** of signed activations (``crossbar.input_encoding`` /
+  ``input_encodings``): two unsigned phases, one offset pass, or two's
+  complement with a sign step -- the number of input steps against the size
+  of the sums;
 * **rows driven per read step** (at most ``crossbar.rows_active``; the other
   rows get zero input).  Fewer rows keep every bitline's analogue sum small,
   so the ADC alters fewer conversions, at the price of more read steps.  The
@@ -17,8 +25,8 @@ file allows:
   ``adc_mode``.
 
 Error budget.  ``max_error`` bounds ``1 - cosine`` between the network's
-outputs and the float reference on the calibration samples (default 0.01:
-cosine >= 0.99).  Int8 quantisation alone costs ``e_q``, measured end to end
+outputs and the float reference on the calibration samples (default 0.005:
+cosine >= 0.995 on the samples, a margin for cosine >= 0.99 on other inputs).  Int8 quantisation alone costs ``e_q``, measured end to end
 on the samples with every region replaced by exact int8 arithmetic; the
 mappings may add the rest.  The error a mapping adds to a layer is measured on
 a seeded sample of the layer's calibration input vectors: ``1 - cosine``
@@ -28,6 +36,8 @@ exact int8 output.  Layer errors are taken to add up at the network output
 (``1 - cos`` is half the squared relative error, and independent relative
 errors of successive layers add in quadrature); residual connections and
 pooling attenuate them, so the sum is conservative.
+
+Candidates are encodings x rows per step x ADC options (:class:`Front`).
 
 Choice.  Every layer starts at its fastest candidate (the most accurate of
 the equally fast ones); while the summed error exceeds the allowance, the
@@ -44,6 +54,7 @@ import zlib
 from dataclasses import dataclass, field
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from ..common.layout import dequantize, im2col, quantize_codes
 from ..hardware import crossbar as X
@@ -56,6 +67,7 @@ from .region import CONV2D, DMATMUL, MATMUL, Region
 DEFAULT_MAX_ERROR = 0.005  # 1 - cosine against the float reference on the calibration samples (half of 0.99's)
 SAMPLE_COLS = 32  # output columns an error is measured on (all columns calibrate a programmed range)
 _COL_CHUNK = 256  # columns encoded at once when calibrating ranges
+_CACHE_CELLS = 2**25  # cells of a layer kept encoded (one byte each) between row counts
 
 
 # ============================================================================ mappings
@@ -74,29 +86,46 @@ class Mapping:
         The programmed LSB (``array``).
     lsb_cols : np.ndarray or None
         The programmed LSB per bitline, shape ``(slices x planes, N)`` (``column``).
+    weight_encoding : str or None
+        How the weights are stored (None: the chip's ``crossbar.weight_encoding``).
+    input_encoding : str or None
+        How signed inputs are applied (None: the chip's ``crossbar.input_encoding``,
+        or unsigned inputs).
     """
 
     rows_per_step: int
     adc: str = "fixed"
     lsb: int | None = None
     lsb_cols: np.ndarray | None = field(default=None, compare=False, repr=False)
+    weight_encoding: str | None = None
+    input_encoding: str | None = None
 
     def describe(self) -> str:
         """One line for reports."""
+        enc = ""
+        if self.weight_encoding is not None:
+            enc += f"{self.weight_encoding} weights, "
+        if self.input_encoding is not None:
+            enc += f"{self.input_encoding} inputs, "
         if self.adc == "array":
-            return f"{self.rows_per_step} rows/step, ADC LSB {self.lsb}"
+            return f"{enc}{self.rows_per_step} rows/step, ADC LSB {self.lsb}"
         if self.adc == "column":
             lo, hi = int(self.lsb_cols.min()), int(self.lsb_cols.max())
-            return f"{self.rows_per_step} rows/step, ADC LSB per bitline {lo}..{hi}"
-        return f"{self.rows_per_step} rows/step, fixed ADC range"
+            return f"{enc}{self.rows_per_step} rows/step, ADC LSB per bitline {lo}..{hi}"
+        return f"{enc}{self.rows_per_step} rows/step, fixed ADC range"
 
     def attrs(self) -> dict:
-        """The region-function attributes that record it (``cim.rows_per_step``, ``cim.adc_lsb[_cols]``)."""
+        """The region-function attributes that record it (``cim.rows_per_step``, ``cim.adc_lsb[_cols]``,
+        ``cim.weight_encoding``, ``cim.input_encoding``)."""
         out: dict = {"rows_per_step": int(self.rows_per_step)}
         if self.adc == "array":
             out["adc_lsb"] = int(self.lsb)
         if self.adc == "column":
             out["adc_lsb_cols"] = lsb_cols_text(self.lsb_cols)
+        if self.weight_encoding is not None:
+            out["weight_encoding"] = str(self.weight_encoding)
+        if self.input_encoding is not None:
+            out["input_encoding"] = str(self.input_encoding)
         return out
 
 
@@ -117,9 +146,21 @@ def lsb_cols_parse(text: str) -> np.ndarray:
 def apply(r: Region, m: Mapping | None) -> Region:
     """A copy of a region read with mapping ``m`` (None: the chip's defaults)."""
     if m is None:
-        return dataclasses.replace(r, rows_per_step=None, adc_lsb=None, adc_lsb_cols=None)
+        return dataclasses.replace(r, rows_per_step=None, adc_lsb=None, adc_lsb_cols=None, weight_encoding=None,
+                                   input_encoding=None)
     return dataclasses.replace(r, rows_per_step=m.rows_per_step, adc_lsb=m.lsb if m.adc == "array" else None,
-                               adc_lsb_cols=m.lsb_cols if m.adc == "column" else None)
+                               adc_lsb_cols=m.lsb_cols if m.adc == "column" else None,
+                               weight_encoding=m.weight_encoding, input_encoding=m.input_encoding)
+
+
+def encodings(hw: CIMHardware, signed: bool) -> list[tuple[str | None, str | None]]:
+    """``(weight encoding, input encoding)`` pairs the chip allows a layer, its defaults first (as None).
+
+    The input encoding matters only for signed inputs.
+    """
+    ws = [None] + hw.weight_encoding_options[1:]
+    ins = [None] + hw.input_encoding_options[1:] if signed else [None]
+    return [(w, i) for w in ws for i in ins]
 
 
 def row_options(hw: CIMHardware) -> list[int]:
@@ -139,8 +180,10 @@ def row_options(hw: CIMHardware) -> list[int]:
 
 
 def needs_mapping(hw: CIMHardware) -> bool:
-    """False when every layer is exact as the chip reads it by default (nothing to decide)."""
-    return hw.crossbar.adc_range != "fixed" or not X.is_lossless(hw)
+    """False when every layer is exact as the chip reads it by default and nothing else is allowed
+    (nothing to decide)."""
+    return (hw.crossbar.adc_range != "fixed" or not X.is_lossless(hw) or len(hw.weight_encoding_options) > 1
+            or len(hw.input_encoding_options) > 1)
 
 
 # ============================================================================ measuring a layer
@@ -178,37 +221,64 @@ class LayerProbe:
         self.cols = np.sort(np.random.default_rng(seed).choice(n, min(n, SAMPLE_COLS), replace=False))
         self.exact = self._output(self._exact_acc(self.cols), self.cols)
         self._cells: dict = {}
+        self._xs: dict = {}
 
     # ------------------------------------------------------------------ helpers
     def _blocks(self) -> list[tuple[int, int]]:
         k, rows = self.w.shape[1], self.hw.crossbar.rows
         return [(k0, min(k, k0 + rows)) for k0 in range(0, k, rows)]
 
-    def _tiles(self, b: int, cols: np.ndarray):
-        """Input tiles ``(T, 1, V, R)`` of the vectors meeting weight matrix ``b``, and their cells."""
-        rows = min(self.w.shape[1], self.hw.crossbar.rows)  # a tile's rows, as the simulator pads them
-        sel = self.which == b
-        xs, cells = [], []
-        key = (b, cols.tobytes())
-        cached = self._cells.get(key)
-        for i, (k0, k1) in enumerate(self._blocks()):
-            xt = np.zeros((sel.sum(), rows), dtype=np.int32)
-            xt[:, : k1 - k0] = self.xq[sel, k0:k1]
-            xs.append(xt)
-            if cached is None:
-                wt = np.zeros((rows, len(cols)), dtype=np.int32)
-                wt[: k1 - k0] = self.w[b, k0:k1][:, cols]
-                cells.append(X.encode(wt, self.hw, self.wbits))
-        if cached is None:
-            cached = np.stack(cells)[:, None]  # (T, 1, R, S, P, n)
-            if len(cols) <= SAMPLE_COLS:
-                self._cells[key] = cached
-        return np.stack(xs)[:, None], cached, sel
+    def _inputs(self, b: int):
+        """Input tiles ``(T, 1, V, R)`` of the vectors meeting weight matrix ``b`` (rows padded as the
+        simulator pads a tile), and which vectors they are."""
+        hit = self._xs.get(b)
+        if hit is None:
+            rows = min(self.w.shape[1], self.hw.crossbar.rows)
+            sel = self.which == b
+            xs = np.zeros((len(self._blocks()), 1, int(sel.sum()), rows), dtype=np.int32)
+            for i, (k0, k1) in enumerate(self._blocks()):
+                xs[i, 0, :, : k1 - k0] = self.xq[sel, k0:k1]
+            hit = self._xs[b] = (xs, sel)
+        return hit
 
-    def _phases(self, x: np.ndarray) -> list[tuple[np.ndarray, int, int]]:
-        """(unsigned codes, input bits, sign) of each phase the crossbars are read in."""
+    def _encode(self, b: int, cols: np.ndarray, whw: CIMHardware) -> np.ndarray:
+        """Cells ``(T, 1, R, S, P, n)`` of columns ``cols`` of weight matrix ``b`` as ``whw`` (the chip with
+        the layer's weight encoding) holds them."""
+        rows = min(self.w.shape[1], self.hw.crossbar.rows)
+        wt = np.zeros((len(self._blocks()), rows, len(cols)), dtype=np.int32)
+        for i, (k0, k1) in enumerate(self._blocks()):
+            wt[i, : k1 - k0] = self.w[b, k0:k1][:, cols]
+        return X.encode(wt, whw, self.wbits)[:, None]
+
+    def _tiles(self, b: int, cols: np.ndarray, whw: CIMHardware, sampled: bool = False):
+        """Input tiles ``(T, 1, V, R)`` of the vectors meeting weight matrix ``b``, their cells
+        ``(T, 1, R, S, P, n)`` and which vectors they are.
+
+        Cells are cached for the sampled columns (``sampled``), and for all columns (as small
+        integers, when the layer is small enough), so that every row count and ADC option reuses them.
+        """
+        xs, sel = self._inputs(b)
+        enc = whw.crossbar.weight_encoding
+        if sampled:
+            key = (b, cols.tobytes(), enc)
+            cells = self._cells.get(key)
+            if cells is None:
+                cells = self._cells[key] = self._encode(b, cols, whw)
+            return xs, cells, sel
+        full = self._cells.get((b, "all", enc))
+        if full is None:
+            n = self.w.shape[-1]
+            if xs.shape[0] * xs.shape[-1] * n * whw.cols_per_weight(self.wbits) <= _CACHE_CELLS:
+                full = self._cells[(b, "all", enc)] = self._encode(b, np.arange(n), whw).astype(np.uint8)
+            else:
+                return xs, self._encode(b, cols, whw), sel
+        part = full[..., cols[0] : cols[-1] + 1] if cols[-1] - cols[0] + 1 == len(cols) else full[..., cols]
+        return xs, part.astype(np.float32), sel
+
+    def _passes(self, x: np.ndarray, view: CIMHardware) -> list[tuple[np.ndarray, int, int]]:
+        """(unsigned codes, input bits, factor) of each pass the crossbars are read in."""
         if self.r.x_signed:
-            return [(np.maximum(x, 0), self.ibits - 1, 1), (np.maximum(-x, 0), self.ibits - 1, -1)]
+            return X.input_passes(x, view, self.ibits)
         return [(x, self.ibits, 1)]
 
     def _exact_acc(self, cols: np.ndarray) -> np.ndarray:
@@ -226,38 +296,45 @@ class LayerProbe:
         bias = r.bias[cols] if r.bias is not None else None
         return dequantize(acc, scale, r.x_zero, wsum, wscale, bias)
 
+    def view(self, m: Mapping) -> CIMHardware:
+        """The chip as mapping ``m`` reads the layer."""
+        return self.hw.mapped(m.rows_per_step, m.weight_encoding, m.input_encoding)
+
     # ------------------------------------------------------------------ what the compiler asks
-    def peaks(self, rows_per_step: int) -> np.ndarray:
-        """Largest analogue sum of every bitline, ``(slices x planes, N)``, driving ``rows_per_step`` rows."""
-        xhw = self.hw.driving(rows_per_step)
+    def peaks(self, m: Mapping) -> np.ndarray:
+        """Largest analogue sum of every bitline, ``(slices x planes, N)``, read with mapping ``m``
+        (its rows per step and encodings; the ADC setting does not matter)."""
+        xhw = self.view(m)
         n = self.w.shape[-1]
-        s_p = self.hw.cols_per_weight(self.wbits)
+        s_p = xhw.cols_per_weight(self.wbits)
         out = np.zeros((s_p, n))
         for c0 in range(0, n, _COL_CHUNK):
             cols = np.arange(c0, min(n, c0 + _COL_CHUNK))
             for b in np.unique(self.which):
-                xs, cells, _ = self._tiles(int(b), cols)
-                for x, bits, _ in self._phases(xs):
+                xs, cells, _ = self._tiles(int(b), cols, xhw)
+                for x, bits, _ in self._passes(xs, xhw):
                     p = X.bitline_peaks(x, cells, xhw, bits).max(axis=0)  # (S, P, n)
                     out[:, cols] = np.maximum(out[:, cols], p.reshape(s_p, len(cols)))
         return out
 
     def error(self, m: Mapping) -> float:
         """``1 - cosine`` of the layer's output read with mapping ``m`` against its exact int8 output."""
-        xhw = self.hw.driving(m.rows_per_step)
+        xhw = self.view(m)
         lsb = m.lsb if m.adc == "array" else None
         if m.adc == "column":
-            s_n = self.hw.weight_slices(self.wbits)
+            s_n = xhw.weight_slices(self.wbits)
             lsb = m.lsb_cols[:, self.cols].reshape(s_n, -1, len(self.cols))[None]
         if X.exact(xhw, lsb, min(self.w.shape[1], self.hw.crossbar.rows)):
             return 0.0
         acc = np.zeros((len(self.xq), len(self.cols)))
         for b in np.unique(self.which):
-            xs, cells, sel = self._tiles(int(b), self.cols)
+            xs, cells, sel = self._tiles(int(b), self.cols, xhw, sampled=True)
             t_lsb = np.broadcast_to(lsb, (len(xs),) + cells.shape[-3:]) if np.ndim(lsb) else lsb
-            for x, bits, sign in self._phases(xs):
-                res = X.mvm(x, cells, xhw, self.wbits, bits, exact_shortcut=True, lsb=t_lsb)
-                acc[sel] += sign * res.sum(axis=0)[0]
+            if self.r.x_signed:
+                res = X.mvm_signed(xs, cells, xhw, self.wbits, self.ibits, exact_shortcut=True, lsb=t_lsb)
+            else:
+                res = X.mvm(xs, cells, xhw, self.wbits, self.ibits, exact_shortcut=True, lsb=t_lsb)
+            acc[sel] += res.sum(axis=0)[0]
         return cosine_error(self._output(acc, self.cols), self.exact)
 
 
@@ -293,12 +370,15 @@ class Choice:
 class Front:
     """A layer's mappings that no other beats on both latency and error, fastest first, measured lazily.
 
-    Row counts are tried largest (fastest) first; at each, the ADC options
-    are the fixed rule and, where the chip can program its range, the
-    calibrated range (and half of it, which clips the rarest sums but halves
-    the rounding step) per array, or per bitline.  A row count joins the
-    front with its most accurate option if that beats the faster ones; slower
-    row counts are measured only when the choice asks for them.
+    Candidates are every encoding the chip allows (:func:`encodings`) at
+    every row count (:func:`row_options`), in order of estimated latency
+    (ties: the chip's default encodings, then more rows, first).  At each,
+    the ADC options are the fixed rule and, where the chip can program its
+    range, the calibrated range (and half of it, which clips the rarest sums
+    but halves the rounding step) per array, or per bitline.  A candidate
+    joins the front with its most accurate ADC option if that beats the
+    faster ones; slower candidates are measured only when the choice asks
+    for them.
 
     Parameters
     ----------
@@ -308,26 +388,35 @@ class Front:
 
     def __init__(self, probe: LayerProbe, est: Estimator):
         self.probe, self.est = probe, est
-        self.rows = row_options(probe.hw)
+        hw, r = probe.hw, probe.r
+        self.rows = row_options(hw)
         self.items: list[Candidate] = []
         self.tried = 0
+        todo = []
+        for e_i, (we, ie) in enumerate(encodings(hw, bool(r.x_signed))):
+            enc = apply(r, Mapping(hw.crossbar.rows_active, weight_encoding=we, input_encoding=ie))
+            passes = passes_of(est.tiles(enc, hw.crossbar.rows), hw.total_crossbars)
+            for j, rp in enumerate(self.rows):
+                m = Mapping(rp, weight_encoding=we, input_encoding=ie)
+                todo.append((est.region_ns(apply(r, m), 1, hw.crossbar.rows, True, passes), e_i, j, m))
+        self._todo = sorted(todo, key=lambda c: c[:3])
         self._next = 0
-        r, hw = probe.r, probe.hw
-        self._passes = passes_of(est.tiles(r, hw.crossbar.rows), hw.total_crossbars)
         self._extend()
 
     def _extend(self) -> None:
-        hw, r = self.probe.hw, self.probe.r
-        rp = self.rows[self._next]
+        hw = self.probe.hw
+        ns, _, _, base = self._todo[self._next]
         self._next += 1
-        ns = self.est.region_ns(apply(r, Mapping(rp)), 1, hw.crossbar.rows, True, self._passes)
-        opts = [Mapping(rp)]
+        opts = [base]
         if hw.crossbar.adc_range in ("array", "column"):
-            peak = self.probe.peaks(rp)
+            peak = self.probe.peaks(base)
             lsb = int(X.programmed_lsb(peak.max(), hw))
-            opts += [Mapping(rp, "array", lsb)] + ([Mapping(rp, "array", lsb // 2)] if lsb > 1 else [])
+            same = {"rows_per_step": base.rows_per_step, "weight_encoding": base.weight_encoding,
+                    "input_encoding": base.input_encoding}
+            opts += [Mapping(adc="array", lsb=lsb, **same)] + ([Mapping(adc="array", lsb=lsb // 2, **same)]
+                                                               if lsb > 1 else [])
             if hw.crossbar.adc_range == "column":
-                opts.append(Mapping(rp, "column", lsb_cols=np.asarray(X.programmed_lsb(peak, hw))))
+                opts.append(Mapping(adc="column", lsb_cols=np.asarray(X.programmed_lsb(peak, hw)), **same))
         found = [Candidate(m, ns, self.probe.error(m)) for m in opts]
         self.tried += len(found)
         best = min(found, key=lambda c: c.error)
@@ -335,8 +424,8 @@ class Front:
             self.items.append(best)
 
     def get(self, i: int) -> Candidate | None:
-        """The ``i``-th front entry (measuring slower row counts as needed), None if there is none."""
-        while len(self.items) <= i and self._next < len(self.rows) and self.items[-1].error > 0:
+        """The ``i``-th front entry (measuring slower candidates as needed), None if there is none."""
+        while len(self.items) <= i and self._next < len(self._todo) and self.items[-1].error > 0:
             self._extend()
         return self.items[i] if i < len(self.items) else None
 
@@ -408,6 +497,13 @@ def map_layers(regions: list[Region], obs: Observation, hw: CIMHardware, wbits: 
     -------
     Result
     """
+    # The measurement is many small matrix products: BLAS threads only add synchronisation, and on a
+    # busy machine spinning threads slow it several times over (same numbers: the sums are exact integers).
+    with threadpool_limits(limits=1, user_api="blas"):
+        return _map_layers(regions, obs, hw, wbits, ibits, max_error, int8_error)
+
+
+def _map_layers(regions, obs, hw, wbits, ibits, max_error, int8_error) -> Result:
     budget = DEFAULT_MAX_ERROR if max_error is None else float(max_error)
     est = Estimator(hw, wbits, ibits)
     fronts = {}

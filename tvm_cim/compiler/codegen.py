@@ -116,7 +116,11 @@ def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | 
         attrs.append(("rows_per_step", int(region.rows_per_step)))
     if region.adc_lsb is not None:
         attrs.append(("adc_lsb", int(region.adc_lsb)))
-    xhw = hw.driving(region.rows_per_step)
+    if region.weight_encoding not in (None, hw.crossbar.weight_encoding):
+        attrs.append(("weight_encoding", str(region.weight_encoding)))
+    if region.x_signed and region.input_encoding not in (None, hw.crossbar.input_encoding):
+        attrs.append(("input_encoding", str(region.input_encoding)))
+    xhw = region.chip(hw)
 
     # ---- virtual crossbars: one per (pass, replica)
     setup: list = []

@@ -107,20 +107,21 @@ class Estimator:
         self._tiles: dict = {}
 
     def hw_of(self, r: Region) -> CIMHardware:
-        """The chip as region ``r`` drives it (its rows per read step, :meth:`CIMHardware.driving`)."""
-        return self.hw.driving(r.rows_per_step)
+        """The chip as region ``r`` is mapped onto it (rows per read step, encodings: :meth:`Region.chip`)."""
+        return r.chip(self.hw)
 
-    def logical_cols(self) -> int:
-        return self.hw.logical_cols(self.wbits)
+    def logical_cols(self, r: Region) -> int:
+        """Weight columns one crossbar holds for region ``r`` (its weight encoding)."""
+        return self.hw_of(r).logical_cols(self.wbits)
 
     def tile_list(self, r: Region, tile_rows: int) -> list:
         """The tiles the mapper places for one copy (all-zero tiles of grouped convolutions skipped)."""
-        key = (r.name, tile_rows)
+        key = (r.name, tile_rows, r.weight_encoding)
         t = self._tiles.get(key)
         if t is None:
             _, k, n = r.mkn
             grouped = r.kind == CONV2D and r.conv.get("groups", 1) > 1
-            t = self._tiles[key] = tile_matrix(k, n, self.hw, r.w_int if grouped else None, tile_rows=tile_rows)
+            t = self._tiles[key] = tile_matrix(k, n, self.hw_of(r), r.w_int if grouped else None, tile_rows=tile_rows)
         return t
 
     def tiles(self, r: Region, tile_rows: int) -> int:
@@ -138,7 +139,7 @@ class Estimator:
         """
         if r.kind == DMATMUL:
             return np.zeros(passes)
-        key = (r.name, tile_rows)
+        key = (r.name, tile_rows, r.weight_encoding)
         b = self._tile_bytes.get(key)
         if b is None:
             b = self._tile_bytes[key] = P.tile_bytes(self.tile_list(r, tile_rows), self.wbits)
@@ -153,11 +154,11 @@ class Estimator:
         """
         m, k, n = r.mkn
         driven = min(tile_rows if rows is None else rows, k)
-        return cost.mvm_ns(self.hw_of(r), driven, min(self.logical_cols(), n), self.wbits, self.ibits, bool(r.x_signed))
+        return cost.mvm_ns(self.hw_of(r), driven, min(self.logical_cols(r), n), self.wbits, self.ibits, bool(r.x_signed))
 
     def write_ns(self, r: Region, tile_rows: int) -> float:
         """Programming one replica's crossbars (rows serially, crossbars in parallel)."""
-        return cost.write(self.hw, min(tile_rows, r.mkn[1]), 0, r.batch, self.wbits)[0]
+        return cost.write(self.hw_of(r), min(tile_rows, r.mkn[1]), 0, r.batch, self.wbits)[0]
 
     def region_ns(self, r: Region, replicas: int, tile_rows: int, resident: bool = True, passes: int = 1) -> float:
         """Analytical latency of one region with ``replicas`` copies, inputs ready at time 0."""
@@ -287,7 +288,8 @@ class Estimator:
             sent = maxplus(np.tile(ready, passes), sc_p.ravel()).reshape(passes, nch)
             t = tf
             for p_idx in range(passes):
-                t = max(t, float(fetched[p_idx])) + cost.write(hw, min(rows_p[p_idx], k), 0, r.batch, self.wbits)[0]
+                t = max(t, float(fetched[p_idx])) + cost.write(self.hw_of(r), min(rows_p[p_idx], k), 0, r.batch,
+                                                               self.wbits)[0]
                 t = float(maxplus(np.maximum(sent[p_idx], t), bt * size * self.mvm_ns(r, tile_rows, rows_p[p_idx]))[-1])
             return maxplus(maxplus(np.full(nch, t), post), store), busy
         # ---- per replica: scatter over its core's link, read (row blocks in parallel with the
@@ -375,9 +377,9 @@ class Estimator:
         if r.kind == CONV2D:
             e += float(np.sum(cost.alu(hw, "im2col", size * k, False)[1]))
         grouped = r.kind == CONV2D and r.conv.get("groups", 1) > 1
-        tiles = tile_matrix(k, n, hw, r.w_int if grouped else None, tile_rows=tile_rows)
-        e += float(np.sum(cost.scatter(hw, np.floor(bt * size * k * self.ibits / 8))[1]))
         xhw = self.hw_of(r)
+        tiles = tile_matrix(k, n, xhw, r.w_int if grouped else None, tile_rows=tile_rows)
+        e += float(np.sum(cost.scatter(hw, np.floor(bt * size * k * self.ibits / 8))[1]))
         ra = xhw.crossbar.rows_active
         for t in tiles:  # wordline mode reads one group of rows_active rows per operation
             groups = [(min(ra, t.rows - g), 1) for g in range(0, t.rows, ra)] \
@@ -394,7 +396,7 @@ class Estimator:
             e += sum(float(v) for v in cost.load_store(hw, y_el * self.wbits // 8, off)[1].values())
             e += float(cost.alu(hw, "quantize", y_el, False)[1]) + float(cost.alu(hw, "colsum", bt * k * n, False)[1])
         if r.kind == DMATMUL or not resident:
-            e += replicas * sum(cost.write(hw, t.rows, t.cols, bt if r.kind == DMATMUL else 1, self.wbits)[1]
+            e += replicas * sum(cost.write(xhw, t.rows, t.cols, bt if r.kind == DMATMUL else 1, self.wbits)[1]
                                 for t in tiles)
         if r.kind != DMATMUL and not resident:
             e += float(cost.fetch(hw, float(np.sum(P.tile_bytes(tiles, self.wbits))))[1])

@@ -169,7 +169,7 @@ def allocate(regions: list[Region], hw: CIMHardware, plans: dict | None = None) 
         m, k, n = r.mkn
         p = plans.get(r.name)
         tr = p.tile_rows if p else None
-        tiles[r.name] = tile_matrix(k, n, hw, r.w_int if r.kind != DMATMUL else None, tile_rows=tr)
+        tiles[r.name] = tile_matrix(k, n, r.chip(hw), r.w_int if r.kind != DMATMUL else None, tile_rows=tr)
         reps[r.name] = p.replicas if p else 1
     need = sum(len(tiles[r.name]) for r in regions)
     cmap = ChipMap(crossbars_needed=need, crossbars_available=cap)

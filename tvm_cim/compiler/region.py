@@ -38,7 +38,7 @@ class Region:
         Activation quantisation: ``q = clip(round(x / x_scale) + x_zero, 0, 2^bits - 1)``.
     x_signed : bool
         Signed activations: ``q = clip(round(x / x_scale), -(2^(bits-1)-1), 2^(bits-1)-1)``,
-        applied to the crossbars in two unsigned phases (positive and negative part).
+        applied to the crossbars as ``input_encoding`` says (two unsigned phases by default).
     y_scale : float
         Per-tensor scale of the second (run-time) operand of a ``dmatmul``.
     w_int : np.ndarray or None
@@ -56,6 +56,9 @@ class Region:
         ADC LSB programmed for all the region's arrays (None: the fixed rule).
     adc_lsb_cols : np.ndarray or None
         ADC LSB programmed per bitline, shape ``(slices x planes, N)``.
+    weight_encoding, input_encoding : str or None
+        How the crossbars hold the weights and take signed inputs (None: the
+        chip's ``crossbar.weight_encoding`` / ``crossbar.input_encoding``).
     """
 
     name: str
@@ -73,6 +76,13 @@ class Region:
     rows_per_step: int | None = None
     adc_lsb: int | None = None
     adc_lsb_cols: np.ndarray | None = None
+    weight_encoding: str | None = None
+    input_encoding: str | None = None
+
+    def chip(self, hw):
+        """The chip as this region is mapped onto it (:meth:`CIMHardware.mapped`): its rows per read
+        step and encodings."""
+        return hw.mapped(self.rows_per_step, self.weight_encoding, self.input_encoding)
 
     # ------------------------------------------------------------------ shapes
     @property

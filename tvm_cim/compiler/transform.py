@@ -14,8 +14,9 @@ pass                   what it decides, and where it writes it
 ``Quantize``           activation scales and signedness, precision (``cim.x_scale``, ``cim.x_zero``,
                        ``cim.x_signed``, ``cim.y_scale``, ``cim.weight_bits``, ``cim.input_bits``);
                        weights are quantised per output channel from the function's constants
-``MapCrossbars``       per layer, the fastest crossbar mapping within the error budget: rows driven per
-                       read step, programmed ADC range (``cim.rows_per_step``, ``cim.adc_lsb[_cols]``,
+``MapCrossbars``       per layer, the fastest crossbar mapping within the error budget: weight and input
+                       encoding, rows driven per read step, programmed ADC range (``cim.weight_encoding``,
+                       ``cim.input_encoding``, ``cim.rows_per_step``, ``cim.adc_lsb[_cols]``,
                        ``cim.accuracy``)
 ``Segment``            the strategy and its techniques (module attributes ``cim.strategy``,
                        ``cim.options``); segment of every region and whether weights stay resident
@@ -61,7 +62,7 @@ from ..common.relax_utils import (
     lower_composites,
     rewrite_callers,
 )
-from ..common.target import hardware_of
+from ..common.target import hardware_of, options_of
 from ..hardware.schema import CIMHardware
 from ..program import Network, Program, parse_network, parse_program, print_network, print_program, verify_network
 from ..program import Segment as NetSegment
@@ -145,7 +146,7 @@ def accuracy_budget(max_error: float | None = None):
     max_error : float, optional
         Largest ``1 - cosine`` between the network's outputs and the float
         reference on the calibration samples (default
-        :data:`tvm_cim.compiler.accuracy.DEFAULT_MAX_ERROR`, 0.01); the
+        :data:`tvm_cim.compiler.accuracy.DEFAULT_MAX_ERROR`, 0.005); the
         compiler picks per layer the fastest crossbar mapping that keeps the
         measured error within it.  1 or more: no constraint (fastest mappings).
     """
@@ -243,15 +244,17 @@ def _need(func, key: str, pass_name: str):
 
 
 _REGIONS: OrderedDict = OrderedDict()  # (body, quantisation attrs) -> Region; the body is kept alive
-MAPPING_KEYS = ("rows_per_step", "adc_lsb", "adc_lsb_cols")  # the crossbar mapping (MapCrossbars)
+MAPPING_KEYS = ("rows_per_step", "adc_lsb", "adc_lsb_cols", "weight_encoding", "input_encoding")  # MapCrossbars
 
 
 def _mapped(r: Region, func) -> None:
     """Set a region's crossbar mapping from its attributes (``MapCrossbars``, or a hand edit)."""
-    rp, lsb, cols = (_attr(func, k) for k in MAPPING_KEYS)
+    rp, lsb, cols, wenc, ienc = (_attr(func, k) for k in MAPPING_KEYS)
     r.rows_per_step = None if rp is None else int(rp)
     r.adc_lsb = None if lsb is None else int(lsb)
     r.adc_lsb_cols = None if cols is None else accuracy.lsb_cols_parse(str(cols))
+    r.weight_encoding = None if wenc is None else str(wenc)
+    r.input_encoding = None if ienc is None else str(ienc)
 
 
 def region_of(func: relax.Function) -> Region:
@@ -483,7 +486,8 @@ class MapCrossbars:
     hw : CIMHardware or str, optional
         The chip (default: the target in scope).
     max_error : float, optional
-        Default: :func:`accuracy_budget`'s, else 0.01.
+        Default: the target's ``-max_error`` (``cim -hw=prime -max_error=0.01``), else
+        :func:`accuracy_budget`'s, else :data:`tvm_cim.compiler.accuracy.DEFAULT_MAX_ERROR`.
     """
 
     def __init__(self, hw=None, max_error: float | None = None):
@@ -492,7 +496,9 @@ class MapCrossbars:
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
         hw = _resolve_hw(self.hw)
         fs = region_functions(mod)
-        budget = self.max_error if self.max_error is not None else current_max_error()
+        budget = self.max_error
+        if budget is None:  # the target's -max_error, else the accuracy_budget() in force
+            budget = options_of(tvm.target.Target.current(allow_none=True)).get("max_error", current_max_error())
         if not fs or not accuracy.needs_mapping(hw):
             return mod
         token = (mod.attrs or {}).get(A + "calibration_id")
@@ -636,7 +642,7 @@ def _chip_map(mod: tvm.IRModule, hw: CIMHardware, regions: list[Region]) -> mapp
     stationary = True
     for (_, f), r in zip(fs, regions):
         m, k, n = r.mkn
-        ts = mapping.tile_matrix(k, n, hw, r.w_int if r.kind != DMATMUL else None,
+        ts = mapping.tile_matrix(k, n, r.chip(hw), r.w_int if r.kind != DMATMUL else None,
                                  tile_rows=int(_need(f, "tile_rows", "DuplicateWeights")))
         cmap.crossbars_needed += len(ts)
         reps = _xbs_parse(_need(f, "xbs", "Place"))
@@ -813,7 +819,8 @@ def CIMPipeline(hw=None, strategy: str | None = None, options: strategies.Option
     calibration : CalibrationConfig, optional
         Default: :func:`calibration`'s settings.
     max_error : float, optional
-        Error budget of the crossbar mapping (default: :func:`accuracy_budget`'s, else 0.01).
+        Error budget of the crossbar mapping (default: the target's ``-max_error``, else
+        :func:`accuracy_budget`'s, else 0.005).
 
     Returns
     -------

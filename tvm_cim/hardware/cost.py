@@ -20,8 +20,8 @@ weight fetch        ``ceil(bytes x 8 / off-chip bandwidth) x cycle``            
 ==================  ==========================================================  ============================
 
 ``read_step = max(read_latency, ceil(bitlines / adcs) x adc_latency)``;
-signed activations run in two unsigned phases (twice the input steps of the
-magnitude bits).  Energies are per operation; leakage is the chip's static
+signed activations take the input steps of their encoding (:func:`input_steps`:
+two unsigned phases of the magnitude bits by default).  Energies are per operation; leakage is the chip's static
 power times elapsed time (:func:`leakage_mw`).
 """
 
@@ -41,8 +41,20 @@ def _ceil(x):
 
 # --------------------------------------------------------------------------- crossbars
 def input_steps(hw: CIMHardware, ibits: int, signed: bool) -> int:
-    """Bit-serial input steps of one MVM (two unsigned phases for signed activations)."""
-    return 2 * hw.input_steps(ibits - 1) if signed else hw.input_steps(ibits)
+    """Bit-serial input steps of one MVM.
+
+    Signed activations as ``crossbar.input_encoding`` applies them: two
+    unsigned phases of the magnitude bits (``phases``), one pass of all bits
+    (``offset``), or the low bits plus one sign step (``twos``).
+    """
+    if not signed:
+        return hw.input_steps(ibits)
+    enc = hw.crossbar.input_encoding
+    if enc == "offset":
+        return hw.input_steps(ibits)
+    if enc == "twos":
+        return hw.input_steps(ibits - 1) + 1
+    return 2 * hw.input_steps(ibits - 1)
 
 
 def read_step_ns(hw: CIMHardware, cols, wbits: int):

@@ -6,7 +6,26 @@ Weights are stored as cell-level bit slices:
   ``[0, 2^(b-1) - 1]`` on separate bitlines, ``ceil((b-1)/cell_bits)`` cells each;
 * ``offset`` encoding: ``u = w + 2^(b-1)`` in ``[0, 2^b - 1]`` on
   ``ceil(b/cell_bits)`` cells, the offset removed digitally as
-  ``2^(b-1) * sum(x)``.
+  ``2^(b-1) * sum(x)``;
+* ``twos`` encoding: the ``b - 1`` low bits of the two's complement code on
+  ``ceil((b-1)/cell_bits)`` cells and the sign bit on one more cell whose
+  bitline is recombined with weight ``-2^(b-1)`` (the negative most
+  significant slice; no digital correction).
+
+Signed input codes ``x`` in ``[-(2^(b-1)-1), 2^(b-1)-1]`` are applied
+(:func:`mvm_signed`, ``crossbar.input_encoding``) as
+
+* ``phases``: two unsigned passes of ``b - 1`` bits, ``max(x, 0)`` then
+  ``max(-x, 0)``, subtracted digitally;
+* ``offset``: one unsigned pass of ``u = x + 2^(b-1)`` (``b`` bits), minus
+  ``2^(b-1)`` times the column sums of the weights (digital);
+* ``twos``: the ``b - 1`` low bits of the two's complement code bit-serially,
+  then the sign bit in one more input step recombined with weight
+  ``-2^(b-1)``.
+
+Which encodings a chip supports is stated by its hardware file
+(``crossbar.weight_encodings``, ``crossbar.input_encodings``); the compiler
+chooses per layer (:mod:`tvm_cim.compiler.accuracy`).
 
 Inputs are unsigned codes applied bit-serially, ``dac_bits`` at a time.  Each
 read step drives ``rows_active`` wordlines (a region may drive fewer:
@@ -46,9 +65,16 @@ amplifiers with precision control, which keep the chosen most significant
 bits of a result, are the ``array``-programmable range over 64 rows of 4-bit
 cells and 3-bit inputs; Jia et al.'s charge-domain columns normalise the sum
 of the driven rows to an 8-bit ADC (``scale``); Dynaplasia and Jain et al.
-are modelled with converters that cover every sum.  Device non-idealities
-(conductance variation, IR drop, ADC offset or noise) are not modelled: the
-model is deterministic.
+are modelled with converters that cover every sum.
+
+Device non-idealities (:class:`Nonideal`, off by default, seeded): each
+cell's conductance varies around its level (``conductance_sigma``, relative,
+drawn once when the crossbar is programmed), wordline ``r`` of an array
+delivers ``1 - ir_drop * r`` of its current (IR drop as a per-row
+attenuation), and every bitline's ADC has an input offset (``adc_offset``
+LSBs, drawn once per ADC); then ``q = min(max(floor((s + offset) / LSB + 1/2),
+0), 2^adc_bits - 1) * LSB``.  The compiler maps for the ideal device; the
+simulator applies these when asked (``Options.nonideal``) and reports them.
 
 Shift-and-add recombines input steps and weight slices.  When no conversion
 can be altered (the largest possible sum fits the ADC with an LSB of one), the
@@ -60,13 +86,83 @@ and is what tests compare against the integer reference.
 from __future__ import annotations
 
 import math
+import zlib
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from ..hardware.schema import CIMHardware
 
 # Bound the working set of the bitwise path (bytes of float32 partial sums).
-_CHUNK_BYTES = 96 * 2**20
+_CHUNK_BYTES = 16 * 2**20  # (larger chunks are slower: the partial sums are reduced after they leave the caches)
+
+
+@dataclass(frozen=True)
+class Nonideal:
+    """Seeded device non-idealities the simulator may apply (all zero: the ideal device).
+
+    Attributes
+    ----------
+    conductance_sigma : float
+        Relative standard deviation of every cell's conductance (programming variation).
+    ir_drop : float
+        Attenuation per wordline position: row ``r`` of an array contributes ``(1 - ir_drop * r)``.
+    adc_offset : float
+        Standard deviation of every bitline ADC's input offset, in LSBs.
+    seed : int
+        Seed of the draws (each crossbar draws from ``(seed, crossbar id)``).
+    """
+
+    conductance_sigma: float = 0.0
+    ir_drop: float = 0.0
+    adc_offset: float = 0.0
+    seed: int = 0
+
+    def __post_init__(self):
+        for k in ("conductance_sigma", "ir_drop", "adc_offset"):
+            if not getattr(self, k) >= 0:
+                raise ValueError(f"non-ideality {k} must be >= 0, got {getattr(self, k)}")
+
+    @property
+    def active(self) -> bool:
+        """Whether anything departs from the ideal device."""
+        return bool(self.conductance_sigma or self.ir_drop or self.adc_offset)
+
+    def describe(self) -> dict:
+        """The settings, for reports."""
+        return asdict(self)
+
+    @classmethod
+    def parse(cls, text: str) -> "Nonideal":
+        """From ``"conductance=0.02,ir_drop=1e-4,adc_offset=0.5,seed=0"`` (any subset)."""
+        names = {"conductance": "conductance_sigma", "conductance_sigma": "conductance_sigma",
+                 "ir_drop": "ir_drop", "adc_offset": "adc_offset", "seed": "seed"}
+        kw = {}
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            k, _, v = part.partition("=")
+            if k.strip() not in names or not v:
+                raise ValueError(f"non-idealities: expected key=value with keys {sorted(names)}, got {part!r}")
+            kw[names[k.strip()]] = int(v) if k.strip() == "seed" else float(v)
+        return cls(**kw)
+
+    def _rng(self, xb: int, what: str) -> np.random.Generator:
+        return np.random.default_rng([self.seed, int(xb), zlib.crc32(what.encode())])
+
+    def program(self, cells: np.ndarray, xb: int) -> np.ndarray:
+        """The cells crossbar ``xb`` holds, ``(..., rows, S, P, n)``, as the device realises them."""
+        out = cells.astype(np.float32)
+        if self.conductance_sigma:
+            var = self._rng(xb, "g").standard_normal(cells.shape[-4:]).astype(np.float32)
+            out = out * np.maximum(0.0, 1.0 + self.conductance_sigma * var)
+        if self.ir_drop:
+            rows = cells.shape[-4]
+            att = np.maximum(0.0, 1.0 - self.ir_drop * np.arange(rows, dtype=np.float32))
+            out = out * att[:, None, None, None]
+        return out
+
+    def offsets(self, shape: tuple, xb: int) -> np.ndarray:
+        """ADC input offsets of crossbar ``xb``'s bitlines (LSBs), shape ``(S, P, n)``."""
+        return (self.adc_offset * self._rng(xb, "adc").standard_normal(shape)).astype(np.float32)
 
 
 def adc_lsb(hw: CIMHardware, rows: int | None = None) -> int:
@@ -120,6 +216,10 @@ def encode(w: np.ndarray, hw: CIMHardware, bits: int) -> np.ndarray:
     w = np.clip(w, -lim, lim)
     if xb.weight_encoding == "differential":
         planes = np.stack([np.maximum(w, 0), np.maximum(-w, 0)], axis=-2)  # (..., rows, 2, n)
+    elif xb.weight_encoding == "twos":
+        low = (w & ((1 << (bits - 1)) - 1))[..., None, :]  # the bits - 1 low bits of the two's complement code
+        cells = [(low >> (s * c)) & mask for s in range(s_n - 1)] + [(w < 0).astype(np.int32)[..., None, :]]
+        return np.stack(cells, axis=-3).astype(np.float32)
     else:
         planes = (w + 2 ** (bits - 1))[..., None, :]  # (..., rows, 1, n)
     cells = np.stack([(planes >> (s * c)) & mask for s in range(s_n)], axis=-3)
@@ -127,11 +227,13 @@ def encode(w: np.ndarray, hw: CIMHardware, bits: int) -> np.ndarray:
 
 
 def _slice_weights(hw: CIMHardware, bits: int) -> np.ndarray:
-    """Recombination weight of each (slice, plane): ``±2^(s*cell_bits)``."""
+    """Recombination weight of each (slice, plane): ``±2^(s*cell_bits)`` (``-2^(bits-1)`` for a sign slice)."""
     xb = hw.crossbar
     s = 2.0 ** (xb.cell_bits * np.arange(hw.weight_slices(bits)))
     if xb.weight_encoding == "differential":
         return np.stack([s, -s], axis=1)  # (S, 2)
+    if xb.weight_encoding == "twos":  # the last slice is the sign bit, worth -2^(bits-1)
+        s[-1] = -(2.0 ** (bits - 1))
     return s[:, None]  # (S, 1)
 
 
@@ -168,10 +270,19 @@ def exact(hw: CIMHardware, lsb=None, rows: int | None = None) -> bool:
     return bool(np.all(np.asarray(lsb) == 1)) and max_partial_sum(hw, rows) <= 2**hw.crossbar.adc_bits - 1
 
 
-def _adc(part: np.ndarray, hw: CIMHardware, lsb) -> np.ndarray:
-    """Convert analogue bitline sums: round to the nearest multiple of ``lsb`` (ties up), saturate at the top code."""
+def _adc(part: np.ndarray, hw: CIMHardware, lsb, offset=None) -> np.ndarray:
+    """Convert analogue bitline sums: round to the nearest multiple of ``lsb`` (ties up), saturate at the top code.
+
+    ``offset``: ADC input offsets in LSBs (a non-ideal device: sums may be fractional, every code is
+    rounded, and codes below zero clamp at zero).
+    """
     top = float(2**hw.crossbar.adc_bits - 1)
-    if np.ndim(lsb) == 0 and lsb == 1:
+    if offset is not None:
+        q = np.floor(part / lsb + offset + 0.5)
+        np.clip(q, 0.0, top, out=q)
+        q *= lsb
+        return q
+    if np.ndim(lsb) == 0 and lsb == 1:  # integer sums: nothing to round
         return np.minimum(part, top, out=part)
     q = np.floor(part / lsb + 0.5)
     np.minimum(q, top, out=q)
@@ -223,7 +334,7 @@ def bitline_peaks(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, input_bits:
 
 
 def mvm(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, weight_bits: int, input_bits: int,
-        exact_shortcut: bool = True, weights: np.ndarray | None = None, lsb=None) -> np.ndarray:
+        exact_shortcut: bool = True, weights: np.ndarray | None = None, lsb=None, offset=None) -> np.ndarray:
     """Bit-serial matrix-vector products on crossbars, vectorised over tiles.
 
     Parameters
@@ -247,6 +358,9 @@ def mvm(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, weight_bits: int, inp
         The programmed ADC LSB: one value, or one per bitline of every tile,
         shape ``(T, S, P, n)``.  None: the fixed rule of ``adc_mode``
         (:func:`adc_lsb`).
+    offset : np.ndarray, optional
+        ADC input offsets in LSBs, shape ``(T, S, P, n)`` (a non-ideal device,
+        :class:`Nonideal`; the cells may then hold non-integer conductances).
 
     Returns
     -------
@@ -261,6 +375,9 @@ def mvm(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, weight_bits: int, inp
         lsb = adc_lsb(hw, r)
     elif np.ndim(lsb):
         lsb = np.asarray(lsb, dtype=np.float64).reshape(t_n, 1, 1, 1, s_n * p_n * n)
+    if offset is not None:
+        offset = np.asarray(offset, dtype=np.float32).reshape(t_n, 1, 1, 1, s_n * p_n * n)
+        exact_shortcut = False
     if exact_shortcut and exact(hw, lsb, r):
         w = decode(cells, hw, weight_bits) if weights is None else weights
         return np.rint(np.matmul(x.astype(np.float64), w.astype(np.float64))).astype(np.int64)
@@ -272,7 +389,7 @@ def mvm(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, weight_bits: int, inp
     for v0, v1, b, part in _conversions(x, cells, hw, input_bits):
         if b == 0:  # shift-and-add over input bits first (per cell slice), then over slices once
             acc = np.zeros((t_n, bt, v1 - v0, s_n * p_n * n), dtype=np.float64)
-        part = _adc(part, hw, lsb).sum(axis=2)  # (T, Bt, V, SPn)
+        part = _adc(part, hw, lsb, offset).sum(axis=2)  # (T, Bt, V, SPn)
         if b:
             part *= float(1 << (b * d))
         acc += part
@@ -282,3 +399,44 @@ def mvm(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, weight_bits: int, inp
     if xb.weight_encoding == "offset":
         out -= float(2 ** (weight_bits - 1)) * x.astype(np.float64).sum(axis=-1, keepdims=True)
     return np.rint(out).astype(np.int64)
+
+
+def input_passes(x: np.ndarray, hw: CIMHardware, input_bits: int) -> list[tuple[np.ndarray, int, int]]:
+    """The unsigned passes signed input codes make through the crossbars, as ``crossbar.input_encoding`` says.
+
+    Returns
+    -------
+    list of (codes, bits, factor)
+        Unsigned codes of each pass, their bit count, and the digital weight
+        the pass's result is recombined with.  ``offset`` also needs
+        ``- 2^(b-1) x`` the weight column sums (:func:`mvm_signed`).
+    """
+    b = input_bits
+    x = x.astype(np.int32)
+    enc = hw.crossbar.input_encoding
+    half = 1 << (b - 1)
+    if enc == "phases":
+        return [(np.maximum(x, 0), b - 1, 1), (np.maximum(-x, 0), b - 1, -1)]
+    if enc == "offset":
+        return [(x + half, b, 1)]
+    # twos: the low bits, then the sign bit in one more input step (the ADC keeps its range)
+    return [(x & (half - 1), b - 1, 1), ((x < 0).astype(np.int32), 1, -half)]
+
+
+def mvm_signed(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, weight_bits: int, input_bits: int,
+               exact_shortcut: bool = True, weights: np.ndarray | None = None, lsb=None, offset=None) -> np.ndarray:
+    """:func:`mvm` of signed input codes, applied as ``hw.crossbar.input_encoding`` says.
+
+    ``x`` holds signed codes in ``[-(2^(b-1)-1), 2^(b-1)-1]`` (``b = input_bits``);
+    the other arguments are as in :func:`mvm`.  Every pass the crossbars make
+    (:func:`input_passes`) is an unsigned :func:`mvm` whose conversions go
+    through the ADC; the recombination of passes is digital and exact.
+    """
+    res = None
+    for codes, bits, factor in input_passes(x, hw, input_bits):
+        part = mvm(codes, cells, hw, weight_bits, bits, exact_shortcut, weights, lsb, offset)
+        res = factor * part if res is None else res + factor * part
+    if hw.crossbar.input_encoding == "offset":
+        w = decode(cells, hw, weight_bits) if weights is None else weights
+        res -= (1 << (input_bits - 1)) * np.rint(w.astype(np.float64).sum(axis=-2, keepdims=True)).astype(np.int64)
+    return res

@@ -77,6 +77,10 @@ class Device:
     endurance_writes: NonNegFloat = key(0.0, doc="write endurance (0 = unlimited / not modelled)")
 
 
+WeightEncoding = Literal["differential", "offset", "twos"]
+InputEncoding = Literal["phases", "offset", "twos"]
+
+
 @hw_dataclass
 class Crossbar:
     """The crossbar (array / macro) tier."""
@@ -104,10 +108,26 @@ class Crossbar:
     dac_energy_pj: NonNegFloat = key(0.0, doc="driving one row for one input slice", unit="pJ")
     weight_bits: PositiveInt = key(8, doc="weight precision the chip supports")
     input_bits: PositiveInt = key(8, doc="activation precision the chip supports")
-    weight_encoding: Literal["differential", "offset"] = key(
+    weight_encoding: WeightEncoding = key(
         "differential",
-        doc="signed weights as positive/negative column pairs ('differential') "
-        "or with a +2^(b-1) offset removed digitally ('offset')",
+        doc="how signed weights are stored by default: positive/negative column pairs ('differential'), "
+        "with a +2^(b-1) offset removed digitally ('offset'), or two's complement slices whose most "
+        "significant slice holds the sign bit with negative weight ('twos')",
+    )
+    weight_encodings: list[WeightEncoding] = key(
+        factory=list,
+        doc="weight encodings the compiler may choose per layer besides weight_encoding "
+        "(what the chip's periphery supports); empty: weight_encoding only",
+    )
+    input_encoding: InputEncoding = key(
+        "phases",
+        doc="how signed activations are applied by default: two unsigned phases, positive and negative "
+        "parts ('phases'), offset by +2^(b-1) with the offset removed digitally ('offset'), or two's "
+        "complement bit-serially with a negative sign step ('twos')",
+    )
+    input_encodings: list[InputEncoding] = key(
+        factory=list,
+        doc="input encodings the compiler may choose per layer besides input_encoding; empty: input_encoding only",
     )
     device: Device = key(doc="cell technology")
 
@@ -205,10 +225,30 @@ class CIMHardware:
         return 1e3 / self.chip.frequency_mhz
 
     def weight_slices(self, bits: int) -> int:
-        """Cells that hold the magnitude bits of one ``bits``-bit weight (bit slicing)."""
+        """Cells that hold one ``bits``-bit weight on one bitline each (bit slicing), per plane.
+
+        ``differential``: the ``bits - 1`` magnitude bits (on each of two
+        planes); ``offset``: the ``bits`` bits of ``w + 2^(bits-1)``;
+        ``twos``: the ``bits - 1`` low bits of the two's complement code and
+        one cell for the sign bit.
+        """
         xb = self.crossbar
-        mag = bits - 1 if xb.weight_encoding == "differential" else bits
-        return -(-mag // xb.cell_bits)
+        c = xb.cell_bits
+        if xb.weight_encoding == "offset":
+            return -(-bits // c)
+        return -(-(bits - 1) // c) + (1 if xb.weight_encoding == "twos" else 0)
+
+    @property
+    def weight_encoding_options(self) -> list[str]:
+        """Weight encodings the compiler may choose: the default first, then ``weight_encodings``."""
+        xb = self.crossbar
+        return list(dict.fromkeys([xb.weight_encoding, *xb.weight_encodings]))
+
+    @property
+    def input_encoding_options(self) -> list[str]:
+        """Encodings of signed inputs the compiler may choose: the default first, then ``input_encodings``."""
+        xb = self.crossbar
+        return list(dict.fromkeys([xb.input_encoding, *xb.input_encodings]))
 
     def cols_per_weight(self, bits: int) -> int:
         """Physical bitlines one logical weight column of ``bits``-bit weights occupies."""
@@ -222,6 +262,37 @@ class CIMHardware:
     def input_steps(self, bits: int) -> int:
         """Bit-serial input steps per MVM of ``bits``-bit inputs."""
         return -(-bits // self.crossbar.dac_bits)
+
+    def mapped(self, rows: int | None = None, weight_encoding: str | None = None,
+               input_encoding: str | None = None) -> "CIMHardware":
+        """The chip as a layer mapped with these choices sees it (None: the chip's default).
+
+        ``rows``: wordlines driven per read step (:meth:`driving`);
+        ``weight_encoding`` / ``input_encoding``: one of the encodings the file
+        allows (``weight_encodings``, ``input_encodings``).  Every cost
+        primitive and the device model follow from the returned description.
+        """
+        xb = self.crossbar
+        changes = {}
+        if weight_encoding is not None and weight_encoding != xb.weight_encoding:
+            if weight_encoding not in self.weight_encoding_options:
+                raise ValueError(f"{self.name}: weight encoding '{weight_encoding}' is not allowed "
+                                 f"(crossbar.weight_encodings: {self.weight_encoding_options})")
+            changes["weight_encoding"] = weight_encoding
+        if input_encoding is not None and input_encoding != xb.input_encoding:
+            if input_encoding not in self.input_encoding_options:
+                raise ValueError(f"{self.name}: input encoding '{input_encoding}' is not allowed "
+                                 f"(crossbar.input_encodings: {self.input_encoding_options})")
+            changes["input_encoding"] = input_encoding
+        hw = self
+        if changes:
+            key_ = tuple(sorted(changes.items()))
+            hw = _VIEWS.get((id(self), key_))
+            if hw is None or hw[0] is not self:
+                hw = (self, dataclasses.replace(self, crossbar=dataclasses.replace(xb, **changes)))
+                _VIEWS[(id(self), key_)] = hw
+            hw = hw[1]
+        return hw.driving(rows)
 
     def driving(self, rows: int | None) -> "CIMHardware":
         """The chip as a region that drives at most ``rows`` wordlines per read step sees it.
@@ -240,6 +311,7 @@ class CIMHardware:
 
 
 _UNIT_OP = OpCost(latency_cycles=1.0, energy_pj=0.0)
+_VIEWS: dict = {}  # (id(chip), changes) -> (chip, view): views are reused (estimates memoise on them)
 
 # Keys a CIM file may set that the compiler and simulator do not read, and why.
 NOT_MODELLED: dict[str, str] = {

@@ -80,11 +80,15 @@ class Options:
     functional : bool
         Compute values.  ``False`` only builds the timeline and energy (for
         large design-space sweeps); the output is then all zeros.
+    nonideal : tvm_cim.hardware.crossbar.Nonideal or None
+        Seeded device non-idealities (conductance variation, IR drop, ADC
+        offset); None or all zero: the ideal device.
     """
 
     exact_shortcut: bool = True
     measure_adc_error: bool = True
     functional: bool = True
+    nonideal: X.Nonideal | None = None
 
 
 def _vecs(o: Op, default: int) -> Range:
@@ -101,6 +105,7 @@ class Chip:
         self.xb_cells: dict[int, np.ndarray] = {}  # xb -> (Bt, rows, S, P, n) cells
         self.xb_weights: dict[int, np.ndarray] = {}  # decoded, for the exact shortcut
         self.xb_owner: dict[int, tuple] = {}
+        self.xb_offsets: dict[int, np.ndarray] = {}  # ADC offsets per bitline (non-ideal device)
         self._setup_done: set[str] = set()
         self._leak_mw = cost.leakage_mw(hw)
 
@@ -144,7 +149,11 @@ class Chip:
         self.prog = prog
         self.signed_input = bool(prog.attr("signed_input", False))
         # the region's crossbar mapping: rows driven per read step and the programmed ADC range
-        self.xhw = self.hw.driving(prog.attr("rows_per_step"))
+        try:  # its encodings (the chip's defaults unless the program says otherwise)
+            self.phw = self.hw.mapped(None, prog.attr("weight_encoding"), prog.attr("input_encoding"))
+        except ValueError as e:
+            raise SimulationError(f"program '{prog.name}': {e}") from None
+        self.xhw = self.phw.driving(prog.attr("rows_per_step"))
         self.adc_lsb = prog.attr("adc_lsb")
         if self.adc_lsb is not None:
             self.adc_lsb = int(self.adc_lsb)
@@ -280,9 +289,13 @@ class Chip:
             key = (o["src"].name, id(src), o["rows"].start, o["rows"].stop, o["cols"].start, o["cols"].stop)
             memo = self._write_memo.get(key)
             if memo is None:
-                cells = X.encode(w, self.hw, self.wbits)
-                memo = self._write_memo[key] = (cells, X.decode(cells, self.hw, self.wbits))
+                cells = X.encode(w, self.phw, self.wbits)
+                memo = self._write_memo[key] = (cells, X.decode(cells, self.phw, self.wbits))
             self.xb_cells[xb], self.xb_weights[xb] = memo
+            ni = self.options.nonideal
+            if ni is not None and ni.active:  # this crossbar's device realises the cells imperfectly
+                self.xb_cells[xb] = ni.program(memo[0], xb)
+                self.xb_offsets[xb] = ni.offsets(memo[0].shape[-3:], xb)
             self.xb_owner[xb] = (self.prog.name,)
             stats.weight_writes += 1
             return
@@ -383,13 +396,20 @@ class Chip:
             wts = np.stack(wts)
             lsb = self._lsb(env, keys, cells.shape)
             hw, sc = self.xhw, self.options.exact_shortcut
-            if self.signed_input:  # two unsigned phases: positive and negative parts
-                mag_bits = self.ibits - 1
-                res = X.mvm(np.maximum(xs, 0), cells, hw, self.wbits, mag_bits, sc, weights=wts, lsb=lsb)
-                res -= X.mvm(np.maximum(-xs, 0), cells, hw, self.wbits, mag_bits, sc, weights=wts, lsb=lsb)
+            ni = self.options.nonideal
+            offset = None
+            if ni is not None and ni.active:
+                offset = np.zeros((t_n,) + cells.shape[-3:], dtype=np.float32)
+                for t, key in enumerate(keys):
+                    off = self.xb_offsets[key[0]]
+                    offset[t, ..., : off.shape[-1]] = off[..., : cells.shape[-1]]
+                if lsb is None:
+                    lsb = X.adc_lsb(hw, r_max)
+            if self.signed_input:  # as the input encoding applies them (two unsigned phases by default)
+                res = X.mvm_signed(xs, cells, hw, self.wbits, self.ibits, sc, weights=wts, lsb=lsb, offset=offset)
             else:
-                res = X.mvm(xs, cells, hw, self.wbits, self.ibits, sc, weights=wts, lsb=lsb)
-            if self.options.measure_adc_error and not X.exact(hw, lsb, r_max):
+                res = X.mvm(xs, cells, hw, self.wbits, self.ibits, sc, weights=wts, lsb=lsb, offset=offset)
+            if self.options.measure_adc_error and (offset is not None or not X.exact(hw, lsb, r_max)):
                 ideal = np.matmul(xs.astype(np.float64), wts.astype(np.float64))
                 err = np.abs(res - ideal)
                 e = stats.adc_error
@@ -478,7 +498,7 @@ class Chip:
 
     def _record_write(self, o: Op, ev: Events) -> None:
         xb = o["xb"]
-        dur, e = cost.write(self.hw, o["rows"].size, o["cols"].size, int(o.get("batch", 1)), self.wbits)
+        dur, e = cost.write(self.phw, o["rows"].size, o["cols"].size, int(o.get("batch", 1)), self.wbits)
         key = f"xb:{xb}"
         deps = self._deps(key, Range(0, 1), write=True) + self._deps(o["src"].name, Range(0, self.M), write=False)
         self._energy["write"] += e
