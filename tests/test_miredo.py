@@ -60,3 +60,112 @@ def test_every_strategy_runs_on_the_miredo_preset_bit_identically(cnn):
         outs[name] = run_vm(relax.build(lowered, target="llvm"), x)
     for name in strategies.names():
         np.testing.assert_array_equal(outs[name], outs["none"])
+
+
+# --------------------------------------------------------------------------- flexible factorisation (Alg. 1)
+from tvm_cim.compiler.solvers.factorize import flex_score, flexible_factors, prime_factors  # noqa: E402
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 12, 28, 56, 64, 96, 112, 224, 512, 1000])
+def test_flexible_factors_are_a_coarsening_of_the_primes(n):
+    f = flexible_factors(n)
+    assert int(np.prod(f)) == n
+    primes = prime_factors(n)
+    assert len(f) <= len(primes) and len(f) >= min(2, len(primes))
+    # every factor is a product of a sub-multiset of the primes: greedy check by division
+    rest = list(primes)
+    for x in f:
+        for p in sorted(rest, reverse=True):
+            if x % p == 0 and p in rest:
+                x //= p
+                rest.remove(p)
+        assert x == 1
+    assert not rest
+
+
+def test_flexible_factors_keep_short_prime_lists_and_merge_with_alpha():
+    assert flexible_factors(12, k_min=3) == [2, 2, 3]
+    assert flexible_factors(7) == [7]
+    assert flexible_factors(1) == []
+    # a larger tolerated loss never keeps more factors
+    for n in (64, 256, 1000, 720):
+        assert len(flexible_factors(n, alpha=0.5)) <= len(flexible_factors(n, alpha=0.1)) <= len(prime_factors(n))
+    for n in (64, 96, 720):  # with no tolerated loss only merges that keep every partition happen
+        assert flex_score(flexible_factors(n, alpha=0.0)) == pytest.approx(flex_score(prime_factors(n)))
+    with pytest.raises(ValueError):
+        prime_factors(0)
+
+
+def test_flex_score_counts_distinct_partitions():
+    # {2,2,3}: one 1-way split; 2-way: (2,6), (3,4) -> 2; 3-way: (2,2,3) -> 1
+    assert flex_score([2, 2, 3], mu=(1, 1, 1)) == 1 + 2 + 1
+    assert flex_score([4], mu=(1, 1, 1)) == 1
+
+
+# --------------------------------------------------------------------------- loop-nest cost vs the event execution
+from tvm_cim.hardware import loopnest as LN  # noqa: E402
+from tvm_cim.simulator.loopnest import simulate  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def hier():
+    return LN.Hierarchy.of(tvm_cim.load("miredo"))
+
+
+def test_hierarchy_needs_a_dataflow_table():
+    with pytest.raises(ValueError, match="dataflow"):
+        LN.Hierarchy.of(tvm_cim.load("isaac"))
+
+
+def test_everything_resident_costs_loads_compute_and_write_back(hier):
+    """No temporal loop: load I and W once, one MVM, write O back -- by hand from bits and bandwidths."""
+    layer = LN.Layer.conv("one", 1, 16, 32, 1, 1, 1, 1)  # one 32 x 16 MVM
+    sp = (("cores", ()), ("rows", (("C", 32),)), ("cols", (("K", 16),)))
+    cuts = (("I", "gbuf", 0), ("I", "ibuf", 0), ("W", "gbuf", 0), ("W", "macro", 0), ("O", "gbuf", 0),
+            ("O", "obuf", 0))
+    m = LN.Mapping(sp, (), cuts)
+    assert LN.check(layer, hier, m) == []
+    dram, gbuf = 64, 128
+    i_bits, w_bits, o_bits = 32 * 8, 32 * 16 * 8, 16 * 16
+    loads = i_bits / dram + i_bits / gbuf + w_bits / dram + w_bits / 8  # the macro is written at 8 bit/cycle
+    back = o_bits / gbuf + o_bits / dram
+    expect = loads + 8 + back  # 8 cycles: bit-serial INT8 MVM
+    assert LN.latency(layer, hier, m) == pytest.approx(expect)
+    assert simulate(layer, hier, m).cycles == pytest.approx(expect)
+    e = LN.evaluate(layer, hier, m)
+    assert e.breakdown["mvm"] == pytest.approx(hier.mvm_energy_pj)
+    assert e.breakdown["dram"] == pytest.approx((i_bits + w_bits) * 7.91 + o_bits * 7.91)
+
+
+def test_analytical_latency_follows_the_execution_on_random_mappings(hier):
+    import random
+
+    from tvm_cim.compiler import dataflow as D
+
+    layer = LN.Layer.conv("small", 1, 64, 32, 8, 8, 3, 3)
+    rng = random.Random(0)
+    acc = []
+    for _ in range(25):
+        m = D.random_mapping(layer, hier, rng)
+        a, s = LN.latency(layer, hier, m), simulate(layer, hier, m).cycles
+        acc.append(1 - abs(a - s) / s)
+    assert np.mean(acc) > 0.9 and min(acc) > 0.7
+
+
+def test_double_buffering_never_slows_the_execution(hier):
+    import random
+
+    from tvm_cim.compiler import dataflow as D
+
+    layer = LN.Layer.conv("small", 1, 32, 32, 8, 8, 1, 1)
+    rng = random.Random(3)
+    seen = 0
+    for _ in range(40):
+        md = D.random_mapping(layer, hier, rng)
+        if not md.double:
+            continue
+        m = LN.Mapping(md.spatial, md.loops, md.cuts)  # the same, single-buffered
+        seen += 1
+        assert simulate(layer, hier, md).cycles <= simulate(layer, hier, m).cycles + 1e-6
+        assert LN.latency(layer, hier, md) <= LN.latency(layer, hier, m) + 1e-6
+    assert seen >= 5

@@ -377,12 +377,14 @@ def transfers(layer: Layer, hier: Hierarchy, m: Mapping) -> list:
             total = per * (copies(hier, m, o) if lv.per_core else 1)
             child_bw = lv.bandwidth_bits
             t = max(total / par.bandwidth_bits, per / child_bw)
+            # refilled at the innermost loop above the cut the operand depends on (inner irrelevant loops reuse it)
+            slot = max((j for j in range(c) if m.loops[j][0] in RELEVANT[o]), default=-1)
             times = 1
-            if o == "O" and any(d in REDUCTION and f > 1 for d, f in m.loops[:c]):
-                times = 2
-            count = math.prod(f for _, f in m.loops[:c])
+            if o == "O" and any(d in REDUCTION and f > 1 for d, f in m.loops[:slot + 1]):
+                times = 2  # partial sums go back and come back
+            count = math.prod(f for _, f in m.loops[:slot + 1])
             dbl = (o, lv.name) in m.double
-            out.append(Transfer(o, lv.name, par.name, c - 1, float(math.ceil(t)), times, count, total, dbl))
+            out.append(Transfer(o, lv.name, par.name, slot, float(t), times, count, total, dbl))
     return out
 
 
@@ -404,7 +406,7 @@ def mvm_feed(layer: Layer, hier: Hierarchy, m: Mapping) -> tuple[float, float, s
                 t[d] *= f
         per = layer.elems(o, t) * hier.bits[o]
         bits = per if lv.per_core else per * copies(hier, m, o)
-        res.append((math.ceil(bits / lv.bandwidth_bits), lv.name))
+        res.append((bits / lv.bandwidth_bits, lv.name))
     return float(res[0][0]), float(res[1][0]), res[0][1], res[1][1]
 
 

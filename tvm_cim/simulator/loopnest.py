@@ -1,0 +1,174 @@
+"""Event-level execution of a layer's loop nest on a weight-streaming CIM accelerator (MIREDO's Sec. III).
+
+The analytical model (:func:`tvm_cim.hardware.loopnest.latency`) sums a
+recursion; this module *executes* the mapping: it walks the temporal loops
+in order and, whenever the data an operand's level holds changes, books a
+transfer on the ports of the two levels (a shared level has one port for
+all cores; a per-core level one per core, all cores doing the same thing at
+the same time).  A transfer starts when
+
+* both ports are free (transfers are issued in program order, no reordering),
+* the parent level holds the data (its own refill is done), and
+* the level has room: single-buffered, the previous tile is no longer used;
+  double-buffered, the tile before it is no longer used (ping-pong).
+
+Weights enter a macro in memory mode: a single-buffered weight load waits
+for the macro to stop computing and blocks it.  Output tiles are written
+back when they change and read back only if they were written before
+(partial sums of reduction loops still running).  The innermost block of
+loops without any transfer runs as one compute interval of ``steps x MVM``
+cycles; its inputs and partial sums occupy the ports of the innermost
+input and output levels meanwhile.  Latency is the end of the last
+write-back.  Durations of one transfer and of one MVM step come from the
+cost primitives (:mod:`tvm_cim.hardware.loopnest`); how they overlap is
+what this module decides.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+from ..hardware import loopnest as LN
+
+
+@dataclass
+class _Stream:
+    t: LN.Transfer
+    key_slots: tuple  # slots whose (relevant) indices identify the tile
+    key: tuple | None = None
+    uses: list = None  # end of last use of every tile so far, in order
+    ready: float = 0.0  # the current tile is present
+    seen: set = None
+    parent_stream: "_Stream | None" = None
+
+    def __post_init__(self):
+        self.uses, self.seen = [], set()
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """What the execution gives.
+
+    Attributes
+    ----------
+    cycles : float
+        End of the last write-back.
+    compute_cycles : float
+        Cycles the macros compute.
+    stall_cycles : float
+        Cycles they wait (transfers, weight loads): ``cycles - compute_cycles``.
+    transfers : dict
+        Refills executed per ``operand/level``.
+    """
+
+    cycles: float
+    compute_cycles: float
+    stall_cycles: float
+    transfers: dict
+
+
+def simulate(layer: LN.Layer, hier: LN.Hierarchy, m: LN.Mapping, max_events: int = 2_000_000) -> SimResult:
+    """Execute ``layer`` under mapping ``m`` and return its timing.
+
+    Raises
+    ------
+    ValueError
+        Invalid mapping (:func:`tvm_cim.hardware.loopnest.check`) or more outer iterations than ``max_events``.
+    """
+    errs = LN.check(layer, hier, m)
+    if errs:
+        raise ValueError("invalid mapping: " + "; ".join(errs))
+    trs = LN.transfers(layer, hier, m)
+    loops = m.loops
+    depth = max((t.slot + 1 for t in trs), default=0)
+    outer_n = math.prod(f for _, f in loops[:depth])
+    if outer_n > max_events:
+        raise ValueError(f"{outer_n} outer iterations exceed max_events={max_events}")
+    block_steps = math.prod(f for _, f in loops[depth:])
+    feed, drain, i_lv, o_lv = LN.mvm_feed(layer, hier, m)
+    step = max(float(hier.mvm_cycles), feed, drain)
+
+    streams: dict = {}
+    for t in trs:
+        rel = LN.RELEVANT[t.operand]
+        s = _Stream(t, tuple(j for j in range(t.slot + 1) if loops[j][0] in rel))
+        streams[(t.operand, t.level)] = s
+    for (o, _), s in streams.items():
+        s.parent_stream = streams.get((o, s.t.parent))
+    order = sorted(streams.values(), key=lambda s: (hier.level(s.t.level).order))
+    port = {lv.name: 0.0 for lv in hier.levels}
+    macro_free = 0.0
+    busy = 0.0
+    counts = {f"{s.t.operand}/{s.t.level}": 0 for s in order}
+    w_blocks = not hier.weight_double_buffer
+
+    def book(s: _Stream, earliest: float, reps: int = 1) -> float:
+        par, lv = s.t.parent, s.t.level
+        start = max(earliest, port[par], port[lv])
+        end = start + reps * s.t.cycles
+        port[par] = port[lv] = end
+        return end
+
+    def slot_free(s: _Stream) -> float:
+        k = 2 if s.t.double else 1
+        return s.uses[-k] if len(s.uses) >= k else 0.0
+
+    macro = hier.levels_of("W")[-1].name
+    outs_inner_first = [s for s in reversed(order) if s.t.operand == "O"]
+    ranges = [range(f) for _, f in loops[:depth]]
+    for idx in itertools.product(*ranges) if depth else [()]:
+        changed = {}
+        for s in order:
+            key = tuple(idx[j] for j in s.key_slots)
+            if key != s.key:
+                changed[id(s)] = key
+                counts[f"{s.t.operand}/{s.t.level}"] += 1
+        # ---- finished output tiles go back, innermost level first (a parent waits for its children)
+        child_done = 0.0
+        for s in outs_inner_first:
+            if id(s) in changed and s.key is not None:
+                s.ready = book(s, max(s.uses[-1], child_done))
+                child_done = s.uses[-1] = s.ready  # the buffer is free once written back
+        # ---- refills, outer levels first (a child reads what its parent holds)
+        for s in order:
+            if id(s) not in changed:
+                continue
+            key = changed[id(s)]
+            par_ready = s.parent_stream.ready if s.parent_stream else 0.0
+            room = slot_free(s)
+            if s.t.operand == "O":
+                if not s.t.double:
+                    room = max(room, s.ready)  # one buffer: the write-back must finish first
+                s.ready = book(s, max(room, par_ready)) if key in s.seen else room
+                s.seen.add(key)
+            else:
+                earliest = max(room, par_ready)
+                blocks = s.t.operand == "W" and s.t.level == macro and w_blocks
+                if blocks:
+                    earliest = max(earliest, macro_free)
+                s.ready = book(s, earliest)
+                if blocks:
+                    macro_free = s.ready  # memory mode: the macro cannot compute meanwhile
+            s.key = key
+            s.uses.append(0.0)
+        # ---- the compute block
+        start = max([macro_free] + [s.ready for s in order])
+        end = start + block_steps * step
+        if feed > 0 and not hier.level(i_lv).per_core:
+            port[i_lv] = max(port[i_lv], start + block_steps * feed)
+        if drain > 0 and not hier.level(o_lv).per_core:
+            port[o_lv] = max(port[o_lv], start + block_steps * drain)
+        macro_free = end
+        busy += end - start
+        for s in order:
+            s.uses[-1] = end
+    # ---- the last output tiles go back, innermost level first
+    finish = macro_free
+    for s in sorted((s for s in order if s.t.operand == "O"), key=lambda s: -hier.level(s.t.level).order):
+        if s.key is not None:
+            finish = max(finish, book(s, max(s.uses[-1], finish)))
+    if not any(s.t.operand == "O" for s in order):
+        finish = macro_free
+    return SimResult(finish, busy, finish - busy, counts)
