@@ -228,9 +228,10 @@ def zigzag(layer: LN.Layer, hier: LN.Hierarchy, objective: str = "latency", seed
     return best
 
 
-def heuristic_start(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, objective: str = "latency",
-                    ws: bool = False, rng: random.Random | None = None, max_orders: int = 300) -> LN.Mapping | None:
-    """The best greedy-filled loop order of a spatial unrolling (the MIP's first incumbent).
+def heuristic_starts(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, objective: str = "latency",
+                     ws: bool = False, rng: random.Random | None = None, max_orders: int = 300,
+                     keep: int = 3) -> list:
+    """The best greedy-filled loop orders of a spatial unrolling (the MIP's first incumbents), best first.
 
     With ``ws``, only weight-stationary orders (every loop the weights do not
     depend on inside the macro's tile, after those they depend on).
@@ -245,7 +246,7 @@ def heuristic_start(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, objecti
         orders = [a + b for a in _orders(rel, 40, rng) for b in _orders(irr, 8, rng)]
     else:
         orders = _orders(facs, max_orders, rng)
-    best = None
+    found = []
     for loops in orders:
         m = greedy_fill(layer, hier, spatial, tuple(loops))
         if m is None:
@@ -256,10 +257,9 @@ def heuristic_start(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, objecti
             m = LN.Mapping(m.spatial, m.loops, cuts, m.double)
             if LN.check(layer, hier, m):
                 continue
-        c = LN.evaluate(layer, hier, m)
-        if best is None or key(c) < key(best[1]):
-            best = (m, c)
-    return best[0] if best else None
+        found.append((key(LN.evaluate(layer, hier, m)), len(found), m))
+    found.sort(key=lambda x: x[:2])
+    return [m for _, _, m in found[:keep]]
 
 
 def _orders(facs: list, max_orders: int, rng: random.Random) -> list[tuple]:
@@ -306,7 +306,8 @@ class Result:
 
 
 def optimise(layer: LN.Layer, hier: LN.Hierarchy, method: str = "miredo", objective: str = "latency",
-             time_limit: float = 10.0, spatial_top: int = 3, seed: int = 0) -> Result:
+             time_limit: float = 3.0, spatial_top: int = 2, starts: int = 3, max_orders: int = 500,
+             seed: int = 0) -> Result:
     """The dataflow of one layer.
 
     Parameters
@@ -319,6 +320,11 @@ def optimise(layer: LN.Layer, hier: LN.Hierarchy, method: str = "miredo", object
         Seconds per MIP solve (the whole layer may take ``spatial_top`` times that, more for ``edp``).
     spatial_top : int
         Spatial candidates tried (best utilisation first).
+    starts : int
+        Greedy loop orders whose levels and buffering are solved exactly
+        (order fixed, at most a second each) before the full MIP starts from the best.
+    max_orders : int
+        Loop orders the heuristic (and the MIP's warm start) fills per spatial candidate.
     seed : int
 
     Returns
@@ -333,15 +339,35 @@ def optimise(layer: LN.Layer, hier: LN.Hierarchy, method: str = "miredo", object
         raise ValueError(f"unknown objective {objective!r}; choose one of {', '.join(OBJECTIVES)}")
     t0 = time.perf_counter()
     if method == "zigzag":
-        m, c = zigzag(layer, hier, objective, seed=seed)
+        m, c = zigzag(layer, hier, objective, seed=seed, max_orders=max_orders, spatial_top=6)
         return Result(m, c, time.perf_counter() - t0, method, objective, "heuristic")
     key = (lambda c: c.cycles) if objective == "latency" else (lambda c: c.edp)
     best = None
     rng = random.Random(seed)
-    for sp in spatial_candidates(layer, hier, top=spatial_top):
-        start = heuristic_start(layer, hier, sp, objective, ws=(method == "ws"), rng=rng)
-        for m, mip_cyc, status in dataflow_mip.solve(layer, hier, sp, objective=objective, ws=(method == "ws"),
-                                                     time_limit=time_limit, seed=seed, start=start):
+    ws = method == "ws"
+    # spatial candidates ranked by their best greedy orders (the utilisation bound ties often)
+    ranked = []
+    for sp in spatial_candidates(layer, hier, top=max(spatial_top, 6)):
+        sts = heuristic_starts(layer, hier, sp, objective, ws=ws, rng=rng, keep=starts, max_orders=max_orders)
+        if sts:
+            ranked.append((key(LN.evaluate(layer, hier, sts[0])), len(ranked), sp, sts))
+    ranked.sort(key=lambda x: x[:2])
+    for _, _, sp, sts in ranked[:spatial_top]:
+        # warm start: the best greedy orders, each with its levels and buffering solved exactly
+        pool = [(st, math.nan, "heuristic") for st in sts]
+        for st in sts:
+            for m, cyc, status in dataflow_mip.solve(layer, hier, sp, ws=ws, time_limit=min(1.0, time_limit),
+                                                     seed=seed, start=st, fix_order=True,
+                                                     lexicographic=objective == "edp"):
+                pool.append((m, cyc, status))
+        valid = [(key(LN.evaluate(layer, hier, m)), i, m) for i, (m, _, _) in enumerate(pool)
+                 if not LN.check(layer, hier, m)]
+        start = min(valid, key=lambda x: x[:2])[2] if valid else None
+        pool += dataflow_mip.solve(layer, hier, sp, objective=objective, ws=ws, time_limit=time_limit, seed=seed,
+                                   start=start)
+        for m, mip_cyc, status in pool:
+            if LN.check(layer, hier, m):
+                continue
             c = LN.evaluate(layer, hier, m)
             if best is None or key(c) < key(best[1]) - 1e-9:
                 best = (m, c, status, mip_cyc)

@@ -417,15 +417,40 @@ def leaf_cycles(layer: Layer, hier: Hierarchy, m: Mapping) -> float:
 
 
 # ============================================================================ latency and energy
+def port_share(layer: Layer, hier: Hierarchy, m: Mapping) -> dict:
+    """Share of every shared level's port the MVMs use while computing (feeding inputs, draining psums).
+
+    A transfer that overlaps computing (double-buffered) on such a port gets
+    only the rest while the computing lasts (:func:`stretched`).
+    """
+    feed, drain, i_lv, o_lv = mvm_feed(layer, hier, m)
+    step = max(float(hier.mvm_cycles), feed, drain)
+    share: dict = {}
+    for lvn, t in ((i_lv, feed), (o_lv, drain)):
+        if not hier.level(lvn).per_core:
+            share[lvn] = share.get(lvn, 0.0) + t / step
+    return share
+
+
+def stretched(share: dict, t: Transfer, cycles: float, body: float) -> float:
+    """A transfer of ``cycles`` overlapping ``body`` cycles of computing that uses ``share`` of its port:
+    it gets the rest of the port while the computing lasts (:func:`port_share`)."""
+    u = min(max(share.get(t.parent, 0.0), share.get(t.level, 0.0)), 1.0)
+    if u <= 0:
+        return cycles
+    return cycles + min(cycles * u / max(1.0 - u, 1e-9), body * u)
+
+
 def latency(layer: Layer, hier: Hierarchy, m: Mapping) -> float:
     """Cycles of the layer under mapping ``m`` (the stall-aware recursion of the module docstring)."""
     trs = transfers(layer, hier, m)
+    share = port_share(layer, hier, m)
     lat = leaf_cycles(layer, hier, m)
     for i in range(len(m.loops) - 1, -1, -1):
         n = m.loops[i][1]
         here = [t for t in trs if t.slot == i]
         serial = sum(t.times * t.cycles for t in here if not t.double)
-        over = max((t.times * t.cycles for t in here if t.double), default=0.0)
+        over = max((stretched(share, t, t.times * t.cycles, lat) for t in here if t.double), default=0.0)
         prologue = sum(t.cycles for t in here if t.double)
         lat = n * max(lat + serial, over) + prologue
     return lat + sum(t.times * t.cycles for t in trs if t.slot == -1)

@@ -104,10 +104,18 @@ def simulate(layer: LN.Layer, hier: LN.Hierarchy, m: LN.Mapping, max_events: int
     counts = {f"{s.t.operand}/{s.t.level}": 0 for s in order}
     w_blocks = not hier.weight_double_buffer
 
+    feeding: dict = {}  # port -> (start, end, share) of the compute block using it
+
     def book(s: _Stream, earliest: float, reps: int = 1) -> float:
         par, lv = s.t.parent, s.t.level
         start = max(earliest, port[par], port[lv])
-        end = start + reps * s.t.cycles
+        dur = reps * s.t.cycles
+        u = max((sh for p in (par, lv) if p in feeding for a, b, sh in [feeding[p]] if a <= start < b), default=0.0)
+        if u > 0:  # the MVMs use part of the port meanwhile: the transfer gets the rest until they end
+            _, b, _ = feeding[par] if par in feeding and feeding[par][0] <= start < feeding[par][1] else feeding[lv]
+            slow = (b - start) * max(1.0 - u, 0.0)
+            dur = (b - start) + (dur - slow) if slow < dur else dur / max(1.0 - u, 1e-9)
+        end = start + dur
         port[par] = port[lv] = end
         return end
 
@@ -156,10 +164,11 @@ def simulate(layer: LN.Layer, hier: LN.Hierarchy, m: LN.Mapping, max_events: int
         # ---- the compute block
         start = max([macro_free] + [s.ready for s in order])
         end = start + block_steps * step
-        if feed > 0 and not hier.level(i_lv).per_core:
-            port[i_lv] = max(port[i_lv], start + block_steps * feed)
-        if drain > 0 and not hier.level(o_lv).per_core:
-            port[o_lv] = max(port[o_lv], start + block_steps * drain)
+        for lvn, t in ((i_lv, feed), (o_lv, drain)):
+            if t > 0 and not hier.level(lvn).per_core:
+                prev = feeding.get(lvn)
+                sh = t / step + (prev[2] if prev and prev[0] == start else 0.0)
+                feeding[lvn] = (start, end, min(sh, 1.0))
         macro_free = end
         busy += end - start
         for s in order:
