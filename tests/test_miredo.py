@@ -216,3 +216,57 @@ def test_optimiser_reports_solve_time_and_is_bounded(hier):
     assert res.cost.cycles <= LN.latency(layer, hier, seed) + 1e-6
     with pytest.raises(ValueError, match="unknown dataflow method"):
         DF.optimise(layer, hier, "nope")
+
+
+# --------------------------------------------------------------------------- the strategy: program carries the dataflow
+def test_miredo_strategy_programs_carry_the_loop_nest_and_the_simulator_executes_it(cnn):
+    from tvm_cim.program import parse_program, print_program
+
+    mod, x = cnn
+    hw = tvm_cim.load("miredo")
+    ref_low, _ = tvm_cim.offload(mod, hw, strategy="cim-mlc")
+    ref = run_vm(relax.build(ref_low, target="llvm"), x)
+    lowered, info = tvm_cim.offload(mod, hw, strategy="miredo")
+    ex = relax.build(lowered, target="llvm")
+    with tvm_cim.runtime.collect() as stats:
+        y = run_vm(ex, x)
+    np.testing.assert_array_equal(y, ref)  # the dataflow changes when and where, never what
+    acc = []
+    for prog, st in zip(info.programs, stats):
+        assert prog.attr("dataflow") == "miredo"
+        (nest,) = [o for o in prog.ops("run") if o.opcode == "CIM.loopnest"]
+        assert parse_program(print_program(prog)) == prog  # the text form round-trips
+        layer, m = LN.decode(nest["layer"], nest["spatial"], nest["loops"], nest["cuts"], nest["double"])
+        assert LN.check(layer, LN.Hierarchy.of(hw), m) == []
+        # the region's time is the executed loop nest; the optimiser predicted it
+        sim_cycles = st.latency_ns / hw.cycle_ns
+        assert sim_cycles == pytest.approx(simulate(layer, LN.Hierarchy.of(hw), m).cycles)
+        acc.append(1 - abs(nest["predicted_cycles"] - sim_cycles) / sim_cycles)
+        assert st.energy_pj["mvm"] > 0 and st.energy_pj["dram"] > 0
+    assert np.mean(acc) > 0.8
+
+
+def test_miredo_strategy_is_the_cim_mlc_graph_level_elsewhere(cnn):
+    mod, x = cnn
+    hw = tvm_cim.load("isaac")  # no [dataflow] table: the dataflow piece does nothing
+    a, ia = tvm_cim.offload(mod, hw, strategy="cim-mlc")
+    b, ib = tvm_cim.offload(mod, hw, strategy="miredo")
+    assert strategies.get("miredo").options(hw).dataflow == "miredo"
+    assert [p.run for p in ia.programs] == [p.run for p in ib.programs]
+
+
+def test_verifier_rejects_a_loop_nest_that_does_not_cover_the_layer():
+    from tvm_cim.program import ProgramError, op, verify
+    from tvm_cim.program.ir import Decl, Program
+
+    layer = LN.Layer.conv("l", 1, 16, 32, 2, 1, 1, 1)
+    m = LN.Mapping((("cores", ()), ("rows", (("C", 32),)), ("cols", (("K", 16),))), (("P", 2),), ())
+    good = LN.encode(layer, m)
+    prog = Program("p", (("M", 2), ("N", 16)), (Decl("output", "out", "float32", (2, 16)),), (),
+                   (op("CIM.loopnest", **good),))
+    verify(prog)
+    bad = dict(good, loops="P4")
+    with pytest.raises(ProgramError, match="multiply"):
+        verify(Program("p", (("M", 2), ("N", 16)), prog.decls, (), (op("CIM.loopnest", **bad),)))
+    with pytest.raises(ProgramError, match="outputs"):
+        verify(Program("p", (("M", 4), ("N", 16)), prog.decls, (), (op("CIM.loopnest", **good),)))

@@ -30,7 +30,10 @@ import random
 import time
 from dataclasses import dataclass
 
+from ..common import hardware as loader
 from ..hardware import loopnest as LN
+from ..hardware.schema import CIMHardware
+from .region import CONV2D, MATMUL, Region
 from .solvers.factorize import flexible_factors, prime_factors
 
 METHODS = ("miredo", "ws", "zigzag")
@@ -374,3 +377,44 @@ def optimise(layer: LN.Layer, hier: LN.Hierarchy, method: str = "miredo", object
     if best is None:
         raise ValueError(f"the {method} MIP found no mapping of {layer.name}")
     return Result(best[0], best[1], time.perf_counter() - t0, method, objective, best[2], best[3])
+
+
+# ============================================================================ the dataflow piece of the pipeline
+# settings the compiler uses per layer (the benchmark passes its own)
+PIPELINE_SETTINGS = dict(method="miredo", objective="latency", time_limit=1.0, spatial_top=1, starts=2, max_orders=200)
+_PLANS: dict = {}
+
+
+def layer_of(region: Region) -> LN.Layer | None:
+    """The loop nest of a region (convolutions and matrix products with constant weights; else None)."""
+    if region.kind == CONV2D:
+        n, c, _, _ = region.in_shapes[0]
+        _, oc, oh, ow = region.out_shape
+        cv = region.conv
+        g = int(cv.get("groups", 1))
+        kh, kw = cv["kernel"]
+        return LN.Layer.conv(region.name, int(n), int(oc) // g, int(c) // g, int(oh), int(ow), int(kh), int(kw), g,
+                             tuple(int(x) for x in cv["strides"]), tuple(int(x) for x in cv["dilation"]))
+    if region.kind == MATMUL:
+        m, k, n = region.mkn
+        return LN.Layer.conv(region.name, 1, int(n), int(k), int(m), 1, 1, 1)
+    return None
+
+
+def plan(region: Region, hw: CIMHardware, **settings) -> tuple | None:
+    """The MIREDO dataflow of a region on a chip with a ``[dataflow]`` table (cached by shape and chip).
+
+    Returns
+    -------
+    (Layer, Result) or None
+        None when the region has no loop nest (run-time weights) or the chip no dataflow view.
+    """
+    layer = layer_of(region)
+    if layer is None or not hw.dataflow.levels:
+        return None
+    kw = {**PIPELINE_SETTINGS, **settings}
+    key = (loader.digest(hw), tuple(sorted(layer.bounds.items())), layer.stride, layer.dilation,
+           tuple(sorted(kw.items())))
+    if key not in _PLANS:
+        _PLANS[key] = optimise(layer, LN.Hierarchy.of(hw), **kw)
+    return layer, _PLANS[key]

@@ -515,3 +515,48 @@ def evaluate(layer: Layer, hier: Hierarchy, m: Mapping) -> Cost:
     cyc = latency(layer, hier, m)
     br = energy(layer, hier, m, cyc)
     return Cost(cyc, cyc * hier.cycle_ns, float(sum(br.values())), br)
+
+
+# ============================================================================ text form (program operands)
+def encode(layer: Layer, m: Mapping) -> dict:
+    """Operands of a ``CIM.loopnest`` meta-operator: the layer and the mapping as compact strings."""
+    b = layer.bounds
+    return {
+        "layer": ",".join(f"{d}{b[d]}" for d in DIMS) + f";s{layer.stride[0]}x{layer.stride[1]}"
+                 f";d{layer.dilation[0]}x{layer.dilation[1]}",
+        "spatial": ";".join(f"{a}:" + ".".join(f"{d}{f}" for d, f in fs) for a, fs in m.spatial),
+        "loops": ",".join(f"{d}{f}" for d, f in m.loops),
+        "cuts": ";".join(f"{o}.{lv}.{c}" for o, lv, c in m.cuts),
+        "double": ";".join(f"{o}.{lv}" for o, lv in sorted(m.double)),
+    }
+
+
+def _df(tok: str) -> tuple:
+    return tok[0], int(tok[1:])
+
+
+def decode(layer: str, spatial: str, loops: str, cuts: str, double: str, name: str = "layer") -> tuple:
+    """Inverse of :func:`encode`: ``(Layer, Mapping)``.
+
+    Raises
+    ------
+    ValueError
+        Malformed text.
+    """
+    try:
+        dims, st, dl = layer.split(";")
+        bounds = dict(_df(t) for t in dims.split(","))
+        stride = tuple(int(x) for x in st[1:].split("x"))
+        dil = tuple(int(x) for x in dl[1:].split("x"))
+        sp = []
+        for part in spatial.split(";"):
+            a, fs = part.split(":")
+            sp.append((a, tuple(_df(t) for t in fs.split(".") if t)))
+        lp = tuple(_df(t) for t in loops.split(",") if t)
+        cs = tuple((p[0], p[1], int(p[2])) for p in (x.split(".") for x in cuts.split(";") if x))
+        db = frozenset(tuple(x.split(".")) for x in double.split(";") if x)
+    except (ValueError, IndexError) as e:
+        raise ValueError(f"malformed loop nest: {e}") from None
+    if set(bounds) != set(DIMS):
+        raise ValueError(f"malformed loop nest: dimensions {sorted(bounds)}")
+    return Layer(name, bounds, stride, dil), Mapping(tuple(sp), lp, cs, db)

@@ -61,12 +61,20 @@ class SimResult:
         Cycles they wait (transfers, weight loads): ``cycles - compute_cycles``.
     transfers : dict
         Refills executed per ``operand/level``.
+    energy_pj : dict
+        pJ by component of what was executed: ``mvm``, every level's reads and
+        writes (refills, write-backs, read-backs actually done, MVM feeds), ``leakage``.
     """
 
     cycles: float
     compute_cycles: float
     stall_cycles: float
     transfers: dict
+    energy_pj: dict
+
+    @property
+    def total_energy_pj(self) -> float:
+        return float(sum(self.energy_pj.values()))
 
 
 def simulate(layer: LN.Layer, hier: LN.Hierarchy, m: LN.Mapping, max_events: int = 2_000_000) -> SimResult:
@@ -102,6 +110,20 @@ def simulate(layer: LN.Layer, hier: LN.Hierarchy, m: LN.Mapping, max_events: int
     macro_free = 0.0
     busy = 0.0
     counts = {f"{s.t.operand}/{s.t.level}": 0 for s in order}
+    energy: dict = {}
+
+    def charge(level: str, pj: float) -> None:
+        energy[level] = energy.get(level, 0.0) + pj
+
+    def moved(s: _Stream, back: bool) -> None:  # one refill (or write-back) of a stream's tile
+        par, lv = hier.level(s.t.parent), hier.level(s.t.level)
+        if back:
+            charge(lv.name, s.t.bits * lv.read_pj)
+            charge(par.name, s.t.bits * par.write_pj)
+        else:
+            charge(par.name, s.t.bits * par.read_pj)
+            charge(lv.name, s.t.bits * lv.write_pj)
+
     w_blocks = not hier.weight_double_buffer
 
     feeding: dict = {}  # port -> (start, end, share) of the compute block using it
@@ -139,6 +161,7 @@ def simulate(layer: LN.Layer, hier: LN.Hierarchy, m: LN.Mapping, max_events: int
             if id(s) in changed and s.key is not None:
                 s.ready = book(s, max(s.uses[-1], child_done))
                 child_done = s.uses[-1] = s.ready  # the buffer is free once written back
+                moved(s, back=True)
         # ---- refills, outer levels first (a child reads what its parent holds)
         for s in order:
             if id(s) not in changed:
@@ -149,7 +172,11 @@ def simulate(layer: LN.Layer, hier: LN.Hierarchy, m: LN.Mapping, max_events: int
             if s.t.operand == "O":
                 if not s.t.double:
                     room = max(room, s.ready)  # one buffer: the write-back must finish first
-                s.ready = book(s, max(room, par_ready)) if key in s.seen else room
+                if key in s.seen:
+                    s.ready = book(s, max(room, par_ready))
+                    moved(s, back=False)
+                else:
+                    s.ready = room
                 s.seen.add(key)
             else:
                 earliest = max(room, par_ready)
@@ -157,6 +184,7 @@ def simulate(layer: LN.Layer, hier: LN.Hierarchy, m: LN.Mapping, max_events: int
                 if blocks:
                     earliest = max(earliest, macro_free)
                 s.ready = book(s, earliest)
+                moved(s, back=False)
                 if blocks:
                     macro_free = s.ready  # memory mode: the macro cannot compute meanwhile
             s.key = key
@@ -178,6 +206,18 @@ def simulate(layer: LN.Layer, hier: LN.Hierarchy, m: LN.Mapping, max_events: int
     for s in sorted((s for s in order if s.t.operand == "O"), key=lambda s: -hier.level(s.t.level).order):
         if s.key is not None:
             finish = max(finish, book(s, max(s.uses[-1], finish)))
+            moved(s, back=True)
     if not any(s.t.operand == "O" for s in order):
         finish = macro_free
-    return SimResult(finish, busy, finish - busy, counts)
+    # the MVMs: every core that unrolls a loop computes; inputs fed and partial sums drained per MVM
+    active = math.prod(m.spatial_of(hier.axes[0].name).values())
+    mvms = outer_n * block_steps * active
+    t = {d: 1 for d in LN.DIMS}
+    for ax in hier.axes[1:]:
+        for d, f in m.spatial_of(ax.name).items():
+            t[d] *= f
+    charge(i_lv, mvms * layer.elems("I", t) * hier.bits["I"] * hier.level(i_lv).read_pj)
+    charge(o_lv, mvms * layer.elems("O", t) * hier.bits["O"] * hier.level(o_lv).write_pj)
+    charge("mvm", mvms * hier.mvm_energy_pj)
+    charge("leakage", hier.leakage_mw * finish * hier.cycle_ns)
+    return SimResult(finish, busy, finish - busy, counts, energy)
