@@ -266,18 +266,32 @@ def heuristic_starts(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, object
 
 
 def _orders(facs: list, max_orders: int, rng: random.Random) -> list[tuple]:
-    n_perm = math.factorial(len(facs))
-    if n_perm <= max_orders * 4:
-        allp = sorted(set(itertools.permutations(facs)))
-        if len(allp) <= max_orders:
-            return allp
-        return rng.sample(allp, max_orders)
-    out = set()
-    while len(out) < max_orders:
+    """Distinct loop orders of a factor multiset: all when few, else a seeded sample of ``max_orders``."""
+    distinct = math.factorial(len(facs))
+    for f in set(facs):
+        distinct //= math.factorial(facs.count(f))
+    if distinct <= max_orders:
+        return sorted(_multiset_permutations(sorted(facs)))
+    out: set = set()
+    tries = 0
+    while len(out) < max_orders and tries < 50 * max_orders:
         p = list(facs)
         rng.shuffle(p)
         out.add(tuple(p))
+        tries += 1
     return sorted(out)
+
+
+def _multiset_permutations(items: list):
+    """Every distinct permutation of a sorted list with repeats."""
+    if not items:
+        yield ()
+        return
+    for i, x in enumerate(items):
+        if i and items[i - 1] == x:
+            continue
+        for rest in _multiset_permutations(items[:i] + items[i + 1:]):
+            yield (x,) + rest
 
 
 # ============================================================================ the optimiser

@@ -24,7 +24,8 @@ the tile of ``(operand, level)`` is brought in at every iteration of the
 loop just outside its cut (``T`` = bits over the slower of the parent's
 shared port and the level's own port); a single-buffered transfer adds to
 the iteration (``T + body``), a double-buffered one overlaps it
-(``max(T, body)`` plus one prologue transfer).  Weights enter the macro in
+(``max(T, body)``; its first tile is exposed once, since the stream
+prefetches across loop boundaries).  Weights enter the macro in
 memory mode, which excludes computing, so they are single-buffered unless
 the chip has ``weight_double_buffer``.  Output tiles are written back (and,
 when reduction loops remain outside, read back: twice ``T``).  One MVM takes
@@ -417,43 +418,41 @@ def leaf_cycles(layer: Layer, hier: Hierarchy, m: Mapping) -> float:
 
 
 # ============================================================================ latency and energy
-def port_share(layer: Layer, hier: Hierarchy, m: Mapping) -> dict:
-    """Share of every shared level's port the MVMs use while computing (feeding inputs, draining psums).
-
-    A transfer that overlaps computing (double-buffered) on such a port gets
-    only the rest while the computing lasts (:func:`stretched`).
-    """
-    feed, drain, i_lv, o_lv = mvm_feed(layer, hier, m)
-    step = max(float(hier.mvm_cycles), feed, drain)
-    share: dict = {}
-    for lvn, t in ((i_lv, feed), (o_lv, drain)):
-        if not hier.level(lvn).per_core:
-            share[lvn] = share.get(lvn, 0.0) + t / step
-    return share
-
-
-def stretched(share: dict, t: Transfer, cycles: float, body: float) -> float:
-    """A transfer of ``cycles`` overlapping ``body`` cycles of computing that uses ``share`` of its port:
-    it gets the rest of the port while the computing lasts (:func:`port_share`)."""
-    u = min(max(share.get(t.parent, 0.0), share.get(t.level, 0.0)), 1.0)
-    if u <= 0:
-        return cycles
-    return cycles + min(cycles * u / max(1.0 - u, 1e-9), body * u)
+def port_cycles(hier: Hierarchy, m: Mapping, t: Transfer) -> dict:
+    """Cycles one refill of ``t`` occupies each port it uses (the slower one for its whole duration)."""
+    par, lv = hier.level(t.parent), hier.level(t.level)
+    per = t.bits / max(1, copies(hier, m, t.operand)) if lv.per_core else t.bits
+    return {x.name: (per if x.per_core else t.bits) / x.bandwidth_bits for x in (par, lv)}
 
 
 def latency(layer: Layer, hier: Hierarchy, m: Mapping) -> float:
     """Cycles of the layer under mapping ``m`` (the stall-aware recursion of the module docstring)."""
     trs = transfers(layer, hier, m)
-    share = port_share(layer, hier, m)
     lat = leaf_cycles(layer, hier, m)
     for i in range(len(m.loops) - 1, -1, -1):
         n = m.loops[i][1]
         here = [t for t in trs if t.slot == i]
         serial = sum(t.times * t.cycles for t in here if not t.double)
-        over = max((stretched(share, t, t.times * t.cycles, lat) for t in here if t.double), default=0.0)
-        prologue = sum(t.cycles for t in here if t.double)
-        lat = n * max(lat + serial, over) + prologue
-    return lat + sum(t.times * t.cycles for t in trs if t.slot == -1)
+        dbl = [t for t in here if t.double]
+        over = max((t.times * t.cycles for t in dbl), default=0.0)
+        busy: dict = {}  # overlapped refills of one loop share their ports
+        for t in dbl:
+            for p, c in port_cycles(hier, m, t).items():
+                busy[p] = busy.get(p, 0.0) + t.times * c
+        lat = n * max(lat + serial, over, max(busy.values(), default=0.0))
+    # a double-buffered stream prefetches across loop boundaries: only its first tile is exposed
+    prologue = sum(t.cycles for t in trs if t.double and t.slot >= 0)
+    total = lat + prologue + sum(t.times * t.cycles for t in trs if t.slot == -1)
+    # no port moves more than its bandwidth allows over the whole layer (refills and MVM feeds together)
+    load: dict = {}
+    for t in trs:
+        for p, c in port_cycles(hier, m, t).items():
+            load[p] = load.get(p, 0.0) + t.count * t.times * c
+    steps = math.prod(f for _, f in m.loops)
+    feed, drain, i_lv, o_lv = mvm_feed(layer, hier, m)
+    load[i_lv] = load.get(i_lv, 0.0) + steps * feed
+    load[o_lv] = load.get(o_lv, 0.0) + steps * drain
+    return max(total, max(load.values()))
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,9 @@ transfer on the ports of the two levels (a shared level has one port for
 all cores; a per-core level one per core, all cores doing the same thing at
 the same time).  A transfer starts when
 
-* both ports are free (transfers are issued in program order, no reordering),
+* both ports have room: a transfer takes of each port the share its bits
+  need at the pace of the slower one, so transfers interleave on a faster
+  port (a single-ported SRAM serving requests in turn),
 * the parent level holds the data (its own refill is done), and
 * the level has room: single-buffered, the previous tile is no longer used;
   double-buffered, the tile before it is no longer used (ping-pong).
@@ -45,6 +47,43 @@ class _Stream:
 
     def __post_init__(self):
         self.uses, self.seen = [], set()
+
+
+class _Port:
+    """A level's port shared by time: bookings ``(start, end, share)``; shares at any time add up to at most 1.
+
+    A transfer moving ``bits`` in ``dur`` cycles takes ``bits / bandwidth / dur``
+    of each port it uses (the slower port fully), so transfers over a faster
+    port interleave, as on a single-ported SRAM serving requests in turn.
+    """
+
+    __slots__ = ("iv",)
+    KEEP = 24
+
+    def __init__(self):
+        self.iv: list = []
+
+    def load(self, t: float) -> float:
+        return sum(f for a, b, f in self.iv if a <= t < b)
+
+    def fits(self, start: float, end: float, share: float) -> bool:
+        pts = [start] + [a for a, _, _ in self.iv if start < a < end]
+        return all(self.load(t) + share <= 1.0 + 1e-9 for t in pts)
+
+    def add(self, start: float, end: float, share: float) -> None:
+        self.iv.append((start, end, share))
+        if len(self.iv) > self.KEEP:
+            self.iv.sort(key=lambda x: x[1])
+            del self.iv[: len(self.iv) - self.KEEP]
+
+
+def _earliest(uses: list, t: float, dur: float) -> float:
+    """The earliest start at or after ``t`` where every ``(port, share)`` fits for ``dur`` cycles."""
+    cands = sorted({t} | {b for p, _ in uses for _, b, _ in p.iv if b > t})
+    for c in cands:
+        if all(p.fits(c, c + dur, f) for p, f in uses):
+            return c
+    return cands[-1]
 
 
 @dataclass(frozen=True)
@@ -106,7 +145,7 @@ def simulate(layer: LN.Layer, hier: LN.Hierarchy, m: LN.Mapping, max_events: int
     for (o, _), s in streams.items():
         s.parent_stream = streams.get((o, s.t.parent))
     order = sorted(streams.values(), key=lambda s: (hier.level(s.t.level).order))
-    port = {lv.name: 0.0 for lv in hier.levels}
+    ports = {lv.name: _Port() for lv in hier.levels}
     macro_free = 0.0
     busy = 0.0
     counts = {f"{s.t.operand}/{s.t.level}": 0 for s in order}
@@ -126,20 +165,18 @@ def simulate(layer: LN.Layer, hier: LN.Hierarchy, m: LN.Mapping, max_events: int
 
     w_blocks = not hier.weight_double_buffer
 
-    feeding: dict = {}  # port -> (start, end, share) of the compute block using it
-
     def book(s: _Stream, earliest: float, reps: int = 1) -> float:
-        par, lv = s.t.parent, s.t.level
-        start = max(earliest, port[par], port[lv])
         dur = reps * s.t.cycles
-        u = max((sh for p in (par, lv) if p in feeding for a, b, sh in [feeding[p]] if a <= start < b), default=0.0)
-        if u > 0:  # the MVMs use part of the port meanwhile: the transfer gets the rest until they end
-            _, b, _ = feeding[par] if par in feeding and feeding[par][0] <= start < feeding[par][1] else feeding[lv]
-            slow = (b - start) * max(1.0 - u, 0.0)
-            dur = (b - start) + (dur - slow) if slow < dur else dur / max(1.0 - u, 1e-9)
-        end = start + dur
-        port[par] = port[lv] = end
-        return end
+        if dur <= 0:
+            return earliest
+        par, lv = hier.level(s.t.parent), hier.level(s.t.level)
+        per = s.t.bits / max(1, LN.copies(hier, m, s.t.operand)) if lv.per_core else s.t.bits
+        uses = [(ports[x.name], min(1.0, reps * (per if x.per_core else s.t.bits) / x.bandwidth_bits / dur))
+                for x in (par, lv)]
+        start = _earliest(uses, earliest, dur)
+        for p, f in uses:
+            p.add(start, start + dur, f)
+        return start + dur
 
     def slot_free(s: _Stream) -> float:
         k = 2 if s.t.double else 1
@@ -192,11 +229,9 @@ def simulate(layer: LN.Layer, hier: LN.Hierarchy, m: LN.Mapping, max_events: int
         # ---- the compute block
         start = max([macro_free] + [s.ready for s in order])
         end = start + block_steps * step
-        for lvn, t in ((i_lv, feed), (o_lv, drain)):
-            if t > 0 and not hier.level(lvn).per_core:
-                prev = feeding.get(lvn)
-                sh = t / step + (prev[2] if prev and prev[0] == start else 0.0)
-                feeding[lvn] = (start, end, min(sh, 1.0))
+        for lvn, t in ((i_lv, feed), (o_lv, drain)):  # the MVMs' inputs and partial sums use these ports
+            if t > 0:
+                ports[lvn].add(start, end, min(1.0, t / step))
         macro_free = end
         busy += end - start
         for s in order:

@@ -150,7 +150,7 @@ def solve(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, objective: str = 
                 raise NotImplementedError("a bypassable level between two levels of one operand")
             streams.append((o, lv, parent))
     Z, psi, C, Y, E, Tb, Teff, D, R, ell_bounds = {}, {}, {}, {}, {}, {}, {}, {}, {}, {}
-    Tmax, sizes_big, Hs = {}, {}, {}
+    Tmax, sizes_big, Hs, frac = {}, {}, {}, {}
     for o, lv, parent in streams:
         key = (o, lv.name)
         Z[key] = [mdl.binary(f"Z{o}{lv.name}{c}") for c in range(n + 1)]
@@ -207,6 +207,10 @@ def solve(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, objective: str = 
         bits = hier.bits[o]
         k = max(copies[o] / parent.bandwidth_bits, 1 / lv.bandwidth_bits) if lv.per_core else \
             max(1 / parent.bandwidth_bits, 1 / lv.bandwidth_bits)
+        if lv.per_core:
+            frac[key] = {parent.name: (copies[o] / parent.bandwidth_bits) / k, lv.name: (1 / lv.bandwidth_bits) / k}
+        else:
+            frac[key] = {parent.name: (1 / parent.bandwidth_bits) / k, lv.name: (1 / lv.bandwidth_bits) / k}
         Tb[key] = (bits * k * big * tsc) * e
         Tmax[key] = bits * k * big * tsc * (2 if o == "O" else 1)
         can_dbl = lv.double_buffer or (o == "W" and lv.name == hier.levels_of("W")[-1].name and hier.weight_double_buffer)
@@ -285,9 +289,10 @@ def solve(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, objective: str = 
         ub = LN.latency(layer, hier, start) * tsc * (1 + 1e-6) + 1e-9
         mc = min(mc, ub)
     lat_next = leaf
+    prologues = []  # first tile of every double-buffered stream (it prefetches across loop boundaries)
     for i in range(n - 1, -1, -1):
         crit = mdl.var(f"crit{i}")
-        serial, pro = [], []
+        serial, pro, on_port = [], [], {}
         for key in E:
             z = Z[key][i + 1]
             mt = Tmax[key]
@@ -302,17 +307,23 @@ def solve(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, objective: str = 
                 td = mdl.var(f"TD{key}{i}")
                 _add(mdl, td >= Teff[key] - mt * (1 - z) - mt * (1 - D[key]))
                 _add(mdl, crit >= td)
+                for pn, fr in frac[key].items():  # overlapped refills of one loop share their ports
+                    on_port.setdefault(pn, []).append(fr * td)
                 tp = mdl.var(f"TP{key}{i}")
                 _add(mdl, tp >= Tb[key] - mt * (1 - z) - mt * (1 - D[key]))
                 pro.append(tp)
         _add(mdl, crit >= lat_next + _qsum(serial))
+        for terms in on_port.values():
+            if len(terms) > 1:
+                _add(mdl, crit >= _qsum(terms))
         lat = mdl.var(f"lat{i}")
         ws_ = []
         for f in range(n):
             w = mdl.var(f"W{f}_{i}")
             _add(mdl, w >= crit - mc * (1 - X[f][i]))
             ws_.append(facs[f][1] * w)
-        _add(mdl, lat >= _qsum(ws_ + pro))
+        _add(mdl, lat >= _qsum(ws_))
+        prologues += pro
         lat_next = lat
     total = mdl.var("total", ub=ub if ub is not None else math.inf)
     once = []
@@ -320,7 +331,7 @@ def solve(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, objective: str = 
         to = mdl.var(f"TO{key}")
         _add(mdl, to >= Teff[key] - Tmax[key] * (1 - Z[key][0]))
         once.append(to)
-    _add(mdl, total >= lat_next + _qsum(once))
+    _add(mdl, total >= lat_next + _qsum(once + prologues))
     bound = mdl.var("bound", lb=0.0)
     _add(mdl, total <= bound)
 
@@ -328,6 +339,7 @@ def solve(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, objective: str = 
     eref = max(1e-9, steps * active * hier.mvm_energy_pj)  # energy in units of the layer's MVM energy
     e_terms = [(hier.leakage_mw * hier.cycle_ns / tsc / eref) * total]
     lf = math.log
+    port_load: dict = {}
     for o, lv, parent in streams:
         key = (o, lv.name)
         outside = _qsum(lf(facs[f][1]) * (1 - Y[key][f]) for f in range(n))
@@ -340,6 +352,15 @@ def solve(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, objective: str = 
             _add(mdl, vol >= math.exp(g - hi) * (1 + lam - g) - 3 * (1 - psi[key]))  # volume / exp(hi)
             g += 0.1
         e_terms.append((hier.bits[o] * (parent.read_pj + lv.write_pj) * math.exp(hi) / eref) * vol)
+        moved = [vol]
+        if key in R:  # partial sums go back and come back
+            vr = mdl.var(f"VR{o}{lv.name}")
+            _add(mdl, vr >= vol - 3 * (1 - R[key]))
+            moved.append(vr)
+        for pn, x in ((parent.name, parent), (lv.name, lv)):
+            per_port = (1 / max(1, copies[o])) if (x.per_core and lv.per_core) else 1.0
+            coef = hier.bits[o] * math.exp(hi) * per_port / x.bandwidth_bits * tsc
+            port_load.setdefault(pn, []).extend(coef * v for v in moved)
     mvms = steps * active
     for o in "IO":
         chain = hier.levels_of(o)
@@ -356,6 +377,21 @@ def solve(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, objective: str = 
                 _add(mdl, ind >= here - _qsum(inner))
                 e_terms.append(coef * ind)
     energy = _qsum(e_terms)
+    # no port moves more than its bandwidth allows over the whole layer (refills and MVM feeds)
+    for o in "IO":
+        chain = hier.levels_of(o)
+        for k_, lv in enumerate(chain):
+            inner = [psi[(o, x.name)] for x in chain[k_ + 1:] if (o, x.name) in psi]
+            here = psi[(o, lv.name)] if (o, lv.name) in psi else 1.0
+            fc = steps * feeds[(o, lv.name)] / lv.bandwidth_bits * tsc
+            if not inner:
+                port_load.setdefault(lv.name, []).append(fc * here)
+            else:
+                ind = mdl.var(f"feedin{o}{lv.name}", lb=0.0)
+                _add(mdl, ind >= here - _qsum(inner))
+                port_load.setdefault(lv.name, []).append(fc * ind)
+    for terms in port_load.values():
+        _add(mdl, total >= _qsum(terms))
 
     # ---------------------------------------------------------------- solve
     h = mdl.h
