@@ -189,6 +189,7 @@ def main() -> int:
                     help="what every mapper minimises (default latency, as the paper's MIP)")
     ap.add_argument("--time-limit", type=float, help="seconds per HiGHS solve (default 1, 0.5 with --quick)")
     ap.add_argument("--hw", default="miredo", help="a preset or file with a [dataflow] table")
+    ap.add_argument("--layers", type=int, help="only the first N layers of every network")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", help="write all figures to this file")
     ap.add_argument("--plots", help="folder for the PNG plots")
@@ -210,7 +211,7 @@ def main() -> int:
     results = {}
     t0 = time.perf_counter()
     for net in tqdm(nets, desc="networks"):
-        layers = layers_of(zoo.build_model(net, image_size=image))
+        layers = layers_of(zoo.build_model(net, image_size=image))[: a.layers]
         results[net] = run_network(net, layers, hier, settings, a.objective)
         print_network(net, results[net])
     out = {"hw": hw.name, "image": image, "objective": a.objective, "settings": settings, "paper": PAPER,

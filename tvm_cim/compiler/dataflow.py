@@ -177,7 +177,18 @@ def random_mapping(layer: LN.Layer, hier: LN.Hierarchy, rng: random.Random, spat
 # ============================================================================ the ZigZag-like heuristic
 def greedy_fill(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, loops: tuple) -> LN.Mapping | None:
     """Bottom-up level fill of one loop order: each operand's innermost level takes the most inner loops
-    that fit (shared levels split between the operands in turn), then the next level out."""
+    that fit (shared levels split between the operands in turn), then the next level out.  When an
+    outer level cannot hold what the inner ones took, the inner ones are filled to a half, a quarter ...
+    of their capacity."""
+    for k in range(6):
+        m = _fill(layer, hier, spatial, loops, 0.5 ** k)
+        if m is not None:
+            return m
+    return None
+
+
+def _fill(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, loops: tuple, inner_share: float) -> LN.Mapping | None:
+    outer_shared = min((lv.order for lv in hier.levels[1:] if not lv.per_core), default=0)
     cuts: dict = {}
     n = len(loops)
     # innermost levels first
@@ -193,6 +204,8 @@ def greedy_fill(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, loops: tupl
                 m = LN.Mapping(spatial, loops, tuple((a, b, x) for (a, b), x in trial.items()))
                 used = sum(LN.tile_bits(layer, hier, m, oo, lv) for oo in "IWO" if (oo, lv.name) in trial)
                 share = lv.capacity_bits if o == ops[-1] else lv.capacity_bits * (ops.index(o) + 1) / len(ops)
+                if lv.order > outer_shared and o != "W":
+                    share *= inner_share
                 if used <= share:
                     chosen = c
                     break
@@ -256,7 +269,8 @@ def heuristic_starts(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, object
             continue
         if ws:
             first_irr = next((i for i, (d, _) in enumerate(loops) if d not in LN.RELEVANT["W"]), len(loops))
-            cuts = tuple((o, lv, min(c, first_irr) if (o, lv) == ("W", macro) else c) for o, lv, c in m.cuts)
+            cut_w = min(m.cut("W", macro), first_irr)  # every weight tile enters the macro once
+            cuts = tuple((o, lv, min(c, cut_w) if o == "W" else c) for o, lv, c in m.cuts)
             m = LN.Mapping(m.spatial, m.loops, cuts, m.double)
             if LN.check(layer, hier, m):
                 continue
