@@ -244,6 +244,10 @@ def test_miredo_strategy_programs_carry_the_loop_nest_and_the_simulator_executes
         acc.append(1 - abs(nest["predicted_cycles"] - sim_cycles) / sim_cycles)
         assert st.energy_pj["mvm"] > 0 and st.energy_pj["dram"] > 0
     assert np.mean(acc) > 0.8
+    # the compile-time estimate of these regions is the optimiser's loop-nest latency
+    for prog, st in zip(info.programs, stats):
+        (nest,) = [o for o in prog.ops("run") if o.opcode == "CIM.loopnest"]
+        assert info.schedule.estimate_regions_ns[prog.name] == pytest.approx(nest["predicted_cycles"] * hw.cycle_ns)
 
 
 def test_miredo_strategy_is_the_cim_mlc_graph_level_elsewhere(cnn):

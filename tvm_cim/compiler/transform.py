@@ -817,6 +817,13 @@ class LowerToRuntime:
         plans = plans_of(mod, hw, est)
         sched = schedule.Schedule(strategy, opts, plans, segments=max(p.segment for p in plans.values()) + 1)
         sched.estimate_ns, sched.estimate_regions_ns = est.graph_ns(regions, plans, opts.pipeline, info.producers)
+        nests = {r.name: [o for o in p.ops("run") if o.opcode == "CIM.loopnest"] for r, p in zip(regions, programs)}
+        if any(nests.values()):
+            # MIREDO regions: the optimiser's loop-nest latency; the simulator runs them one after another
+            for k, ops in nests.items():
+                if ops:
+                    sched.estimate_regions_ns[k] = float(ops[0]["predicted_cycles"]) * hw.cycle_ns
+            sched.estimate_ns = float(sum(sched.estimate_regions_ns.values()))
         uid_names = {r.name: p.name for r, p in zip(regions, programs)}
         sched.plans = {uid_names[k]: v for k, v in plans.items()}
         sched.estimate_regions_ns = {uid_names[k]: v for k, v in sched.estimate_regions_ns.items()}
