@@ -412,9 +412,10 @@ def mvm_feed(layer: Layer, hier: Hierarchy, m: Mapping) -> tuple[float, float, s
 
 
 def leaf_cycles(layer: Layer, hier: Hierarchy, m: Mapping) -> float:
-    """One MVM step of all cores: the bit-serial MVM, unless feeding or draining it is slower."""
-    feed, drain, _, _ = mvm_feed(layer, hier, m)
-    return max(float(hier.mvm_cycles), feed, drain)
+    """One MVM step of all cores: the bit-serial MVM, unless feeding or draining it is slower
+    (both, when inputs and partial sums use the same port)."""
+    feed, drain, i_lv, o_lv = mvm_feed(layer, hier, m)
+    return max(float(hier.mvm_cycles), feed, drain, feed + drain if i_lv == o_lv else 0.0)
 
 
 # ============================================================================ latency and energy
@@ -425,18 +426,29 @@ def port_cycles(hier: Hierarchy, m: Mapping, t: Transfer) -> dict:
     return {x.name: (per if x.per_core else t.bits) / x.bandwidth_bits for x in (par, lv)}
 
 
+def mvm_port_share(layer: Layer, hier: Hierarchy, m: Mapping) -> dict:
+    """Share of their ports the MVMs' input feed and partial-sum drain use while computing."""
+    feed, drain, i_lv, o_lv = mvm_feed(layer, hier, m)
+    step = leaf_cycles(layer, hier, m)
+    share: dict = {}
+    for lv, t in ((i_lv, feed), (o_lv, drain)):
+        share[lv] = share.get(lv, 0.0) + t / step
+    return share
+
+
 def latency(layer: Layer, hier: Hierarchy, m: Mapping) -> float:
     """Cycles of the layer under mapping ``m`` (the stall-aware recursion of the module docstring)."""
     trs = transfers(layer, hier, m)
     lat = leaf_cycles(layer, hier, m)
+    feed_share = mvm_port_share(layer, hier, m)
     for i in range(len(m.loops) - 1, -1, -1):
         n = m.loops[i][1]
         here = [t for t in trs if t.slot == i]
         serial = sum(t.times * t.cycles for t in here if not t.double)
         dbl = [t for t in here if t.double]
         over = max((t.times * t.cycles for t in dbl), default=0.0)
-        busy: dict = {}  # overlapped refills of one loop share their ports
-        for t in dbl:
+        busy = {p: u * lat for p, u in feed_share.items()}  # the MVMs inside use these ports meanwhile
+        for t in dbl:  # overlapped refills of one loop share their ports with them and each other
             for p, c in port_cycles(hier, m, t).items():
                 busy[p] = busy.get(p, 0.0) + t.times * c
         lat = n * max(lat + serial, over, max(busy.values(), default=0.0))

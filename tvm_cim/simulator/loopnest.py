@@ -135,7 +135,7 @@ def simulate(layer: LN.Layer, hier: LN.Hierarchy, m: LN.Mapping, max_events: int
         raise ValueError(f"{outer_n} outer iterations exceed max_events={max_events}")
     block_steps = math.prod(f for _, f in loops[depth:])
     feed, drain, i_lv, o_lv = LN.mvm_feed(layer, hier, m)
-    step = max(float(hier.mvm_cycles), feed, drain)
+    step = LN.leaf_cycles(layer, hier, m)
 
     streams: dict = {}
     for t in trs:
@@ -184,6 +184,8 @@ def simulate(layer: LN.Layer, hier: LN.Hierarchy, m: LN.Mapping, max_events: int
 
     macro = hier.levels_of("W")[-1].name
     outs_inner_first = [s for s in reversed(order) if s.t.operand == "O"]
+    innermost = [max((s for s in order if s.t.operand == o), key=lambda s: hier.level(s.t.level).order)
+                 for o in "IWO" if any(s.t.operand == o for s in order)]
     ranges = [range(f) for _, f in loops[:depth]]
     for idx in itertools.product(*ranges) if depth else [()]:
         changed = {}
@@ -198,6 +200,8 @@ def simulate(layer: LN.Layer, hier: LN.Hierarchy, m: LN.Mapping, max_events: int
             if id(s) in changed and s.key is not None:
                 s.ready = book(s, max(s.uses[-1], child_done))
                 child_done = s.uses[-1] = s.ready  # the buffer is free once written back
+                if s.parent_stream is not None:  # the parent's tile is in use until its children are back
+                    s.parent_stream.uses[-1] = max(s.parent_stream.uses[-1], s.ready)
                 moved(s, back=True)
         # ---- refills, outer levels first (a child reads what its parent holds)
         for s in order:
@@ -226,6 +230,8 @@ def simulate(layer: LN.Layer, hier: LN.Hierarchy, m: LN.Mapping, max_events: int
                     macro_free = s.ready  # memory mode: the macro cannot compute meanwhile
             s.key = key
             s.uses.append(0.0)
+            if s.parent_stream is not None:  # the parent's tile is in use until its children have copied it
+                s.parent_stream.uses[-1] = max(s.parent_stream.uses[-1], s.ready)
         # ---- the compute block
         start = max([macro_free] + [s.ready for s in order])
         end = start + block_steps * step
@@ -234,7 +240,7 @@ def simulate(layer: LN.Layer, hier: LN.Hierarchy, m: LN.Mapping, max_events: int
                 ports[lvn].add(start, end, min(1.0, t / step))
         macro_free = end
         busy += end - start
-        for s in order:
+        for s in innermost:  # the MVMs read (and the partial sums go to) the innermost levels
             s.uses[-1] = end
     # ---- the last output tiles go back, innermost level first
     finish = macro_free

@@ -288,6 +288,28 @@ def solve(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, objective: str = 
         # must stay far below the latencies)
         ub = LN.latency(layer, hier, start) * tsc * (1 + 1e-6) + 1e-9
         mc = min(mc, ub)
+    # scenarios: which level feeds the MVMs' inputs and which takes their partial sums
+    scen = {}
+    chain_i, chain_o = hier.levels_of("I"), hier.levels_of("O")
+
+    def _mis(o, chain, k_):
+        lv = chain[k_]
+        inner = [psi[(o, x.name)] for x in chain[k_ + 1:] if (o, x.name) in psi]
+        here = psi[(o, lv.name)] if (o, lv.name) in psi else None
+        return (1 - here if here is not None else 0.0) + (_qsum(inner) if inner else 0.0)
+
+    for ki, li in enumerate(chain_i):
+        for ko, lo_ in enumerate(chain_o):
+            fi = feeds[("I", li.name)] / li.bandwidth_bits
+            fo = feeds[("O", lo_.name)] / lo_.bandwidth_bits
+            step = max(float(hier.mvm_cycles), fi, fo, fi + fo if li.name == lo_.name else 0.0)
+            share = {}
+            share[li.name] = share.get(li.name, 0.0) + fi / step
+            share[lo_.name] = share.get(lo_.name, 0.0) + fo / step
+            mis = _mis("I", chain_i, ki) + _mis("O", chain_o, ko)
+            scen[(li.name, lo_.name)] = (share, mis)
+            if li.name == lo_.name:  # inputs and partial sums through one port
+                _add(mdl, leaf >= (fi + fo) * tsc - (fi + fo) * tsc * mis)
     lat_next = leaf
     prologues = []  # first tile of every double-buffered stream (it prefetches across loop boundaries)
     for i in range(n - 1, -1, -1):
@@ -316,6 +338,10 @@ def solve(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, objective: str = 
         for terms in on_port.values():
             if len(terms) > 1:
                 _add(mdl, crit >= _qsum(terms))
+        # the MVMs inside use the ports of the innermost input/output levels meanwhile (per scenario)
+        for (li, lo), (share, mis) in scen.items():
+            for pn, u in share.items():
+                _add(mdl, crit >= _qsum(on_port.get(pn, [])) + u * lat_next - mc * mis)
         lat = mdl.var(f"lat{i}")
         ws_ = []
         for f in range(n):
