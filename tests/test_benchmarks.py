@@ -50,3 +50,23 @@ def test_accuracy_zoo_quick(tmp_path):
     for rows in res["models"].values():
         assert set(rows) == {"jia21"} and rows["jia21"]["cost"] >= 1.0 - 1e-9
     assert (tmp_path / "accuracy_zoo.png").exists()
+
+
+def test_miredo_quick(tmp_path):
+    res, out = bench("miredo.py", "--quick", "--layers", "3", "--plots", tmp_path, tmp=tmp_path)
+    net = res["networks"]["resnet18"]
+    assert len(net["layers"]) == 3 and "EDP gain of miredo" in out
+    assert set(net["totals"]) == {"miredo", "ws", "zigzag"} and res["objective"] == "latency"
+    assert all(p.endswith(".png") for p in res["plots"])
+
+
+@pytest.mark.slow
+def test_miredo_quick_full_network(tmp_path):
+    res, _ = bench("miredo.py", "--quick", tmp=tmp_path)
+    assert len(res["networks"]["resnet18"]["layers"]) == 21
+
+
+def test_miredo_rejects_a_chip_without_a_dataflow_table(tmp_path):
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "miredo.py"), "--quick", "--hw", "isaac"],
+                       capture_output=True, text=True, cwd=tmp_path)
+    assert p.returncode == 2 and "dataflow" in p.stderr

@@ -21,7 +21,7 @@ from .onnx_models import small_cnn
 
 ROOT = Path(__file__).resolve().parents[1]
 R = dataclasses.replace
-CIM_PRESETS = ["prime", "isaac", "puma", "dynaplasia", "jia21", "jain21"]
+CIM_PRESETS = ["prime", "isaac", "puma", "dynaplasia", "jia21", "jain21", "miredo"]
 
 
 @pytest.fixture(scope="module")

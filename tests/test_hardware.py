@@ -27,7 +27,7 @@ from tvm_pim.hardware.schema import PIMHardware
 REPO = pathlib.Path(__file__).resolve().parents[1]
 TARGETS = REPO / "targets"
 
-CIM_PRESETS = {"prime", "isaac", "puma", "dynaplasia", "jia21", "jain21"}
+CIM_PRESETS = {"prime", "isaac", "puma", "dynaplasia", "jia21", "jain21", "miredo"}
 PIM_PRESETS = {"hbm-pim", "attacc"}
 ALL_PRESETS = sorted(CIM_PRESETS | PIM_PRESETS)
 

@@ -5,7 +5,8 @@ Each is a ``tvm.transform`` module pass usable on its own, in this order::
     seq = tvm.transform.Sequential([
         tvm_cim.transform.FindRegions(), tvm_cim.transform.Calibrate(), tvm_cim.transform.Quantize("prime"),
         tvm_cim.transform.MapCrossbars("prime"), tvm_cim.transform.Segment("prime"), tvm_cim.transform.DuplicateWeights("prime"),
-        tvm_cim.transform.Place("prime"), tvm_cim.transform.GenerateMetaOps("prime"),
+        tvm_cim.transform.Place("prime"), tvm_cim.transform.PlanDataflow("prime"),
+        tvm_cim.transform.GenerateMetaOps("prime"),
         tvm_cim.transform.LowerToRuntime("prime"),
     ])
 
@@ -21,9 +22,10 @@ from .compiler.transform import (
     LowerToRuntime,
     MapCrossbars,
     Place,
+    PlanDataflow,
     Quantize,
     Segment,
 )
 
-__all__ = ["FindRegions", "Calibrate", "Quantize", "MapCrossbars", "Segment", "DuplicateWeights", "Place", "GenerateMetaOps",
+__all__ = ["FindRegions", "Calibrate", "Quantize", "MapCrossbars", "Segment", "DuplicateWeights", "Place", "PlanDataflow", "GenerateMetaOps",
            "LowerToRuntime", "CIMPipeline"]

@@ -36,7 +36,7 @@ from .strategies import Options
 
 
 def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | None = None,
-             strategy: str = "none", name: str | None = None) -> Program:
+             strategy: str = "none", name: str | None = None, loopnest: dict | None = None) -> Program:
     """Generate the meta-operator program of a region.
 
     Parameters
@@ -53,6 +53,11 @@ def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | 
         Recorded in the program's attributes.
     name : str, optional
         Program name (default: the region's).
+    loopnest : dict, optional
+        Operands of a ``CIM.loopnest`` (the region's MIREDO dataflow,
+        :func:`tvm_cim.hardware.loopnest.encode`): the program ends with it
+        and the simulator times and charges the region by executing it; the
+        other operations still compute the values.
 
     Returns
     -------
@@ -256,6 +261,9 @@ def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | 
             run += post(v, 0)
     run.append(op("DCOM", op="layout", src=Ref("yf"), dst=Ref("out"),
                   layout="nchw" if region.kind == CONV2D else "rowmajor", shape=tuple(region.out_shape)))
+    if loopnest is not None:
+        attrs.append(("dataflow", "miredo"))
+        run.append(op("CIM.loopnest", **loopnest))
     return verify(Program(name or region.name, tuple(attrs), tuple(decls), tuple(setup), tuple(run)), hw.total_crossbars)
 
 

@@ -63,10 +63,11 @@ from ..common.relax_utils import (
     rewrite_callers,
 )
 from ..common.target import hardware_of, options_of
+from ..hardware import loopnest as LN
 from ..hardware.schema import CIMHardware
 from ..program import Network, Program, parse_network, parse_program, print_network, print_program, verify_network
 from ..program import Segment as NetSegment
-from . import accuracy, codegen, mapping, schedule, strategies
+from . import accuracy, codegen, dataflow, mapping, schedule, strategies
 from .estimate import Estimator
 from .partition import PREFIX, PartitionForCIM
 from .quantize import CalibrationConfig, activation_params, describe_composite, observation, observe, quantize_weights
@@ -634,6 +635,44 @@ class Place:
                                  for (g, _), r in zip(fs, regions)})
 
 
+@tvm.transform.module_pass(opt_level=0, name="PlanDataflow")
+class PlanDataflow:
+    """Choose every region's MIREDO dataflow (``cim.dataflow``) when the strategy asks for it.
+
+    With ``Options.dataflow == 'miredo'`` on a chip with a ``[dataflow]``
+    table, each convolution and constant-weight matrix product gets the loop
+    nest of :func:`tvm_cim.compiler.dataflow.plan` (MIP per layer, cached by
+    shape): a JSON attribute with the ``CIM.loopnest`` operands, the
+    optimiser's latency (``predicted_cycles``), its solve time and status.
+    Otherwise the module is returned unchanged.
+
+    Parameters
+    ----------
+    hw : CIMHardware or str, optional
+        The chip (default: the target in scope).
+    """
+
+    def __init__(self, hw=None):
+        self.hw = hw
+
+    def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
+        hw = _resolve_hw(self.hw)
+        _, opts = module_options(mod)
+        if opts.dataflow != "miredo" or not hw.dataflow.levels:
+            return mod
+        updates = {}
+        for g, f in region_functions(mod):
+            got = dataflow.plan(region_of(f), hw)
+            if got is None:
+                continue
+            layer, res = got
+            ops = LN.encode(layer, res.mapping)
+            ops["predicted_cycles"] = float(res.cost.cycles)
+            updates[g] = {"dataflow": json.dumps({"op": ops, "seconds": res.seconds, "status": res.status,
+                                                  "mip_cycles": res.mip_cycles})}
+        return _with_attrs(mod, updates)
+
+
 def _chip_map(mod: tvm.IRModule, hw: CIMHardware, regions: list[Region]) -> mapping.ChipMap:
     """The placement ``Place`` recorded, as a :class:`mapping.ChipMap`."""
     fs = region_functions(mod)
@@ -701,8 +740,11 @@ class GenerateMetaOps:
         regions = [region_of(f) for _, f in fs]
         cmap = _chip_map(mod, hw, regions)
         updates, names, segs = {}, [], {}
-        for (g, _), r in zip(fs, regions):
-            prog = codegen.generate(r, cmap.placements[r.name], hw, opts, strategy, name=f"m{uid}.{r.name}")
+        for (g, f), r in zip(fs, regions):
+            df = _attr(f, "dataflow")
+            nest = json.loads(str(df))["op"] if df is not None else None
+            prog = codegen.generate(r, cmap.placements[r.name], hw, opts, strategy, name=f"m{uid}.{r.name}",
+                                    loopnest=nest)
             text = print_program(prog)
             _remember(prog, text)
             updates[g] = {"program": text}
@@ -781,6 +823,13 @@ class LowerToRuntime:
         plans = plans_of(mod, hw, est)
         sched = schedule.Schedule(strategy, opts, plans, segments=max(p.segment for p in plans.values()) + 1)
         sched.estimate_ns, sched.estimate_regions_ns = est.graph_ns(regions, plans, opts.pipeline, info.producers)
+        nests = {r.name: [o for o in p.ops("run") if o.opcode == "CIM.loopnest"] for r, p in zip(regions, programs)}
+        if any(nests.values()):
+            # MIREDO regions: the optimiser's loop-nest latency; the simulator runs them one after another
+            for k, ops in nests.items():
+                if ops:
+                    sched.estimate_regions_ns[k] = float(ops[0]["predicted_cycles"]) * hw.cycle_ns
+            sched.estimate_ns = float(sum(sched.estimate_regions_ns.values()))
         uid_names = {r.name: p.name for r, p in zip(regions, programs)}
         sched.plans = {uid_names[k]: v for k, v in plans.items()}
         sched.estimate_regions_ns = {uid_names[k]: v for k, v in sched.estimate_regions_ns.items()}
@@ -836,6 +885,7 @@ def CIMPipeline(hw=None, strategy: str | None = None, options: strategies.Option
             Segment(hw, strategy, options),
             DuplicateWeights(hw),
             Place(hw),
+            PlanDataflow(hw),
             GenerateMetaOps(hw),
             LowerToRuntime(hw),
         ],

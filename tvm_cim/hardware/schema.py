@@ -161,6 +161,48 @@ class OpCost:
     energy_pj: NonNegFloat = key(0.0, doc="dynamic energy", unit="pJ")
 
 
+OPERANDS = ("I", "W", "O")
+LOOP_DIMS = ("N", "G", "K", "C", "P", "Q", "R", "S")
+
+
+@hw_dataclass
+class MemLevel:
+    """One memory level of MIREDO's hierarchy (sec. III-A): which operands may live there, how it is reached."""
+
+    order: Count = key(doc="position in the hierarchy: 0 = outermost (off-chip); larger = closer to the macro")
+    operands: list[Literal["I", "W", "O"]] = key(doc="operands the level may hold (MIREDO C^M)")
+    capacity_bits: PositiveInt = key(doc="capacity of one instance (per core when per_core)", unit="bit")
+    bandwidth_bits: PositiveInt = key(doc="read/write bits per cycle of one instance", unit="bit/cycle")
+    per_core: Flag = key(False, doc="one instance per core (else shared by all cores)")
+    double_buffer: Flag = key(False, doc="the level may run ping-pong (half its capacity per tile)")
+    bypass: Flag = key(False, doc="the optimiser may skip the level (the operand goes directly past it)")
+    read_energy_pj_per_bit: NonNegFloat = key(0.0, doc="dynamic read energy", unit="pJ/bit")
+    write_energy_pj_per_bit: NonNegFloat = key(0.0, doc="dynamic write energy", unit="pJ/bit")
+
+
+@hw_dataclass
+class SpatialAxis:
+    """A spatial axis of the accelerator (MIREDO C^X): its size and the loops it may unroll."""
+
+    order: Count = key(doc="0 = outermost axis (cores); the macro's row and column axes follow")
+    size: PositiveInt = key(doc="parallel units along the axis")
+    loops: list[Literal[LOOP_DIMS]] = key(doc="loop dimensions the axis may unroll: " + ", ".join(LOOP_DIMS))  # type: ignore[valid-type]
+
+
+@hw_dataclass
+class Dataflow:
+    """What the per-layer dataflow optimiser (MIREDO, paper 001) sees: memory levels, spatial axes, macro modes.
+
+    Empty (no levels) on chips whose weights stay in crossbars; the
+    ``miredo`` dataflow piece needs it.
+    """
+
+    levels: dict[str, MemLevel] = key(factory=dict, doc="memory levels by name (off-chip memory included)")
+    spatial: dict[str, SpatialAxis] = key(factory=dict, doc="spatial axes by name")
+    weight_double_buffer: Flag = key(False, doc="a macro may load weights into an idle compartment while computing")
+    psum_bits: PositiveInt = key(16, doc="partial-sum precision moved between output levels", unit="bit")
+
+
 @hw_dataclass
 class Chip:
     """The chip tier."""
@@ -187,6 +229,7 @@ class CIMHardware:
     core: Core
     crossbar: Crossbar
     dual_mode: DualMode = key(factory=DualMode, doc="CMSwitch dual-mode arrays")
+    dataflow: Dataflow = key(factory=Dataflow, doc="MIREDO's per-layer dataflow view (memory levels, spatial axes)")
     ops: dict[Literal[CIM_OPS], OpCost] = key(  # type: ignore[valid-type]
         factory=dict,
         doc="per-element latency/energy of digital meta-operators; keys: " + ", ".join(CIM_OPS),
@@ -207,6 +250,19 @@ class CIMHardware:
         if self.dual_mode.switchable_arrays > self.total_crossbars:
             out.append(("dual_mode.switchable_arrays", f"at most the chip's crossbars ({self.total_crossbars})",
                         self.dual_mode.switchable_arrays))
+        df = self.dataflow
+        if df.levels:
+            orders = sorted(lv.order for lv in df.levels.values())
+            if len(set(orders)) != len(orders):
+                out.append(("dataflow.levels", "distinct 'order' values", orders))
+            outer = min(df.levels.values(), key=lambda lv: lv.order)
+            if set(outer.operands) != set(OPERANDS) or outer.bypass:
+                out.append(("dataflow.levels", "an outermost level holding I, W and O that cannot be bypassed",
+                            outer.operands))
+            if not any("W" in lv.operands and lv.per_core for lv in df.levels.values()):
+                out.append(("dataflow.levels", "a per-core level holding W (the macro)", "none"))
+            if not df.spatial:
+                out.append(("dataflow.spatial", "at least one spatial axis", "none"))
         return out
 
     # ----------------------------------------------------------------- derived

@@ -93,6 +93,15 @@ define("CIM.read_core", "crossbar", "MVM on all crossbars of the cores of a virt
        _o("vxb", INT), _o("src", REF), _VECS, _o("dst", REF), _BATCH)
 define("CIM.read_row", "crossbar", "MVM on one group of rows_active wordlines (wordline mode)",
        _o("vxb", INT), _o("group", INT), _o("src", REF), _VECS, _o("dst", REF), _BLOCK, _BATCH)
+define("CIM.loopnest", "crossbar",
+       "the layer's dataflow on a weight-streaming macro hierarchy (MIREDO): the simulator executes its loop nest "
+       "-- refills between memory levels, weight loads into the macros, MVMs -- for the region's timing and energy",
+       _o("layer", STR, doc="loop bounds N,G,K,C,P,Q,R,S; stride; dilation"),
+       _o("spatial", STR, doc="per spatial axis the unrolled factors"),
+       _o("loops", STR, doc="temporal loops, outermost first"),
+       _o("cuts", STR, doc="operand.level.cut: the level holds the loops from slot cut inwards"),
+       _o("double", STR, doc="operand.level pairs that run double-buffered"),
+       _o("predicted_cycles", FLOAT, False, "the optimiser's latency"))
 # ---------------------------------------------------------------------------- array modes
 define("CM.switch", "mode", "switch arrays to memory mode (TOM) or to compute mode (TOC) (CMSwitch)",
        _o("type", STR, doc="'TOM' or 'TOC'"), _o("xbs", TUPLE, doc="crossbar ids"))

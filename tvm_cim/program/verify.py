@@ -57,6 +57,29 @@ def _check_values(o: Op, where: str, crossbars: int | None) -> None:
                 raise ProgramError(f"{where}: crossbar {xb} does not exist (the chip has {crossbars})")
 
 
+def _check_loopnest(o, where: str, prog: Program) -> None:
+    """A loop nest decodes, its factors multiply to its bounds, and it computes the program's M x N outputs."""
+    from ..hardware.loopnest import DIMS, decode
+
+    try:
+        layer, m = decode(o["layer"], o["spatial"], o["loops"], o["cuts"], o["double"])
+    except ValueError as e:
+        raise ProgramError(f"{where}: {e}") from None
+    prod = {d: 1 for d in DIMS}
+    for _, fs in m.spatial:
+        for d, f in fs:
+            prod[d] *= f
+    for d, f in m.loops:
+        prod[d] *= f
+    if prod != layer.bounds:
+        raise ProgramError(f"{where}: loop factors {prod} do not multiply to the bounds {layer.bounds}")
+    b = layer.bounds
+    mm, nn = prog.attr("M"), prog.attr("N")
+    if mm is not None and (b["N"] * b["P"] * b["Q"] != int(mm) or b["G"] * b["K"] != int(nn)):
+        raise ProgramError(f"{where}: the loop nest computes {b['N'] * b['P'] * b['Q']} x {b['G'] * b['K']} "
+                           f"outputs, the program {mm} x {nn}")
+
+
 def verify(prog: Program, crossbars: int | None = None) -> Program:
     """Check a program; return it unchanged.
 
@@ -88,6 +111,8 @@ def verify(prog: Program, crossbars: int | None = None) -> Program:
                 bound.add(int(o["vxb"]))
             if "vxb" in dict(o.args) and o.kind != "CIM.bind_vxb" and int(o["vxb"]) not in bound:
                 raise ProgramError(f"{where}: {o.kind} uses virtual crossbar {o['vxb']} before CIM.bind_vxb")
+            if o.kind == "CIM.loopnest":
+                _check_loopnest(o, where, prog)
             v = o.get("vecs")
             if isinstance(v, Range) and (v.start < 0 or v.stop < v.start or (m_total and v.stop > m_total)):
                 raise ProgramError(f"{where}: vector range {v} outside 0:{m_total}")

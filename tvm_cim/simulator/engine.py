@@ -29,10 +29,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..common.layout import dequantize, im2col, quantize_codes
-from ..hardware import cost
+from ..hardware import cost, loopnest
 from ..hardware import crossbar as X
 from ..hardware.schema import CIMHardware
 from ..program import OPS, Op, Parallel, Program, Range, Ref
+from .loopnest import simulate as simulate_loopnest
 from .timeline import Events, schedule_graph
 
 
@@ -107,6 +108,9 @@ class Chip:
         self.xb_owner: dict[int, tuple] = {}
         self.xb_offsets: dict[int, np.ndarray] = {}  # ADC offsets per bitline (non-ideal device)
         self._setup_done: set[str] = set()
+        self._hier = None
+        self._loopnest = False
+        self.loopnest_result = None
         self._leak_mw = cost.leakage_mw(hw)
 
     @property
@@ -165,6 +169,7 @@ class Chip:
             raise SimulationError(f"program '{prog.name}' drives {rps} rows per read step; "
                                   f"the chip drives 1 to {self.hw.crossbar.rows_active}")
         self.vxbs = self._bindings(prog)
+        self._loopnest = any(o.opcode == "CIM.loopnest" for o in prog.ops("run"))
         self.M = int(prog.attr("M", 1)) * int(prog.attr("batch", 1))
         self._pending: list = []
         self._deferred: list = []
@@ -279,6 +284,8 @@ class Chip:
 
     def _apply(self, o: Op, env, stats) -> None:
         k = o.kind
+        if o.opcode == "CIM.loopnest":  # timing and energy only (_record_loopnest)
+            return
         if o.opcode == "CIM.write_xb":
             src = env[o["src"].name]
             w = src[..., o["rows"].slice(), o["cols"].slice()]
@@ -490,7 +497,13 @@ class Chip:
         self._ranges[key].setdefault((v.start, v.stop), []).append(idx)
 
     def _record(self, o: Op, env, ev: Events) -> None:
-        """Charge an operation (:mod:`tvm_cim.hardware.cost`) and put it on the timeline."""
+        """Charge an operation (:mod:`tvm_cim.hardware.cost`) and put it on the timeline.
+
+        A program with a ``CIM.loopnest`` (a MIREDO dataflow) is timed and
+        charged by executing its loop nest; its other operations only compute values.
+        """
+        if self._loopnest and o.opcode != "CIM.loopnest":
+            return
         handler = self._RECORD.get(o.opcode)
         if handler is None:
             raise SimulationError(f"program '{self.prog.name}': no cost for meta-operator {o.kind}")
@@ -588,12 +601,30 @@ class Chip:
     def _record_bind(self, o: Op, ev: Events) -> None:
         return
 
+    def _record_loopnest(self, o: Op, ev: Events) -> None:
+        if self._hier is None:
+            self._hier = loopnest.Hierarchy.of(self.hw)
+        layer, m = loopnest.decode(o["layer"], o["spatial"], o["loops"], o["cuts"], o["double"], self.prog.name)
+        try:
+            res = simulate_loopnest(layer, self._hier, m)
+        except ValueError as e:
+            raise SimulationError(f"program '{self.prog.name}': {e}") from None
+        e = {k: v for k, v in res.energy_pj.items() if k != "leakage"}  # leakage: over the region's latency
+        for k, v in e.items():
+            self._energy[k] += v
+        self.loopnest_result = res
+        i = ev.add(res.cycles * self.hw.cycle_ns, ("macros", "gbuf", "offchip"), [], float(sum(e.values())), True,
+                   "CIM.loopnest")
+        ev.inputs.append((i, 0.0, 1.0))
+        ev.outputs.append((i, 0.0, 1.0))
+
     _RECORD = {
         "CIM.write_xb": _record_write,
         "CIM.read_xb": _record_read,
         "CIM.read_core": _record_read,
         "CIM.read_row": _record_read,
         "CIM.bind_vxb": _record_bind,
+        "CIM.loopnest": _record_loopnest,
         "DMOV": _record_dmov,
         "DCOM": _record_dcom,
     }

@@ -9,6 +9,7 @@ module             what it solves
                    programming, with a cost per segment and per transition
 ``milp``           mixed-integer linear programs on HiGHS (``highspy``), with a time
                    limit and a seed
+``factorize``      MIREDO's flexible factorisation of loop bounds (Alg. 1)
 ``ga``             genetic algorithms on DEAP, seeded, with progress and a time limit
 =================  ================================================================
 """

@@ -12,7 +12,8 @@ segmentation       :mod:`~tvm_cim.compiler.strategies.segmentation` (greedy
 duplication        :mod:`~tvm_cim.compiler.strategies.duplication` (DP
                    knapsack, Poly-Schedule's greedy, crossbar-level Eq. 1,
                    wordline remapping)
-dataflow           :mod:`~tvm_cim.compiler.plan` (chunks of output vectors)
+dataflow           :mod:`~tvm_cim.compiler.plan` (chunks of output vectors),
+                   :mod:`~tvm_cim.compiler.dataflow` (MIREDO's per-layer MIP)
 pipeline           inter-layer and MVM-grained pipelines (codegen + estimate)
 =================  ===========================================================
 
@@ -23,6 +24,7 @@ with :func:`register`.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, fields
 from typing import Callable
 
@@ -42,9 +44,12 @@ class Options:
         duplication).
     modes : {'compute'}
         Array modes: every array computes (``compute``).
-    dataflow : {'chunks'}
+    dataflow : {'chunks', 'miredo'}
         Dataflow inside a region: output vectors in fixed chunks
-        (:mod:`tvm_cim.compiler.plan`).
+        (:mod:`tvm_cim.compiler.plan`), or, on a chip with a ``[dataflow]``
+        table, MIREDO's per-layer loop nest chosen by MIP
+        (:mod:`tvm_cim.compiler.dataflow`; the program carries it as
+        ``CIM.loopnest`` and the simulator executes it).
     duplication : {'none', 'dp', 'greedy'}
         Graph-level operator duplication over cores.
     pipeline : bool
@@ -159,3 +164,6 @@ register(Strategy("puma", "PUMA's inter-layer pipeline without duplication", lam
 register(Strategy("cim-mlc", "CIM-MLC's multi-level method: DP duplication, inter-layer and MVM-grained "
                   "pipelines, crossbar-level duplication, wordline remapping, segmentation refined by latency",
                   _cim_mlc))
+register(Strategy("miredo", "CIM-MLC's graph level with MIREDO's per-layer dataflow (MIP over loop order, tiling, "
+                  "memory levels and double buffering) on chips with a [dataflow] table",
+                  lambda hw: dataclasses.replace(_cim_mlc(hw), dataflow="miredo")))

@@ -1,0 +1,227 @@
+"""MIREDO (paper 001): per-layer dataflow by MIP against weight-stationary and a ZigZag-like heuristic.
+
+For every convolution and fully connected layer of ResNet-18, VGG-16 and
+MobileNetV2 on the ``miredo`` preset (8-core digital SRAM CIM), three mappers
+choose the layer's dataflow with the same cost model
+(:mod:`tvm_cim.hardware.loopnest`):
+
+* ``miredo``: the MIP (HiGHS, per-solve time limit, warm-started from greedy
+  orders) -- :func:`tvm_cim.compiler.dataflow.optimise`;
+* ``ws``: the same MIP with the weight-stationary constraints;
+* ``zigzag``: the ZigZag/LOMA-like heuristic (loop orders x greedy level fill).
+
+All three minimise latency (as the paper's MIP does; ``--objective edp``
+switches to the epsilon-constraint EDP sweep) and every chosen mapping is
+*executed* by the event-level loop-nest simulator
+(:mod:`tvm_cim.simulator.loopnest`), which gives the latency and energy
+reported.  Reported: per-layer latency and EDP, network EDP ratios
+(``EDP(baseline) / EDP(miredo)``, network EDP = total latency x total
+energy), the accuracy of the MIP's own latency and of the analytical model
+against the execution (``1 - |pred - sim| / sim``, mean over layers), and
+solve time per layer and per network.  Layers of the same shape are solved
+once (the network solve time counts each shape once).
+
+    python benchmarks/miredo.py                  # the three CNNs at 224x224 (about 15-20 min on 2 cores)
+    python benchmarks/miredo.py --quick          # ResNet-18 at 32x32, short limits (a minute)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+from tqdm import tqdm
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import tvm_cim  # noqa: E402
+from tvm_cim.common import zoo  # noqa: E402
+from tvm_cim.compiler import dataflow as DF  # noqa: E402
+from tvm_cim.hardware import loopnest as LN  # noqa: E402
+from tvm_cim.simulator.loopnest import simulate  # noqa: E402
+
+METHODS = ("miredo", "ws", "zigzag")
+PAPER = {"edp_gain_vs_heuristic": (1.6, 3.2), "model_accuracy_resnet18": 0.955, "solver_cap_s": 300}
+
+
+def layers_of(model: onnx.ModelProto) -> list[LN.Layer]:
+    """Convolutions and Gemm/MatMul layers with constant weights, in graph order (shapes by ONNX inference)."""
+    m = onnx.shape_inference.infer_shapes(model)
+    shapes = {}
+    for vi in list(m.graph.value_info) + list(m.graph.input) + list(m.graph.output):
+        shapes[vi.name] = [d.dim_value for d in vi.type.tensor_type.shape.dim]
+    inits = {i.name: list(i.dims) for i in m.graph.initializer}
+    out = []
+    for k, node in enumerate(m.graph.node):
+        at = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        if node.op_type == "Conv" and node.input[1] in inits:
+            n, c, _, _ = shapes[node.input[0]]
+            _, oc, oh, ow = shapes[node.output[0]]
+            g = int(at.get("group", 1))
+            kh, kw = inits[node.input[1]][2:]
+            out.append(LN.Layer.conv(f"{k}:{node.name or 'conv'}", n, oc // g, c // g, oh, ow, kh, kw, g,
+                                     tuple(at.get("strides", (1, 1))), tuple(at.get("dilations", (1, 1)))))
+        elif node.op_type in ("Gemm", "MatMul") and node.input[1] in inits:
+            x = shapes[node.input[0]]
+            w = inits[node.input[1]]
+            kin = x[-1]
+            nout = w[0] if (node.op_type == "Gemm" and at.get("transB", 0)) else w[-1]
+            mrows = int(np.prod(x[:-1]))
+            out.append(LN.Layer.conv(f"{k}:{node.name or 'fc'}", 1, nout, kin, mrows, 1, 1, 1))
+    return out
+
+
+def _shape_key(layer: LN.Layer) -> tuple:
+    return tuple(sorted(layer.bounds.items())), layer.stride, layer.dilation
+
+
+def run_network(name: str, layers: list, hier: LN.Hierarchy, settings: dict, objective: str) -> dict:
+    """Every mapper on every distinct layer shape; per-layer rows and network totals."""
+    cache: dict = {}
+    rows = []
+    for layer in tqdm(layers, desc=f"{name} layers", leave=False):
+        key = _shape_key(layer)
+        if key not in cache:
+            res = {}
+            for meth in METHODS:
+                r = DF.optimise(layer, hier, meth, objective, **settings)
+                sim = simulate(layer, hier, r.mapping)
+                res[meth] = {
+                    "cycles_sim": sim.cycles, "energy_pj_sim": sim.total_energy_pj,
+                    "cycles_model": r.cost.cycles, "energy_pj_model": r.cost.energy_pj,
+                    "cycles_mip": None if math.isnan(r.mip_cycles) else r.mip_cycles,
+                    "solve_s": r.seconds, "status": r.status, "mapping": r.mapping.text(),
+                    "stall_share": sim.stall_cycles / sim.cycles,
+                }
+                res[meth]["edp_sim"] = res[meth]["cycles_sim"] * hier.cycle_ns * res[meth]["energy_pj_sim"]
+            cache[key] = (res, True)
+        res, first = cache[key]
+        rows.append({"layer": layer.name, "bounds": layer.bounds, "stride": list(layer.stride), "macs": layer.macs,
+                     "solved": first, **{m: res[m] for m in METHODS}})
+        cache[key] = (res, False)
+    tot = {}
+    for meth in METHODS:
+        lat = sum(r[meth]["cycles_sim"] for r in rows) * hier.cycle_ns
+        en = sum(r[meth]["energy_pj_sim"] for r in rows)
+        acc_model = [1 - abs(r[meth]["cycles_model"] - r[meth]["cycles_sim"]) / r[meth]["cycles_sim"] for r in rows]
+        acc_mip = [1 - abs(r[meth]["cycles_mip"] - r[meth]["cycles_sim"]) / r[meth]["cycles_sim"]
+                   for r in rows if r[meth]["cycles_mip"] is not None]
+        tot[meth] = {
+            "latency_ns": lat, "energy_pj": en, "edp": lat * en,
+            "solve_s_network": sum(r[meth]["solve_s"] for r in rows if r["solved"]),
+            "solve_s_max_layer": max(r[meth]["solve_s"] for r in rows),
+            "model_accuracy": float(np.mean(acc_model)),
+            "mip_accuracy": float(np.mean(acc_mip)) if acc_mip else None,
+        }
+    gains = {b: tot[b]["edp"] / tot["miredo"]["edp"] for b in ("ws", "zigzag")}
+    speed = {b: tot[b]["latency_ns"] / tot["miredo"]["latency_ns"] for b in ("ws", "zigzag")}
+    per_layer = {b: [r[b]["edp_sim"] / r["miredo"]["edp_sim"] for r in rows] for b in ("ws", "zigzag")}
+    return {"layers": rows, "totals": tot, "edp_gain": gains, "latency_speedup": speed,
+            "edp_gain_per_layer_range": {b: [min(v), max(v)] for b, v in per_layer.items()}}
+
+
+def print_network(name: str, res: dict) -> None:
+    print(f"\n== {name}: {len(res['layers'])} layers")
+    print(f"{'layer':<22}{'MACs':>12}" + "".join(f"{m + ' us':>12}{m + ' EDP':>13}" for m in METHODS)
+          + f"{'acc(model)':>11}{'acc(mip)':>10}{'solve s':>9}")
+    for r in res["layers"]:
+        mi = r["miredo"]
+        am = 1 - abs(mi["cycles_model"] - mi["cycles_sim"]) / mi["cycles_sim"]
+        ap = "" if mi["cycles_mip"] is None else f"{1 - abs(mi['cycles_mip'] - mi['cycles_sim']) / mi['cycles_sim']:.3f}"
+        line = f"{r['layer'][:21]:<22}{r['macs']:>12}"
+        for m in METHODS:
+            line += f"{r[m]['cycles_sim'] * 2e-3:>12.1f}{r[m]['edp_sim']:>13.3e}"
+        print(line + f"{am:>11.3f}{ap:>10}{mi['solve_s'] if r['solved'] else 0:>9.1f}")
+    t = res["totals"]
+    for m in METHODS:
+        acc = "" if t[m]["mip_accuracy"] is None else f", MIP latency accuracy {t[m]['mip_accuracy']:.3f}"
+        print(f"  {m:<7} latency {t[m]['latency_ns'] / 1e3:10.1f} us  energy {t[m]['energy_pj'] / 1e6:9.2f} uJ  "
+              f"EDP {t[m]['edp']:.3e} pJ.ns  solve {t[m]['solve_s_network']:.1f} s (max layer "
+              f"{t[m]['solve_s_max_layer']:.1f} s)  model accuracy {t[m]['model_accuracy']:.3f}{acc}")
+    print(f"  EDP gain of miredo: vs zigzag {res['edp_gain']['zigzag']:.2f}x, vs ws {res['edp_gain']['ws']:.2f}x "
+          f"(paper vs heuristic: {PAPER['edp_gain_vs_heuristic'][0]}-{PAPER['edp_gain_vs_heuristic'][1]}x); "
+          f"latency speedup vs zigzag {res['latency_speedup']['zigzag']:.2f}x, vs ws {res['latency_speedup']['ws']:.2f}x")
+
+
+def plots(results: dict, folder: Path) -> list[str]:
+    """Per-layer EDP of the three mappers, and model accuracy per layer (matplotlib Figure API)."""
+    from matplotlib.figure import Figure
+
+    folder.mkdir(parents=True, exist_ok=True)
+    files = []
+    for name, res in results.items():
+        rows = res["layers"]
+        x = np.arange(len(rows))
+        fig = Figure(figsize=(max(6, len(rows) * 0.35), 6))
+        ax1, ax2 = fig.subplots(2, 1, sharex=True)
+        w = 0.28
+        for i, m in enumerate(METHODS):
+            ax1.bar(x + (i - 1) * w, [r[m]["edp_sim"] for r in rows], w, label=m)
+        ax1.set_yscale("log")
+        ax1.set_ylabel("EDP (pJ x ns, executed)")
+        ax1.legend()
+        ax1.set_title(f"{name}: per-layer EDP on the miredo preset")
+        for m in METHODS:
+            ax2.plot(x, [1 - abs(r[m]["cycles_model"] - r[m]["cycles_sim"]) / r[m]["cycles_sim"] for r in rows],
+                     marker="o", label=m)
+        ax2.axhline(PAPER["model_accuracy_resnet18"], ls="--", c="k", lw=0.8, label="paper 95.5 %")
+        ax2.set_ylabel("model accuracy")
+        ax2.set_xlabel("layer")
+        ax2.legend()
+        f = folder / f"miredo_{name}.png"
+        fig.savefig(f, dpi=110)
+        files.append(str(f))
+    return files
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="ResNet-18 at 32x32 with short solver limits")
+    ap.add_argument("--nets", nargs="*", help="zoo models (default resnet18 vgg16 mobilenetv2)")
+    ap.add_argument("--image", type=int, help="input size (default 224, 32 with --quick)")
+    ap.add_argument("--objective", choices=DF.OBJECTIVES, default="latency",
+                    help="what every mapper minimises (default latency, as the paper's MIP)")
+    ap.add_argument("--time-limit", type=float, help="seconds per HiGHS solve (default 1, 0.5 with --quick)")
+    ap.add_argument("--hw", default="miredo", help="a preset or file with a [dataflow] table")
+    ap.add_argument("--layers", type=int, help="only the first N layers of every network")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", help="write all figures to this file")
+    ap.add_argument("--plots", help="folder for the PNG plots")
+    a = ap.parse_args()
+    nets = a.nets or (["resnet18"] if a.quick else ["resnet18", "vgg16", "mobilenetv2"])
+    image = a.image or (32 if a.quick else 224)
+    try:
+        hw = tvm_cim.load(a.hw)
+        hier = LN.Hierarchy.of(hw)
+    except (ValueError, tvm_cim.UnknownHardwareError, tvm_cim.HardwareDescriptionError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    unknown = [n for n in nets if n not in zoo.MODELS]
+    if unknown:
+        print(f"error: unknown zoo model(s) {unknown}; choose from {sorted(zoo.MODELS)}", file=sys.stderr)
+        return 2
+    settings = dict(time_limit=a.time_limit or (0.5 if a.quick else 1.0), spatial_top=1,
+                    starts=1 if a.quick else 2, max_orders=60 if a.quick else 300, seed=a.seed)
+    results = {}
+    t0 = time.perf_counter()
+    for net in tqdm(nets, desc="networks"):
+        layers = layers_of(zoo.build_model(net, image_size=image))[: a.layers]
+        results[net] = run_network(net, layers, hier, settings, a.objective)
+        print_network(net, results[net])
+    out = {"hw": hw.name, "image": image, "objective": a.objective, "settings": settings, "paper": PAPER,
+           "networks": results, "wall_s": time.perf_counter() - t0}
+    if a.plots:
+        out["plots"] = plots(results, Path(a.plots))
+    if a.json:
+        Path(a.json).write_text(json.dumps(out, indent=1, default=float))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

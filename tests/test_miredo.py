@@ -1,0 +1,278 @@
+"""MIREDO (paper 001): preset, loop-nest cost model, flexible factorisation, per-layer MIP, strategy."""
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+
+import tvm_cim
+from tvm_cim.common.onnx_io import import_onnx
+from tvm_cim.compiler import strategies
+from tvm_cim.hardware.schema import NOT_MODELLED
+
+from .onnx_models import small_cnn
+
+
+def run_vm(ex, x):
+    return relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+
+
+# --------------------------------------------------------------------------- preset
+def test_preset_has_the_dataflow_view():
+    hw = tvm_cim.load("miredo")
+    df = hw.dataflow
+    assert [n for n, _ in sorted(df.levels.items(), key=lambda kv: kv[1].order)] == \
+        ["dram", "gbuf", "obuf", "ibuf", "macro"]
+    assert df.levels["ibuf"].operands == ["I"] and df.levels["obuf"].operands == ["O"]
+    assert df.levels["macro"].operands == ["W"] and not df.levels["macro"].bypass
+    assert df.spatial["rows"].size == hw.crossbar.rows and df.spatial["cols"].size == hw.logical_cols(8)
+    assert df.spatial["cores"].size == hw.chip.cores
+    # the macro level stores the core's compartments
+    assert df.levels["macro"].capacity_bits == hw.core.crossbars * hw.crossbar.rows * hw.crossbar.cols
+    assert not any(k.startswith("dataflow") for k in NOT_MODELLED)
+
+
+def test_dataflow_consistency_is_checked(tmp_path):
+    from tvm_cim.common import hardware as loader
+
+    text = loader.resolve("miredo").read_text().replace('[dataflow.levels.dram]\norder = 0\noperands = ["I", "W", "O"]',
+                                                        '[dataflow.levels.dram]\norder = 0\noperands = ["I", "W"]')
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(tvm_cim.HardwareDescriptionError) as e:
+        loader.load(path)
+    assert "dataflow.levels" in str(e.value)
+
+
+@pytest.fixture(scope="module")
+def cnn():
+    mod = import_onnx(small_cnn(), "small")[0]
+    x = np.random.default_rng(1).standard_normal((1, 3, 16, 16)).astype("float32")
+    return mod, x
+
+
+def test_every_strategy_runs_on_the_miredo_preset_bit_identically(cnn):
+    mod, x = cnn
+    hw = tvm_cim.load("miredo")
+    outs = {}
+    for name in strategies.names():
+        lowered, info = tvm_cim.offload(mod, hw, strategy=name)
+        outs[name] = run_vm(relax.build(lowered, target="llvm"), x)
+    for name in strategies.names():
+        np.testing.assert_array_equal(outs[name], outs["none"])
+
+
+# --------------------------------------------------------------------------- flexible factorisation (Alg. 1)
+from tvm_cim.compiler.solvers.factorize import flex_score, flexible_factors, prime_factors  # noqa: E402
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 12, 28, 56, 64, 96, 112, 224, 512, 1000])
+def test_flexible_factors_are_a_coarsening_of_the_primes(n):
+    f = flexible_factors(n)
+    assert int(np.prod(f)) == n
+    primes = prime_factors(n)
+    assert len(f) <= len(primes) and len(f) >= min(2, len(primes))
+    # every factor is a product of a sub-multiset of the primes: greedy check by division
+    rest = list(primes)
+    for x in f:
+        for p in sorted(rest, reverse=True):
+            if x % p == 0 and p in rest:
+                x //= p
+                rest.remove(p)
+        assert x == 1
+    assert not rest
+
+
+def test_flexible_factors_keep_short_prime_lists_and_merge_with_alpha():
+    assert flexible_factors(12, k_min=3) == [2, 2, 3]
+    assert flexible_factors(7) == [7]
+    assert flexible_factors(1) == []
+    # a larger tolerated loss never keeps more factors
+    for n in (64, 256, 1000, 720):
+        assert len(flexible_factors(n, alpha=0.5)) <= len(flexible_factors(n, alpha=0.1)) <= len(prime_factors(n))
+    for n in (64, 96, 720):  # with no tolerated loss only merges that keep every partition happen
+        assert flex_score(flexible_factors(n, alpha=0.0)) == pytest.approx(flex_score(prime_factors(n)))
+    with pytest.raises(ValueError):
+        prime_factors(0)
+
+
+def test_flex_score_counts_distinct_partitions():
+    # {2,2,3}: one 1-way split; 2-way: (2,6), (3,4) -> 2; 3-way: (2,2,3) -> 1
+    assert flex_score([2, 2, 3], mu=(1, 1, 1)) == 1 + 2 + 1
+    assert flex_score([4], mu=(1, 1, 1)) == 1
+
+
+# --------------------------------------------------------------------------- loop-nest cost vs the event execution
+from tvm_cim.hardware import loopnest as LN  # noqa: E402
+from tvm_cim.simulator.loopnest import simulate  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def hier():
+    return LN.Hierarchy.of(tvm_cim.load("miredo"))
+
+
+def test_hierarchy_needs_a_dataflow_table():
+    with pytest.raises(ValueError, match="dataflow"):
+        LN.Hierarchy.of(tvm_cim.load("isaac"))
+
+
+def test_everything_resident_costs_loads_compute_and_write_back(hier):
+    """No temporal loop: load I and W once, one MVM, write O back -- by hand from bits and bandwidths."""
+    layer = LN.Layer.conv("one", 1, 16, 32, 1, 1, 1, 1)  # one 32 x 16 MVM
+    sp = (("cores", ()), ("rows", (("C", 32),)), ("cols", (("K", 16),)))
+    cuts = (("I", "gbuf", 0), ("I", "ibuf", 0), ("W", "gbuf", 0), ("W", "macro", 0), ("O", "gbuf", 0),
+            ("O", "obuf", 0))
+    m = LN.Mapping(sp, (), cuts)
+    assert LN.check(layer, hier, m) == []
+    dram, gbuf = 64, 128
+    i_bits, w_bits, o_bits = 32 * 8, 32 * 16 * 8, 16 * 16
+    loads = i_bits / dram + i_bits / gbuf + w_bits / dram + w_bits / 8  # the macro is written at 8 bit/cycle
+    back = o_bits / gbuf + o_bits / dram
+    expect = loads + 8 + back  # 8 cycles: bit-serial INT8 MVM
+    assert LN.latency(layer, hier, m) == pytest.approx(expect)
+    assert simulate(layer, hier, m).cycles == pytest.approx(expect)
+    e = LN.evaluate(layer, hier, m)
+    assert e.breakdown["mvm"] == pytest.approx(hier.mvm_energy_pj)
+    assert e.breakdown["dram"] == pytest.approx((i_bits + w_bits) * 7.91 + o_bits * 7.91)
+
+
+def test_analytical_latency_follows_the_execution_on_random_mappings(hier):
+    import random
+
+    from tvm_cim.compiler import dataflow as D
+
+    layer = LN.Layer.conv("small", 1, 64, 32, 8, 8, 3, 3)
+    rng = random.Random(0)
+    acc = []
+    for _ in range(25):
+        m = D.random_mapping(layer, hier, rng)
+        a, s = LN.latency(layer, hier, m), simulate(layer, hier, m).cycles
+        acc.append(1 - abs(a - s) / s)
+    assert np.mean(acc) > 0.9 and min(acc) > 0.7
+
+
+def test_double_buffering_never_slows_the_execution(hier):
+    import random
+
+    from tvm_cim.compiler import dataflow as D
+
+    layer = LN.Layer.conv("small", 1, 32, 32, 8, 8, 1, 1)
+    rng = random.Random(3)
+    seen = 0
+    for _ in range(40):
+        md = D.random_mapping(layer, hier, rng)
+        if not md.double:
+            continue
+        m = LN.Mapping(md.spatial, md.loops, md.cuts)  # the same, single-buffered
+        seen += 1
+        assert simulate(layer, hier, md).cycles <= simulate(layer, hier, m).cycles + 1e-6
+    assert seen >= 5
+
+
+# --------------------------------------------------------------------------- the MIP against enumeration
+from tvm_cim.compiler import dataflow as DF  # noqa: E402
+from tvm_cim.compiler.solvers import dataflow_mip  # noqa: E402
+
+
+@pytest.mark.parametrize("shape", [
+    (16, 8, 4, 4, 3, 3),   # halo: input tile (p - 1) + r
+    (32, 32, 4, 2, 1, 1),
+    pytest.param((64, 32, 4, 4, 1, 1), marks=pytest.mark.slow),  # three temporal factors: 140k mappings
+])
+def test_mip_finds_the_enumerated_optimum(hier, shape):
+    k, c, p, q, r, s = shape
+    layer = LN.Layer.conv("tiny", 1, k, c, p, q, r, s)
+    sp = DF.spatial_candidates(layer, hier, 1)[0]
+    best_m, best_c, n_valid = DF.exhaustive(layer, hier, sp)
+    assert n_valid > 100
+    (m, mip_cycles, status), = dataflow_mip.solve(layer, hier, sp, lexicographic=False)
+    assert status == "Optimal" and LN.check(layer, hier, m) == []
+    assert LN.latency(layer, hier, m) == pytest.approx(best_c.cycles, rel=1e-6)
+    assert mip_cycles == pytest.approx(best_c.cycles, rel=1e-6)  # the MIP's own latency is the model's
+
+
+def test_weight_stationary_loads_every_weight_once(hier):
+    layer = LN.Layer.conv("ws", 1, 64, 64, 8, 8, 3, 3)
+    res = DF.optimise(layer, hier, "ws", time_limit=1.0, spatial_top=1, starts=1, max_orders=100)
+    m = res.mapping
+    (tw,) = [t for t in LN.transfers(layer, hier, m) if (t.operand, t.level) == ("W", "macro")]
+    assert tw.count * tw.bits == 64 * 64 * 9 * 8  # every weight bit enters a macro exactly once
+    assert all(d in LN.RELEVANT["W"] for d, _ in m.loops[:m.cut("W", "macro")])
+
+
+def test_optimiser_reports_solve_time_and_is_bounded(hier):
+    import time
+
+    layer = LN.Layer.conv("mid", 1, 64, 64, 14, 14, 3, 3)
+    t0 = time.perf_counter()
+    res = DF.optimise(layer, hier, "miredo", time_limit=1.0, spatial_top=1, starts=1, max_orders=100)
+    wall = time.perf_counter() - t0
+    assert 0 < res.seconds <= wall + 1e-6 and wall < 20
+    assert LN.check(layer, hier, res.mapping) == []
+    # never worse than the heuristic seed it started from
+    sp = res.mapping.spatial
+    seed = DF.heuristic_starts(layer, hier, sp, keep=1, max_orders=100)[0]
+    assert res.cost.cycles <= LN.latency(layer, hier, seed) + 1e-6
+    with pytest.raises(ValueError, match="unknown dataflow method"):
+        DF.optimise(layer, hier, "nope")
+
+
+# --------------------------------------------------------------------------- the strategy: program carries the dataflow
+def test_miredo_strategy_programs_carry_the_loop_nest_and_the_simulator_executes_it(cnn):
+    from tvm_cim.program import parse_program, print_program
+
+    mod, x = cnn
+    hw = tvm_cim.load("miredo")
+    ref_low, _ = tvm_cim.offload(mod, hw, strategy="cim-mlc")
+    ref = run_vm(relax.build(ref_low, target="llvm"), x)
+    lowered, info = tvm_cim.offload(mod, hw, strategy="miredo")
+    ex = relax.build(lowered, target="llvm")
+    with tvm_cim.runtime.collect() as stats:
+        y = run_vm(ex, x)
+    np.testing.assert_array_equal(y, ref)  # the dataflow changes when and where, never what
+    acc = []
+    for prog, st in zip(info.programs, stats):
+        assert prog.attr("dataflow") == "miredo"
+        (nest,) = [o for o in prog.ops("run") if o.opcode == "CIM.loopnest"]
+        assert parse_program(print_program(prog)) == prog  # the text form round-trips
+        layer, m = LN.decode(nest["layer"], nest["spatial"], nest["loops"], nest["cuts"], nest["double"])
+        assert LN.check(layer, LN.Hierarchy.of(hw), m) == []
+        # the region's time is the executed loop nest; the optimiser predicted it
+        sim_cycles = st.latency_ns / hw.cycle_ns
+        assert sim_cycles == pytest.approx(simulate(layer, LN.Hierarchy.of(hw), m).cycles)
+        acc.append(1 - abs(nest["predicted_cycles"] - sim_cycles) / sim_cycles)
+        assert st.energy_pj["mvm"] > 0 and st.energy_pj["dram"] > 0
+    # the model's prediction against the execution (the depthwise layer, whose inputs and partial sums share
+    # the global buffer's port with every refill, is the worst: about 0.6)
+    assert np.mean(acc) > 0.75 and min(acc) > 0.5
+    # the compile-time estimate of these regions is the optimiser's loop-nest latency
+    for prog, st in zip(info.programs, stats):
+        (nest,) = [o for o in prog.ops("run") if o.opcode == "CIM.loopnest"]
+        assert info.schedule.estimate_regions_ns[prog.name] == pytest.approx(nest["predicted_cycles"] * hw.cycle_ns)
+
+
+def test_miredo_strategy_is_the_cim_mlc_graph_level_elsewhere(cnn):
+    mod, x = cnn
+    hw = tvm_cim.load("isaac")  # no [dataflow] table: the dataflow piece does nothing
+    a, ia = tvm_cim.offload(mod, hw, strategy="cim-mlc")
+    b, ib = tvm_cim.offload(mod, hw, strategy="miredo")
+    assert strategies.get("miredo").options(hw).dataflow == "miredo"
+    assert [p.run for p in ia.programs] == [p.run for p in ib.programs]
+
+
+def test_verifier_rejects_a_loop_nest_that_does_not_cover_the_layer():
+    from tvm_cim.program import ProgramError, op, verify
+    from tvm_cim.program.ir import Decl, Program
+
+    layer = LN.Layer.conv("l", 1, 16, 32, 2, 1, 1, 1)
+    m = LN.Mapping((("cores", ()), ("rows", (("C", 32),)), ("cols", (("K", 16),))), (("P", 2),), ())
+    good = LN.encode(layer, m)
+    prog = Program("p", (("M", 2), ("N", 16)), (Decl("output", "out", "float32", (2, 16)),), (),
+                   (op("CIM.loopnest", **good),))
+    verify(prog)
+    bad = dict(good, loops="P4")
+    with pytest.raises(ProgramError, match="multiply"):
+        verify(Program("p", (("M", 2), ("N", 16)), prog.decls, (), (op("CIM.loopnest", **bad),)))
+    with pytest.raises(ProgramError, match="outputs"):
+        verify(Program("p", (("M", 4), ("N", 16)), prog.decls, (), (op("CIM.loopnest", **good),)))

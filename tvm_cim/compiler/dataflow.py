@@ -1,0 +1,448 @@
+"""MIREDO's per-layer dataflow (paper 001): spatial candidates, mappings, baselines, and the optimiser entry point.
+
+The dataflow piece (``Options.dataflow == 'miredo'``) chooses, per layer, a
+:class:`~tvm_cim.hardware.loopnest.Mapping` -- spatial unrolling, loop order
+and tiling factors, the memory level of every operand tile, double
+buffering -- minimising the stall-aware latency of
+:mod:`tvm_cim.hardware.loopnest`.  Three methods share the cost model:
+
+* ``miredo``: the MIP of :mod:`tvm_cim.compiler.solvers.dataflow_mip`, one
+  per spatial candidate (candidates ranked by a utilisation lower bound);
+* ``ws``: the same MIP with the weight-stationary constraints (every weight
+  tile is loaded into the macro once; the loops weights do not depend on run
+  innermost);
+* ``zigzag``: a ZigZag/LOMA-like heuristic: loop orders of the merged
+  factors (all, or a seeded sample), each filled greedily bottom-up (every
+  operand's innermost level takes as many inner loops as fit, then the next
+  level), single-buffered, the best by the same evaluator.
+
+Objectives: ``latency`` (lexicographic: minimal latency, then the least
+energy within 0.1 % of it) and ``edp`` (an epsilon-constraint sweep: the
+least energy under latency bounds ``(1 + eps) L*``, every point evaluated
+exactly, the smallest energy-delay product kept).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+import time
+from dataclasses import dataclass
+
+from ..common import hardware as loader
+from ..hardware import loopnest as LN
+from ..hardware.schema import CIMHardware
+from .region import CONV2D, MATMUL, Region
+from .solvers.factorize import flexible_factors, prime_factors
+
+METHODS = ("miredo", "ws", "zigzag")
+OBJECTIVES = ("latency", "edp")
+
+
+# ============================================================================ spatial unrolling
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _axis_options(bounds: dict, axis: LN.Axis, limit: int = 64) -> list[dict]:
+    """Ways to unroll the remaining bounds over one axis (products of divisors up to its size), fullest first."""
+    dims = [d for d in LN.DIMS if d in axis.loops and bounds[d] > 1]
+    opts = []
+    for combo in itertools.product(*[_divisors(bounds[d]) for d in dims]):
+        p = math.prod(combo)
+        if p <= axis.size:
+            opts.append({d: f for d, f in zip(dims, combo) if f > 1})
+    opts.sort(key=lambda o: -math.prod(o.values()))
+    return opts[:limit]
+
+
+def spatial_candidates(layer: LN.Layer, hier: LN.Hierarchy, top: int = 4) -> list[tuple]:
+    """Spatial unrollings ranked by utilisation (macro rows x columns x cores used), best ``top``.
+
+    Returns
+    -------
+    list
+        ``Mapping.spatial`` tuples.
+    """
+    out = []
+    axes = list(reversed(hier.axes))  # the macro's axes first, then the cores
+    def rec(i, bounds, chosen):
+        if i == len(axes):
+            out.append(dict(chosen))
+            return
+        for o in _axis_options(bounds, axes[i], limit=6):
+            nb = dict(bounds)
+            for d, f in o.items():
+                nb[d] //= f
+            chosen[axes[i].name] = o
+            rec(i + 1, nb, chosen)
+    rec(0, dict(layer.bounds), {})
+    def util(c):
+        return math.prod(math.prod(c[a.name].values()) / a.size for a in hier.axes)
+    seen, ranked = set(), []
+    for c in sorted(out, key=lambda c: -util(c)):
+        sp = tuple((a.name, tuple(sorted(c[a.name].items()))) for a in hier.axes)
+        if sp not in seen:
+            seen.add(sp)
+            ranked.append(sp)
+    return ranked[:top]
+
+
+def residual_bounds(layer: LN.Layer, spatial: tuple) -> dict:
+    """Loop bounds left for the temporal loops after ``spatial`` unrolling."""
+    b = dict(layer.bounds)
+    for _, fs in spatial:
+        for d, f in fs:
+            b[d] //= f
+    return b
+
+
+def factors_of(bounds: dict, flexible: bool = True) -> list[tuple]:
+    """``(dim, factor)`` of every temporal factor (Alg. 1, or primes)."""
+    out = []
+    for d in LN.DIMS:
+        fs = flexible_factors(bounds[d]) if flexible else prime_factors(bounds[d])
+        out += [(d, f) for f in fs]
+    return out
+
+
+# ============================================================================ enumeration (tests, heuristic)
+def level_choices(hier: LN.Hierarchy, operand: str, n_slots: int):
+    """Every assignment of cuts to the operand's inner levels (monotone; bypassable levels may be skipped)."""
+    lvs = hier.levels_of(operand)[1:]
+    opts = [([None] if lv.bypass else []) + list(range(n_slots + 1)) for lv in lvs]
+    for combo in itertools.product(*opts):
+        cuts = [c for c in combo if c is not None]
+        if all(a <= b for a, b in zip(cuts, cuts[1:])):
+            yield tuple((operand, lv.name, c) for lv, c in zip(lvs, combo) if c is not None)
+
+
+def double_choices(hier: LN.Hierarchy, cuts: tuple):
+    """Every set of ``(operand, level)`` pairs that may run double-buffered."""
+    can = [(o, lv) for o, lv, _ in cuts
+           if hier.level(lv).double_buffer or (o == "W" and hier.weight_double_buffer and lv == hier.levels_of("W")[-1].name)]
+    for r in range(len(can) + 1):
+        for sub in itertools.combinations(can, r):
+            yield frozenset(sub)
+
+
+def exhaustive(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, flexible: bool = True, key=None):
+    """The best mapping of a (tiny) layer by enumerating every loop order, level cut and buffering choice.
+
+    Returns
+    -------
+    (Mapping, Cost, int)
+        Best mapping, its cost and the number of valid mappings seen.
+    """
+    key = key or (lambda c: c.cycles)
+    facs = factors_of(residual_bounds(layer, spatial), flexible)
+    best, n_valid = None, 0
+    orders = set(itertools.permutations(facs))
+    for loops in orders:
+        per = [list(level_choices(hier, o, len(loops))) for o in "IWO"]
+        for ci, cw, co in itertools.product(*per):
+            cuts = ci + cw + co
+            for dbl in double_choices(hier, cuts):
+                m = LN.Mapping(spatial, tuple(loops), cuts, dbl)
+                if LN.check(layer, hier, m):
+                    continue
+                n_valid += 1
+                c = LN.evaluate(layer, hier, m)
+                if best is None or key(c) < key(best[1]) - 1e-9:
+                    best = (m, c)
+    if best is None:
+        raise ValueError(f"no valid mapping of {layer.name}")
+    return best[0], best[1], n_valid
+
+
+def random_mapping(layer: LN.Layer, hier: LN.Hierarchy, rng: random.Random, spatial: tuple | None = None,
+                   tries: int = 200) -> LN.Mapping:
+    """A random valid mapping (seeded ``rng``): tests and the simulator comparison."""
+    sps = [spatial] if spatial else spatial_candidates(layer, hier, top=8)
+    for _ in range(tries):
+        sp = rng.choice(sps)
+        loops = factors_of(residual_bounds(layer, sp), flexible=rng.random() < 0.5)
+        rng.shuffle(loops)
+        cuts = []
+        for o in "IWO":
+            cuts += list(rng.choice(list(level_choices(hier, o, len(loops)))))
+        dbl = rng.choice(list(double_choices(hier, tuple(cuts))))
+        m = LN.Mapping(sp, tuple(loops), tuple(cuts), dbl)
+        if not LN.check(layer, hier, m):
+            return m
+    raise ValueError(f"no random valid mapping of {layer.name} in {tries} tries")
+
+
+# ============================================================================ the ZigZag-like heuristic
+def greedy_fill(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, loops: tuple) -> LN.Mapping | None:
+    """Bottom-up level fill of one loop order: each operand's innermost level takes the most inner loops
+    that fit (shared levels split between the operands in turn), then the next level out.  When an
+    outer level cannot hold what the inner ones took, the inner ones are filled to a half, a quarter ...
+    of their capacity."""
+    for k in range(6):
+        m = _fill(layer, hier, spatial, loops, 0.5 ** k)
+        if m is not None:
+            return m
+    return None
+
+
+def _fill(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, loops: tuple, inner_share: float) -> LN.Mapping | None:
+    outer_shared = min((lv.order for lv in hier.levels[1:] if not lv.per_core), default=0)
+    cuts: dict = {}
+    n = len(loops)
+    # innermost levels first
+    for lv in sorted(hier.levels[1:], key=lambda v: -v.order):
+        ops = [o for o in "WIO" if o in lv.operands]
+        for o in ops:
+            inner = [cuts[(o, x.name)] for x in hier.levels_of(o) if x.order > lv.order and (o, x.name) in cuts]
+            lo = min(inner) if inner else n
+            chosen = None
+            for c in range(0, lo + 1):  # the largest tile (smallest cut) that fits with what is already placed
+                trial = dict(cuts)
+                trial[(o, lv.name)] = c
+                m = LN.Mapping(spatial, loops, tuple((a, b, x) for (a, b), x in trial.items()))
+                used = sum(LN.tile_bits(layer, hier, m, oo, lv) for oo in "IWO" if (oo, lv.name) in trial)
+                share = lv.capacity_bits if o == ops[-1] else lv.capacity_bits * (ops.index(o) + 1) / len(ops)
+                if lv.order > outer_shared and o != "W":
+                    share *= inner_share
+                if used <= share:
+                    chosen = c
+                    break
+            if chosen is None:
+                if not lv.bypass:
+                    return None
+                continue
+            cuts[(o, lv.name)] = chosen
+    m = LN.Mapping(spatial, loops, tuple((a, b, x) for (a, b), x in sorted(cuts.items())))
+    return None if LN.check(layer, hier, m) else m
+
+
+def zigzag(layer: LN.Layer, hier: LN.Hierarchy, objective: str = "latency", seed: int = 0,
+           max_orders: int = 2000, spatial_top: int = 4):
+    """ZigZag-like baseline: loop orders (all, or ``max_orders`` seeded samples) x greedy level fill.
+
+    Returns
+    -------
+    (Mapping, Cost)
+    """
+    rng = random.Random(seed)
+    key = (lambda c: c.cycles) if objective == "latency" else (lambda c: c.edp)
+    best = None
+    for sp in spatial_candidates(layer, hier, top=spatial_top):
+        facs = factors_of(residual_bounds(layer, sp), flexible=True)
+        orders = _orders(facs, max_orders, rng)
+        for loops in orders:
+            m = greedy_fill(layer, hier, sp, loops)
+            if m is None:
+                continue
+            c = LN.evaluate(layer, hier, m)
+            if best is None or key(c) < key(best[1]):
+                best = (m, c)
+    if best is None:
+        raise ValueError(f"the heuristic found no valid mapping of {layer.name}")
+    return best
+
+
+def heuristic_starts(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, objective: str = "latency",
+                     ws: bool = False, rng: random.Random | None = None, max_orders: int = 300,
+                     keep: int = 3) -> list:
+    """The best greedy-filled loop orders of a spatial unrolling (the MIP's first incumbents), best first.
+
+    With ``ws``, only weight-stationary orders (every loop the weights do not
+    depend on inside the macro's tile, after those they depend on).
+    """
+    rng = rng or random.Random(0)
+    key = (lambda c: c.cycles) if objective == "latency" else (lambda c: c.edp)
+    facs = factors_of(residual_bounds(layer, spatial), flexible=True)
+    macro = hier.levels_of("W")[-1].name
+    if ws:
+        rel = [f for f in facs if f[0] in LN.RELEVANT["W"]]
+        irr = [f for f in facs if f[0] not in LN.RELEVANT["W"]]
+        orders = [a + b for a in _orders(rel, 40, rng) for b in _orders(irr, 8, rng)]
+    else:
+        orders = _orders(facs, max_orders, rng)
+    found = []
+    for loops in orders:
+        m = greedy_fill(layer, hier, spatial, tuple(loops))
+        if m is None:
+            continue
+        if ws:
+            first_irr = next((i for i, (d, _) in enumerate(loops) if d not in LN.RELEVANT["W"]), len(loops))
+            cut_w = min(m.cut("W", macro), first_irr)  # every weight tile enters the macro once
+            cuts = tuple((o, lv, min(c, cut_w) if o == "W" else c) for o, lv, c in m.cuts)
+            m = LN.Mapping(m.spatial, m.loops, cuts, m.double)
+            if LN.check(layer, hier, m):
+                continue
+        found.append((key(LN.evaluate(layer, hier, m)), len(found), m))
+    found.sort(key=lambda x: x[:2])
+    return [m for _, _, m in found[:keep]]
+
+
+def _orders(facs: list, max_orders: int, rng: random.Random) -> list[tuple]:
+    """Distinct loop orders of a factor multiset: all when few, else a seeded sample of ``max_orders``."""
+    distinct = math.factorial(len(facs))
+    for f in set(facs):
+        distinct //= math.factorial(facs.count(f))
+    if distinct <= max_orders:
+        return sorted(_multiset_permutations(sorted(facs)))
+    out: set = set()
+    tries = 0
+    while len(out) < max_orders and tries < 50 * max_orders:
+        p = list(facs)
+        rng.shuffle(p)
+        out.add(tuple(p))
+        tries += 1
+    return sorted(out)
+
+
+def _multiset_permutations(items: list):
+    """Every distinct permutation of a sorted list with repeats."""
+    if not items:
+        yield ()
+        return
+    for i, x in enumerate(items):
+        if i and items[i - 1] == x:
+            continue
+        for rest in _multiset_permutations(items[:i] + items[i + 1:]):
+            yield (x,) + rest
+
+
+# ============================================================================ the optimiser
+@dataclass(frozen=True)
+class Result:
+    """The dataflow chosen for a layer.
+
+    Attributes
+    ----------
+    mapping : Mapping
+    cost : Cost
+        The analytical model's latency and energy.
+    seconds : float
+        Wall-clock optimisation time.
+    method, objective : str
+    status : str
+        Solver status of the chosen point (``heuristic`` for the baseline).
+    mip_cycles : float
+        Latency the MIP itself computed (nan for the heuristic).
+    """
+
+    mapping: LN.Mapping
+    cost: LN.Cost
+    seconds: float
+    method: str
+    objective: str
+    status: str
+    mip_cycles: float = math.nan
+
+
+def optimise(layer: LN.Layer, hier: LN.Hierarchy, method: str = "miredo", objective: str = "latency",
+             time_limit: float = 3.0, spatial_top: int = 2, starts: int = 3, max_orders: int = 500,
+             seed: int = 0) -> Result:
+    """The dataflow of one layer.
+
+    Parameters
+    ----------
+    layer : Layer
+    hier : Hierarchy
+    method : {'miredo', 'ws', 'zigzag'}
+    objective : {'latency', 'edp'}
+    time_limit : float
+        Seconds per MIP solve (the whole layer may take ``spatial_top`` times that, more for ``edp``).
+    spatial_top : int
+        Spatial candidates tried (best utilisation first).
+    starts : int
+        Greedy loop orders whose levels and buffering are solved exactly
+        (order fixed, at most a second each) before the full MIP starts from the best.
+    max_orders : int
+        Loop orders the heuristic (and the MIP's warm start) fills per spatial candidate.
+    seed : int
+
+    Returns
+    -------
+    Result
+    """
+    from .solvers import dataflow_mip
+
+    if method not in METHODS:
+        raise ValueError(f"unknown dataflow method {method!r}; choose one of {', '.join(METHODS)}")
+    if objective not in OBJECTIVES:
+        raise ValueError(f"unknown objective {objective!r}; choose one of {', '.join(OBJECTIVES)}")
+    t0 = time.perf_counter()
+    if method == "zigzag":
+        m, c = zigzag(layer, hier, objective, seed=seed, max_orders=max_orders, spatial_top=6)
+        return Result(m, c, time.perf_counter() - t0, method, objective, "heuristic")
+    key = (lambda c: c.cycles) if objective == "latency" else (lambda c: c.edp)
+    best = None
+    rng = random.Random(seed)
+    ws = method == "ws"
+    # spatial candidates ranked by their best greedy orders (the utilisation bound ties often)
+    ranked = []
+    for sp in spatial_candidates(layer, hier, top=max(spatial_top, 6)):
+        sts = heuristic_starts(layer, hier, sp, objective, ws=ws, rng=rng, keep=starts, max_orders=max_orders)
+        if sts:
+            ranked.append((key(LN.evaluate(layer, hier, sts[0])), len(ranked), sp, sts))
+    ranked.sort(key=lambda x: x[:2])
+    for _, _, sp, sts in ranked[:spatial_top]:
+        # warm start: the best greedy orders, each with its levels and buffering solved exactly
+        pool = [(st, math.nan, "heuristic") for st in sts]
+        for st in sts:
+            for m, cyc, status in dataflow_mip.solve(layer, hier, sp, ws=ws, time_limit=min(1.0, time_limit),
+                                                     seed=seed, start=st, fix_order=True,
+                                                     lexicographic=objective == "edp"):
+                pool.append((m, cyc, status))
+        valid = [(key(LN.evaluate(layer, hier, m)), i, m) for i, (m, _, _) in enumerate(pool)
+                 if not LN.check(layer, hier, m)]
+        start = min(valid, key=lambda x: x[:2])[2] if valid else None
+        pool += dataflow_mip.solve(layer, hier, sp, objective=objective, ws=ws, time_limit=time_limit, seed=seed,
+                                   start=start)
+        for m, mip_cyc, status in pool:
+            if LN.check(layer, hier, m):
+                continue
+            c = LN.evaluate(layer, hier, m)
+            if best is None or key(c) < key(best[1]) - 1e-9:
+                best = (m, c, status, mip_cyc)
+    if best is None:
+        raise ValueError(f"the {method} MIP found no mapping of {layer.name}")
+    return Result(best[0], best[1], time.perf_counter() - t0, method, objective, best[2], best[3])
+
+
+# ============================================================================ the dataflow piece of the pipeline
+# settings the compiler uses per layer (the benchmark passes its own)
+PIPELINE_SETTINGS = dict(method="miredo", objective="latency", time_limit=1.0, spatial_top=1, starts=2, max_orders=200)
+_PLANS: dict = {}
+
+
+def layer_of(region: Region) -> LN.Layer | None:
+    """The loop nest of a region (convolutions and matrix products with constant weights; else None)."""
+    if region.kind == CONV2D:
+        n, c, _, _ = region.in_shapes[0]
+        _, oc, oh, ow = region.out_shape
+        cv = region.conv
+        g = int(cv.get("groups", 1))
+        kh, kw = cv["kernel"]
+        return LN.Layer.conv(region.name, int(n), int(oc) // g, int(c) // g, int(oh), int(ow), int(kh), int(kw), g,
+                             tuple(int(x) for x in cv["strides"]), tuple(int(x) for x in cv["dilation"]))
+    if region.kind == MATMUL:
+        m, k, n = region.mkn
+        return LN.Layer.conv(region.name, 1, int(n), int(k), int(m), 1, 1, 1)
+    return None
+
+
+def plan(region: Region, hw: CIMHardware, **settings) -> tuple | None:
+    """The MIREDO dataflow of a region on a chip with a ``[dataflow]`` table (cached by shape and chip).
+
+    Returns
+    -------
+    (Layer, Result) or None
+        None when the region has no loop nest (run-time weights) or the chip no dataflow view.
+    """
+    layer = layer_of(region)
+    if layer is None or not hw.dataflow.levels:
+        return None
+    kw = {**PIPELINE_SETTINGS, **settings}
+    key = (loader.digest(hw), tuple(sorted(layer.bounds.items())), layer.stride, layer.dilation,
+           tuple(sorted(kw.items())))
+    if key not in _PLANS:
+        _PLANS[key] = optimise(layer, LN.Hierarchy.of(hw), **kw)
+    return layer, _PLANS[key]

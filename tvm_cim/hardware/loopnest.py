@@ -1,0 +1,573 @@
+"""Loop-nest cost primitives of a weight-streaming CIM accelerator (MIREDO, paper 001, sec. III-IV).
+
+Part of the one cost model (:mod:`tvm_cim.hardware.cost`): the dataflow
+optimiser (:mod:`tvm_cim.compiler.dataflow`) minimises the latency these
+functions give, its MIP encodes the same recursion, and the benchmark
+compares both with the event-level execution of the loop nest
+(:mod:`tvm_cim.simulator.loopnest`), which books every transfer and MVM on
+the ports and the macro instead of summing a formula.
+
+A layer is the convolution loop nest over ``N G K C P Q R S`` (batch, groups,
+output channels, input channels per group, output rows and columns, kernel
+rows and columns).  A :class:`Mapping` gives
+
+* spatial unrolling: per spatial axis of the chip (cores, macro rows, macro
+  columns; ``hw.dataflow.spatial``) the factors of the loops it unrolls;
+* temporal loops, outermost first, ``(dim, factor)``;
+* per operand ``I``/``W``/``O`` and used memory level, the *cut*: the level
+  holds the data of ``loops[cut:]`` (plus the spatial tile); a level not
+  listed is bypassed; the outermost level (off-chip) holds everything;
+* which ``(operand, level)`` pairs run double-buffered.
+
+Latency (cycles; the recursion of Table III / the code's ``Critical``):
+the tile of ``(operand, level)`` is brought in at every iteration of the
+loop just outside its cut (``T`` = bits over the slower of the parent's
+shared port and the level's own port); a single-buffered transfer adds to
+the iteration (``T + body``), a double-buffered one overlaps it
+(``max(T, body)``; its first tile is exposed once, since the stream
+prefetches across loop boundaries).  Weights enter the macro in
+memory mode, which excludes computing, so they are single-buffered unless
+the chip has ``weight_double_buffer``.  Output tiles are written back (and,
+when reduction loops remain outside, read back: twice ``T``).  One MVM takes
+``input bits / dac_bits`` cycles, or longer when the innermost input level
+cannot feed it or the innermost output level cannot absorb its partial sums.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from . import cost
+from .schema import CIMHardware
+
+DIMS = ("N", "G", "K", "C", "P", "Q", "R", "S")
+RELEVANT = {
+    "I": frozenset("NGCPQRS"),
+    "W": frozenset("GKCRS"),
+    "O": frozenset("NGKPQ"),
+}
+REDUCTION = frozenset("CRS")
+
+
+# ============================================================================ workload
+@dataclass(frozen=True)
+class Layer:
+    """One convolution (or matrix product: ``P = Q = R = S = 1``) as a loop nest.
+
+    Attributes
+    ----------
+    name : str
+    bounds : dict
+        Loop bound of every dimension of :data:`DIMS`.
+    stride, dilation : tuple of int
+        ``(rows, cols)``; they decide the input tile (halo).
+    """
+
+    name: str
+    bounds: dict
+    stride: tuple = (1, 1)
+    dilation: tuple = (1, 1)
+
+    @staticmethod
+    def conv(name: str, n: int, k: int, c: int, p: int, q: int, r: int, s: int, groups: int = 1,
+             stride=(1, 1), dilation=(1, 1)) -> "Layer":
+        """A grouped convolution: ``k`` and ``c`` are per group."""
+        b = dict(N=n, G=groups, K=k, C=c, P=p, Q=q, R=r, S=s)
+        return Layer(name, b, tuple(stride), tuple(dilation))
+
+    @property
+    def macs(self) -> int:
+        return math.prod(self.bounds[d] for d in DIMS)
+
+    def elems(self, operand: str, t: dict) -> int:
+        """Elements of ``operand`` covered by a tile with per-dimension extents ``t`` (missing = 1)."""
+        g = lambda d: t.get(d, 1)  # noqa: E731
+        if operand == "W":
+            return g("G") * g("K") * g("C") * g("R") * g("S")
+        if operand == "O":
+            return g("N") * g("G") * g("K") * g("P") * g("Q")
+        h = (g("P") - 1) * self.stride[0] + (g("R") - 1) * self.dilation[0] + 1
+        w = (g("Q") - 1) * self.stride[1] + (g("S") - 1) * self.dilation[1] + 1
+        return g("N") * g("G") * g("C") * min(h, self._in_extent(0)) * min(w, self._in_extent(1))
+
+    def _in_extent(self, axis: int) -> int:
+        b = self.bounds
+        p, r = (b["P"], b["R"]) if axis == 0 else (b["Q"], b["S"])
+        return (p - 1) * self.stride[axis] + (r - 1) * self.dilation[axis] + 1
+
+
+# ============================================================================ the chip, as the optimiser sees it
+@dataclass(frozen=True)
+class Level:
+    """A memory level (``hw.dataflow.levels``)."""
+
+    name: str
+    order: int
+    operands: frozenset
+    capacity_bits: int
+    bandwidth_bits: int
+    per_core: bool
+    double_buffer: bool
+    bypass: bool
+    read_pj: float
+    write_pj: float
+
+
+@dataclass(frozen=True)
+class Axis:
+    """A spatial axis (``hw.dataflow.spatial``)."""
+
+    name: str
+    order: int
+    size: int
+    loops: frozenset
+
+
+@dataclass(frozen=True)
+class Hierarchy:
+    """The dataflow view of a chip: memory levels, spatial axes, macro.
+
+    Attributes
+    ----------
+    levels : tuple of Level
+        Outermost first.
+    axes : tuple of Axis
+        Outermost (the cores) first.
+    mvm_cycles : int
+        Cycles of one MVM (bit-serial input steps).
+    bits : dict
+        Bits per element moved of every operand (``O``: partial sums).
+    compartments : int
+        Weight tiles a macro stores (one computes at a time).
+    weight_double_buffer : bool
+    mvm_energy_pj : float
+        One MVM on one macro (array, converters, input drivers, shift-and-add).
+    leakage_mw : float
+    cycle_ns : float
+    """
+
+    levels: tuple
+    axes: tuple
+    mvm_cycles: int
+    bits: dict
+    compartments: int
+    weight_double_buffer: bool
+    mvm_energy_pj: float
+    leakage_mw: float
+    cycle_ns: float
+    _by_name: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @staticmethod
+    def of(hw: CIMHardware) -> "Hierarchy":
+        """Read ``hw.dataflow`` (and the macro fields the MVM cost needs).
+
+        Raises
+        ------
+        ValueError
+            The chip has no ``[dataflow]`` levels.
+        """
+        df = hw.dataflow
+        if not df.levels:
+            raise ValueError(f"hardware {hw.name!r} has no [dataflow] levels; the MIREDO dataflow needs them "
+                             "(see targets/miredo.toml)")
+        levels = tuple(sorted(
+            (Level(n, lv.order, frozenset(lv.operands), lv.capacity_bits, lv.bandwidth_bits, lv.per_core,
+                   lv.double_buffer, lv.bypass, lv.read_energy_pj_per_bit, lv.write_energy_pj_per_bit)
+             for n, lv in df.levels.items()), key=lambda lv: lv.order))
+        axes = tuple(sorted((Axis(n, a.order, a.size, frozenset(a.loops)) for n, a in df.spatial.items()),
+                            key=lambda a: a.order))
+        wbits, ibits = hw.crossbar.weight_bits, hw.crossbar.input_bits
+        xb = hw.crossbar
+        _, e = cost.read(hw, xb.rows, hw.logical_cols(wbits), 1, 1, wbits, ibits, False)
+        return Hierarchy(levels, axes, cost.input_steps(hw, ibits, False), {"I": ibits, "W": wbits, "O": df.psum_bits},
+                         hw.core.crossbars, df.weight_double_buffer, float(sum(e.values())), cost.leakage_mw(hw),
+                         hw.cycle_ns, {lv.name: lv for lv in levels})
+
+    def level(self, name: str) -> Level:
+        return self._by_name[name]
+
+    def levels_of(self, operand: str) -> list:
+        """Levels that may hold ``operand``, outermost first."""
+        return [lv for lv in self.levels if operand in lv.operands]
+
+    @property
+    def cores(self) -> int:
+        """Instances of a per-core level: the size of the outermost spatial axis."""
+        return self.axes[0].size
+
+
+# ============================================================================ a mapping
+@dataclass(frozen=True)
+class Mapping:
+    """A dataflow of one layer (see the module docstring).
+
+    Attributes
+    ----------
+    spatial : tuple
+        ``((axis, ((dim, factor), ...)), ...)``.
+    loops : tuple
+        Temporal loops ``((dim, factor), ...)``, outermost first.
+    cuts : tuple
+        ``((operand, level, cut), ...)`` for every used level below the outermost.
+    double : frozenset
+        ``(operand, level)`` pairs that run double-buffered.
+    """
+
+    spatial: tuple
+    loops: tuple
+    cuts: tuple
+    double: frozenset = frozenset()
+
+    def cut(self, operand: str, level: str) -> int | None:
+        for o, lv, c in self.cuts:
+            if o == operand and lv == level:
+                return c
+        return None
+
+    def spatial_of(self, axis: str) -> dict:
+        for a, fs in self.spatial:
+            if a == axis:
+                out: dict = {}
+                for d, f in fs:
+                    out[d] = out.get(d, 1) * f
+                return out
+        return {}
+
+    def as_dict(self) -> dict:
+        """Plain values (JSON, program attributes)."""
+        return {"spatial": {a: [list(x) for x in fs] for a, fs in self.spatial},
+                "loops": [list(x) for x in self.loops],
+                "cuts": [list(x) for x in self.cuts],
+                "double": sorted("/".join(x) for x in self.double)}
+
+    def text(self) -> str:
+        """One line: spatial, then loops outermost first with level boundaries ``|level:operand``."""
+        sp = " ".join(f"{a}[" + ",".join(f"{d}{f}" for d, f in fs) + "]" for a, fs in self.spatial)
+        parts = []
+        for i, (d, f) in enumerate(self.loops):
+            marks = [f"|{lv}:{o}{'*' if (o, lv) in self.double else ''}" for o, lv, c in self.cuts if c == i]
+            parts += marks + [f"{d}{f}"]
+        parts += [f"|{lv}:{o}{'*' if (o, lv) in self.double else ''}" for o, lv, c in self.cuts
+                  if c == len(self.loops)]
+        return sp + " :: " + " ".join(parts)
+
+
+def check(layer: Layer, hier: Hierarchy, m: Mapping) -> list[str]:
+    """What is wrong with a mapping (empty when valid): bounds, axes, levels, cut order, capacities."""
+    errs = []
+    prod = {d: 1 for d in DIMS}
+    for ax in hier.axes:
+        sp = m.spatial_of(ax.name)
+        if math.prod(sp.values()) > ax.size:
+            errs.append(f"axis {ax.name}: {sp} exceeds {ax.size}")
+        for d, f in sp.items():
+            if d not in ax.loops and f > 1:
+                errs.append(f"axis {ax.name} cannot unroll {d}")
+            prod[d] *= f
+    for d, f in m.loops:
+        prod[d] *= f
+    for d in DIMS:
+        if prod[d] != layer.bounds[d]:
+            errs.append(f"dimension {d}: factors give {prod[d]}, bound {layer.bounds[d]}")
+    for o in "IWO":
+        prev = 0
+        for lv in hier.levels_of(o)[1:]:
+            c = m.cut(o, lv.name)
+            if c is None:
+                if not lv.bypass:
+                    errs.append(f"{o} cannot bypass {lv.name}")
+                continue
+            if c < prev:
+                errs.append(f"{o}: level {lv.name} cut {c} above an outer level's {prev}")
+            prev = c
+        for oo, lvn, c in m.cuts:
+            if oo == o and o not in hier.level(lvn).operands:
+                errs.append(f"{o} cannot live in {lvn}")
+    for lv in hier.levels[1:]:
+        used = sum(tile_bits(layer, hier, m, o, lv) * (2 if (o, lv.name) in m.double else 1)
+                   for o in "IWO" if m.cut(o, lv.name) is not None)
+        if used > lv.capacity_bits:
+            errs.append(f"{lv.name}: {used} bits exceed {lv.capacity_bits}")
+        for o in "IWO":
+            if (o, lv.name) in m.double and not (lv.double_buffer or (o == "W" and hier.weight_double_buffer)):
+                errs.append(f"{lv.name} cannot double-buffer")
+    return errs
+
+
+# ============================================================================ tiles and transfers
+def _core_axis(hier: Hierarchy) -> str:
+    return hier.axes[0].name
+
+
+def tile_extents(hier: Hierarchy, m: Mapping, cut: int, per_core: bool) -> dict:
+    """Per-dimension extents of the data of ``loops[cut:]`` with the spatial tile (one core's, or all cores')."""
+    t = {d: 1 for d in DIMS}
+    for ax in hier.axes:
+        if per_core and ax.name == _core_axis(hier):
+            continue
+        for d, f in m.spatial_of(ax.name).items():
+            t[d] *= f
+    for d, f in m.loops[cut:]:
+        t[d] *= f
+    return t
+
+
+def tile_bits(layer: Layer, hier: Hierarchy, m: Mapping, operand: str, lv: Level) -> int:
+    """Bits of ``operand`` one instance of level ``lv`` holds under mapping ``m``."""
+    c = m.cut(operand, lv.name)
+    if c is None:
+        return 0
+    return layer.elems(operand, tile_extents(hier, m, c, lv.per_core)) * hier.bits[operand]
+
+
+def copies(hier: Hierarchy, m: Mapping, operand: str) -> int:
+    """Distinct per-core tiles of ``operand`` (core-unrolled loops it depends on; the rest is multicast)."""
+    return math.prod(f for d, f in m.spatial_of(_core_axis(hier)).items() if d in RELEVANT[operand])
+
+
+def used_levels(hier: Hierarchy, m: Mapping, operand: str) -> list:
+    """``(level, cut)`` of the levels ``operand`` uses, outermost first (the outermost with cut 0)."""
+    lvs = hier.levels_of(operand)
+    out = [(lvs[0], 0)]
+    for lv in lvs[1:]:
+        c = m.cut(operand, lv.name)
+        if c is not None:
+            out.append((lv, c))
+    return out
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """Refills of one ``(operand, level)`` from its parent level.
+
+    Attributes
+    ----------
+    operand, level, parent : str
+    slot : int
+        The loop whose every iteration refills the tile (``-1``: once, before the nest).
+    cycles : float
+        One refill (write-back plus read-back for partial outputs: ``times``).
+    times : int
+        Port uses per refill (2 for outputs with reduction loops still outside).
+    count : int
+        Refills over the whole layer.
+    bits : int
+        Bits over the parent's port per refill (all cores).
+    double : bool
+    """
+
+    operand: str
+    level: str
+    parent: str
+    slot: int
+    cycles: float
+    times: int
+    count: int
+    bits: int
+    double: bool
+
+
+def transfers(layer: Layer, hier: Hierarchy, m: Mapping) -> list:
+    """Every ``(operand, level)`` refill stream of a mapping."""
+    out = []
+    for o in "IWO":
+        chain = used_levels(hier, m, o)
+        for (par, _), (lv, c) in zip(chain[:-1], chain[1:]):
+            per = tile_bits(layer, hier, m, o, lv)
+            total = per * (copies(hier, m, o) if lv.per_core else 1)
+            child_bw = lv.bandwidth_bits
+            t = max(total / par.bandwidth_bits, per / child_bw)
+            # refilled at the innermost loop above the cut the operand depends on (inner irrelevant loops reuse it)
+            slot = max((j for j in range(c) if m.loops[j][0] in RELEVANT[o]), default=-1)
+            times = 1
+            if o == "O" and any(d in REDUCTION and f > 1 for d, f in m.loops[:slot + 1]):
+                times = 2  # partial sums go back and come back
+            count = math.prod(f for _, f in m.loops[:slot + 1])
+            dbl = (o, lv.name) in m.double
+            out.append(Transfer(o, lv.name, par.name, slot, float(t), times, count, total, dbl))
+    return out
+
+
+def mvm_feed(layer: Layer, hier: Hierarchy, m: Mapping) -> tuple[float, float, str, str]:
+    """Cycles to feed one MVM's inputs and to drain its partial sums, and the levels they use.
+
+    Returns
+    -------
+    feed, drain : float
+    i_level, o_level : str
+        The innermost used input and output levels.
+    """
+    res = []
+    for o in "IO":
+        lv, _ = used_levels(hier, m, o)[-1]
+        t = {d: 1 for d in DIMS}
+        for ax in hier.axes[1:]:
+            for d, f in m.spatial_of(ax.name).items():
+                t[d] *= f
+        per = layer.elems(o, t) * hier.bits[o]
+        bits = per if lv.per_core else per * copies(hier, m, o)
+        res.append((bits / lv.bandwidth_bits, lv.name))
+    return float(res[0][0]), float(res[1][0]), res[0][1], res[1][1]
+
+
+def leaf_cycles(layer: Layer, hier: Hierarchy, m: Mapping) -> float:
+    """One MVM step of all cores: the bit-serial MVM, unless feeding or draining it is slower
+    (both, when inputs and partial sums use the same port)."""
+    feed, drain, i_lv, o_lv = mvm_feed(layer, hier, m)
+    return max(float(hier.mvm_cycles), feed, drain, feed + drain if i_lv == o_lv else 0.0)
+
+
+# ============================================================================ latency and energy
+def port_cycles(hier: Hierarchy, m: Mapping, t: Transfer) -> dict:
+    """Cycles one refill of ``t`` occupies each port it uses (the slower one for its whole duration)."""
+    par, lv = hier.level(t.parent), hier.level(t.level)
+    per = t.bits / max(1, copies(hier, m, t.operand)) if lv.per_core else t.bits
+    return {x.name: (per if x.per_core else t.bits) / x.bandwidth_bits for x in (par, lv)}
+
+
+def mvm_port_share(layer: Layer, hier: Hierarchy, m: Mapping) -> dict:
+    """Share of their ports the MVMs' input feed and partial-sum drain use while computing."""
+    feed, drain, i_lv, o_lv = mvm_feed(layer, hier, m)
+    step = leaf_cycles(layer, hier, m)
+    share: dict = {}
+    for lv, t in ((i_lv, feed), (o_lv, drain)):
+        share[lv] = share.get(lv, 0.0) + t / step
+    return share
+
+
+def latency(layer: Layer, hier: Hierarchy, m: Mapping) -> float:
+    """Cycles of the layer under mapping ``m`` (the stall-aware recursion of the module docstring)."""
+    trs = transfers(layer, hier, m)
+    lat = leaf_cycles(layer, hier, m)
+    feed_share = mvm_port_share(layer, hier, m)
+    for i in range(len(m.loops) - 1, -1, -1):
+        n = m.loops[i][1]
+        here = [t for t in trs if t.slot == i]
+        serial = sum(t.times * t.cycles for t in here if not t.double)
+        dbl = [t for t in here if t.double]
+        over = max((t.times * t.cycles for t in dbl), default=0.0)
+        busy = {p: u * lat for p, u in feed_share.items()}  # the MVMs inside use these ports meanwhile
+        for t in dbl:  # overlapped refills of one loop share their ports with them and each other
+            for p, c in port_cycles(hier, m, t).items():
+                busy[p] = busy.get(p, 0.0) + t.times * c
+        lat = n * max(lat + serial, over, max(busy.values(), default=0.0))
+    # a double-buffered stream prefetches across loop boundaries: only its first tile is exposed
+    prologue = sum(t.cycles for t in trs if t.double and t.slot >= 0)
+    total = lat + prologue + sum(t.times * t.cycles for t in trs if t.slot == -1)
+    # no port moves more than its bandwidth allows over the whole layer (refills and MVM feeds together)
+    load: dict = {}
+    for t in trs:
+        for p, c in port_cycles(hier, m, t).items():
+            load[p] = load.get(p, 0.0) + t.count * t.times * c
+    steps = math.prod(f for _, f in m.loops)
+    feed, drain, i_lv, o_lv = mvm_feed(layer, hier, m)
+    load[i_lv] = load.get(i_lv, 0.0) + steps * feed
+    load[o_lv] = load.get(o_lv, 0.0) + steps * drain
+    return max(total, max(load.values()))
+
+
+@dataclass(frozen=True)
+class Cost:
+    """Latency and energy of a layer under a mapping.
+
+    Attributes
+    ----------
+    cycles : float
+    ns : float
+    energy_pj : float
+    breakdown : dict
+        pJ by component: ``mvm``, ``<level>`` (reads and writes of that level), ``leakage``.
+    """
+
+    cycles: float
+    ns: float
+    energy_pj: float
+    breakdown: dict
+
+    @property
+    def edp(self) -> float:
+        """Energy-delay product (pJ x ns)."""
+        return self.energy_pj * self.ns
+
+
+def energy(layer: Layer, hier: Hierarchy, m: Mapping, cycles: float) -> dict:
+    """Energy (pJ by component) of the layer under ``m`` lasting ``cycles``."""
+    br: dict = {}
+
+    def add(k, v):
+        br[k] = br.get(k, 0.0) + v
+
+    for t in transfers(layer, hier, m):
+        par, lv = hier.level(t.parent), hier.level(t.level)
+        bits = t.bits * t.count
+        add(par.name, bits * par.read_pj)
+        add(lv.name, bits * lv.write_pj)
+        if t.times == 2:  # the partial sums written back too
+            add(par.name, bits * par.write_pj)
+            add(lv.name, bits * lv.read_pj)
+    steps = math.prod(f for _, f in m.loops)
+    active = math.prod(m.spatial_of(_core_axis(hier)).values())
+    mvms = steps * active
+    feed_i, feed_o = used_levels(hier, m, "I")[-1][0], used_levels(hier, m, "O")[-1][0]
+    t = {d: 1 for d in DIMS}
+    for ax in hier.axes[1:]:
+        for d, f in m.spatial_of(ax.name).items():
+            t[d] *= f
+    add(feed_i.name, mvms * layer.elems("I", t) * hier.bits["I"] * feed_i.read_pj)
+    add(feed_o.name, mvms * layer.elems("O", t) * hier.bits["O"] * feed_o.write_pj)
+    add("mvm", mvms * hier.mvm_energy_pj)
+    add("leakage", hier.leakage_mw * cycles * hier.cycle_ns)
+    return br
+
+
+def evaluate(layer: Layer, hier: Hierarchy, m: Mapping) -> Cost:
+    """Latency and energy of ``layer`` under ``m`` (the analytical model)."""
+    cyc = latency(layer, hier, m)
+    br = energy(layer, hier, m, cyc)
+    return Cost(cyc, cyc * hier.cycle_ns, float(sum(br.values())), br)
+
+
+# ============================================================================ text form (program operands)
+def encode(layer: Layer, m: Mapping) -> dict:
+    """Operands of a ``CIM.loopnest`` meta-operator: the layer and the mapping as compact strings."""
+    b = layer.bounds
+    return {
+        "layer": ",".join(f"{d}{b[d]}" for d in DIMS) + f";s{layer.stride[0]}x{layer.stride[1]}"
+                 f";d{layer.dilation[0]}x{layer.dilation[1]}",
+        "spatial": ";".join(f"{a}:" + ".".join(f"{d}{f}" for d, f in fs) for a, fs in m.spatial),
+        "loops": ",".join(f"{d}{f}" for d, f in m.loops),
+        "cuts": ";".join(f"{o}.{lv}.{c}" for o, lv, c in m.cuts),
+        "double": ";".join(f"{o}.{lv}" for o, lv in sorted(m.double)),
+    }
+
+
+def _df(tok: str) -> tuple:
+    return tok[0], int(tok[1:])
+
+
+def decode(layer: str, spatial: str, loops: str, cuts: str, double: str, name: str = "layer") -> tuple:
+    """Inverse of :func:`encode`: ``(Layer, Mapping)``.
+
+    Raises
+    ------
+    ValueError
+        Malformed text.
+    """
+    try:
+        dims, st, dl = layer.split(";")
+        bounds = dict(_df(t) for t in dims.split(","))
+        stride = tuple(int(x) for x in st[1:].split("x"))
+        dil = tuple(int(x) for x in dl[1:].split("x"))
+        sp = []
+        for part in spatial.split(";"):
+            a, fs = part.split(":")
+            sp.append((a, tuple(_df(t) for t in fs.split(".") if t)))
+        lp = tuple(_df(t) for t in loops.split(",") if t)
+        cs = tuple((p[0], p[1], int(p[2])) for p in (x.split(".") for x in cuts.split(";") if x))
+        db = frozenset(tuple(x.split(".")) for x in double.split(";") if x)
+    except (ValueError, IndexError) as e:
+        raise ValueError(f"malformed loop nest: {e}") from None
+    if set(bounds) != set(DIMS):
+        raise ValueError(f"malformed loop nest: dimensions {sorted(bounds)}")
+    return Layer(name, bounds, stride, dil), Mapping(tuple(sp), lp, cs, db)
