@@ -179,6 +179,8 @@ class CompileInfo:
         Region name -> regions whose outputs feed its inputs (through host operators).
     accuracy : dict
         The error budget and what ``MapCrossbars`` chose per region (:func:`accuracy_of`).
+    modes : list of dict
+        Per segment, the array modes ``AllocateArrayModes`` chose (empty when every array computes).
     """
 
     hw: CIMHardware
@@ -190,6 +192,7 @@ class CompileInfo:
     schedule: schedule.Schedule | None = None
     producers: dict[str, list[str]] = field(default_factory=dict)
     accuracy: dict = field(default_factory=dict)
+    modes: list = field(default_factory=list)
 
     def program_text(self) -> str:
         """The network and every program, as ``--emit`` writes them."""
