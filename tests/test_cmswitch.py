@@ -158,3 +158,198 @@ def test_write_ports_serialise_programming():
     fetch = math.ceil(900 * 100 * 8 / hw.chip.offchip_bandwidth_bits) * hw.cycle_ns  # weights cross the link first
     assert free.setup_ns == pytest.approx(fetch + 320 * row_write)  # all tiles at once, 320 rows each
     assert serial.setup_ns == pytest.approx(fetch + (2 * 320 + 260) * 3 * row_write)  # one tile after another
+
+
+# ============================================================================ compiler: solvers
+def _random_ops(rng, n):
+    from tvm_cim.compiler.solvers.arrays import OpTerms
+
+    return [OpTerms(tiles=int(rng.integers(1, 3)), compute_ns=float(rng.uniform(1, 100)),
+                    max_replicas=int(rng.integers(1, 4)), in_ns_mem=float(rng.uniform(0, 200)),
+                    out_ns_mem=float(rng.uniform(0, 200)), in_ns_port=float(rng.uniform(0, 60)),
+                    out_ns_port=float(rng.uniform(0, 60)), prep_ns=float(rng.uniform(0, 20)),
+                    memory_need=int(rng.integers(0, 3)), producer=(i - 1 if i and rng.random() < 0.7 else None))
+            for i in range(n)]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_allocation_mip_equals_enumeration(seed):
+    """Eq. 5-10 in count form on HiGHS vs every allocation enumerated (slowest bound evaluated directly)."""
+    from tvm_cim.compiler.solvers import arrays
+
+    rng = np.random.default_rng(seed)
+    ops = _random_ops(rng, int(rng.integers(1, 4)))
+    n = int(rng.integers(sum(o.tiles for o in ops), 12))
+    s = int(rng.integers(0, n + 1))
+    best, _, _ = arrays.enumerate_best(ops, n, s)
+    got = arrays.allocate(ops, n, s, time_limit=5.0)
+    assert got.status == "Optimal" and got.seconds < 5.0
+    assert arrays.feasible(ops, got.replicas, got.memory, n, s)
+    assert got.latency_ns == pytest.approx(best, rel=1e-6)
+
+
+def test_allocation_uses_memory_when_bandwidth_bound_and_not_when_compute_bound():
+    from tvm_cim.compiler.solvers.arrays import OpTerms, allocate
+
+    # a producer -> consumer pair whose traffic through the shared port dominates: keep it in memory arrays
+    io = [OpTerms(tiles=1, compute_ns=10.0, max_replicas=8, out_ns_mem=400.0, out_ns_port=200.0, memory_need=1),
+          OpTerms(tiles=1, compute_ns=10.0, max_replicas=8, in_ns_mem=400.0, in_ns_port=200.0, producer=0)]
+    a = allocate(io, 16, 16)
+    assert a.memory[0] >= 1 and a.latency_ns < 400.0
+    # the same pair bound by compute: every spare array computes
+    cb = [R(io[0], compute_ns=1000.0, out_ns_port=1.0), R(io[1], compute_ns=1000.0, in_ns_port=1.0)]
+    a = allocate(cb, 16, 16)
+    assert a.memory == [0, 0] and sum(a.replicas) == 16
+
+
+def test_segment_dp_with_mip_costs_equals_brute_force():
+    """The corrected recurrence (state = last segment) vs every cut, with intra = the MIP's bound plus a
+    rewrite cost and inter = switch time from the previous segment's memory arrays (Eq. 1-4)."""
+    import itertools
+
+    from tvm_cim.compiler.solvers import arrays, segments
+
+    rng = np.random.default_rng(3)
+    ops = _random_ops(rng, 6)
+    ops = [R(o, producer=None if o.producer is None else i - 1) for i, o in enumerate(ops)]
+    n, s = 6, 6
+
+    def sub(i, j):  # a segment's operators, producers re-indexed inside it
+        return [R(o, producer=(o.producer - i if o.producer is not None and o.producer >= i else None),
+                  memory_need=o.memory_need if k < j - i else 0) for k, o in enumerate(ops[i:j + 1])]
+
+    memo = {}
+
+    def alloc(i, j):
+        if (i, j) not in memo:
+            part = sub(i, j)
+            memo[(i, j)] = None if sum(o.tiles for o in part) > n else arrays.allocate(part, n, s)
+        return memo[(i, j)]
+
+    def intra(i, j):
+        a = alloc(i, j)
+        return math.inf if a is None else a.latency_ns + 7.0 * (j - i + 1)  # + rewrite
+
+    def inter(prev, seg):  # only called for feasible segments
+        before = alloc(*prev).memory_arrays if prev else 0
+        now = alloc(*seg).memory_arrays
+        return 3.0 * (now > before) + 5.0 * (now < before)
+
+    cost, cut = segments.segment(len(ops), intra, inter)
+    best = math.inf
+    for mask in itertools.product([0, 1], repeat=len(ops) - 1):
+        bounds, start = [], 0
+        for k, b in enumerate(mask):
+            if b:
+                bounds.append((start, k))
+                start = k + 1
+        bounds.append((start, len(ops) - 1))
+        total, prev = 0.0, None
+        for seg in bounds:
+            t = intra(*seg)
+            if not math.isfinite(t):
+                total = math.inf
+                break
+            total += t + inter(prev, seg)
+            prev = seg
+        best = min(best, total)
+    assert cost == pytest.approx(best) and math.isfinite(cost)
+    assert cut[0][0] == 0 and cut[-1][1] == len(ops) - 1
+
+
+# ============================================================================ compiler: passes, end to end
+@pytest.fixture(scope="module")
+def small():
+    from tvm import relax
+
+    from tvm_cim.common.onnx_io import import_onnx
+
+    from .onnx_models import small_cnn
+
+    mod = import_onnx(small_cnn(), "small")[0]
+    x = np.random.default_rng(1).standard_normal((1, 3, 16, 16)).astype("float32")
+    return mod, x, relax
+
+
+def _run_vm(relax, lowered, x):
+    import tvm
+
+    ex = relax.build(lowered, target="llvm")
+    with tvm_cim.runtime.collect() as stats:
+        y = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+    return y, stats
+
+
+def test_cmswitch_bit_identical_to_cim_mlc_with_integer_reference(small):
+    """Outputs equal cim-mlc's bit for bit, and the first layer's accumulators equal plain integer numpy."""
+    from tvm_cim.report import build_report
+
+    mod, x, relax = small
+    hw = _dyn()
+    outs = {}
+    for s in ("cim-mlc", "cmswitch"):
+        lowered, info = tvm_cim.offload(mod, hw, strategy=s)
+        outs[s], stats = _run_vm(relax, lowered, x)
+    np.testing.assert_array_equal(outs["cmswitch"], outs["cim-mlc"])
+    # integer reference for the first convolution (its codes and weights, plain numpy)
+    r0, p0 = info.regions[0], info.programs[0]
+    env, _ = Chip(hw).run(p0, {"x": x, **codegen.region_constants(r0)})
+    xq = np.clip(np.round(x / r0.x_scale), -127, 127).astype(np.int64)
+    from tvm_cim.common.layout import im2col
+    cols = im2col(xq, r0.conv["kernel"], r0.conv["strides"], r0.conv["padding"], r0.conv["dilation"], 0)
+    np.testing.assert_array_equal(env["acc"][0], cols @ r0.w_int.astype(np.int64))
+    rep = build_report(info, stats, hw.name)
+    dm = rep["dual_mode"]
+    assert dm["segments"] and all(seg["solver"]["status"] in ("Optimal", "trivial", "passes")
+                                  for seg in dm["segments"])
+    for seg in dm["segments"]:
+        assert seg["compute_arrays"] + seg["memory_arrays"] <= hw.total_crossbars
+    assert sum(seg["memory_arrays"] for seg in dm["segments"]) > 0
+    assert "CM.switch" in info.program_text() and 'level="xbmem"' in info.program_text()
+    assert rep["latency_ns"] > 0 and dm["memory_mode_energy_pj"] > 0
+
+
+def test_segmented_network_switches_at_run_time_and_stays_exact():
+    """ResNet-18 (32x32) does not fit Dynaplasia's 96 arrays: segments rewrite weights and switch modes
+    every inference; outputs equal cim-mlc's, and the estimate follows the simulator."""
+    from tvm import relax
+
+    from tvm_cim.common import zoo
+    from tvm_cim.common.onnx_io import import_onnx
+    from tvm_cim.report import build_report
+
+    mod = import_onnx(zoo.build_model("resnet18", image_size=32), "r18")[0]
+    x = np.random.default_rng(1).standard_normal((1, 3, 32, 32)).astype("float32")
+    hw = _dyn()
+    outs = {}
+    for s in ("cim-mlc", "cmswitch"):
+        lowered, info = tvm_cim.offload(mod, hw, strategy=s)
+        outs[s], stats = _run_vm(relax, lowered, x)
+    np.testing.assert_array_equal(outs["cmswitch"], outs["cim-mlc"])
+    rep = build_report(info, stats, hw.name)
+    dm = rep["dual_mode"]
+    assert info.chip_map.segments > 1 and len(dm["segments"]) == info.chip_map.segments
+    assert any(seg["memory_arrays"] for seg in dm["segments"])
+    assert dm["switches"] > 0 and dm["switch_energy_pj"] > 0
+    assert 0 < dm["time_share"]["switch"] < dm["time_share"]["rewrite"] <= 1
+    assert abs(info.schedule.estimate_ns / rep["latency_ns"] - 1) < 0.05
+
+
+def test_allocation_is_visible_as_function_attributes(small):
+    import tvm
+
+    import tvm_cim.transform as T
+
+    mod, _, _ = small
+    hw = _dyn()
+    seq = tvm.transform.Sequential([T.FindRegions(), T.Calibrate(), T.Quantize(hw), T.Segment(hw, "cmswitch"),
+                                    T.DuplicateWeights(hw), T.AllocateArrayModes(hw)])
+    out = seq(mod)
+    text = out.script()
+    assert "cim.mem_out" in text and "cim.mem_xbs" in text and "cim.switch_tom" in text
+    assert "cim.modes" in str(out.attrs)
+    # other strategies pass through unchanged
+    seq2 = tvm.transform.Sequential([T.FindRegions(), T.Calibrate(), T.Quantize(hw), T.Segment(hw, "cim-mlc"),
+                                     T.DuplicateWeights(hw)])
+    before = seq2(mod)
+    assert T.AllocateArrayModes(hw)(before).same_as(before)

@@ -22,7 +22,9 @@ array in memory mode is storage: ``DMOV`` loads and stores with
 is stored into it may not exceed its capacity.  Reading or programming a
 crossbar in memory mode, using an array in compute mode as memory, loading
 from memory-mode arrays nothing was stored into, or switching an array that
-cannot switch is a :class:`SimulationError`.
+cannot switch is a :class:`SimulationError`.  Modes persist across the
+programs of one build (names ``m<uid>.<region>``); a program of another
+build finds every array in compute mode.
 
 Every operation is charged with the cost primitives of
 :mod:`tvm_cim.hardware.cost` (the ones the compiler's estimate uses), and the
@@ -114,6 +116,7 @@ class Chip:
         self._leak_mw = cost.leakage_mw(hw)
         self.xb_memory: set[int] = set()  # dual-mode arrays now in memory mode (CM.switch TOM)
         self.xb_stored: dict[int, int] = {}  # memory-mode array -> bytes stored into it since its TOM
+        self._modes_of: str | None = None  # the build whose programs set the current modes
 
     @property
     def leakage_mw(self) -> float:
@@ -166,6 +169,11 @@ class Chip:
         if rps is not None and not 1 <= int(rps) <= self.hw.crossbar.rows_active:
             raise SimulationError(f"program '{prog.name}' drives {rps} rows per read step; "
                                   f"the chip drives 1 to {self.hw.crossbar.rows_active}")
+        build = prog.name.split(".")[0]  # programs of one build share a prefix (m<uid>.<region>)
+        if build != self._modes_of:  # another network is loaded: every array starts in compute mode
+            self._modes_of = build
+            self.xb_memory.clear()
+            self.xb_stored.clear()
         self.vxbs = self._bindings(prog)
         self.M = int(prog.attr("M", 1)) * int(prog.attr("batch", 1))
         self._pending: list = []

@@ -8,7 +8,10 @@ options select:
 piece              module
 =================  ===========================================================
 segmentation       :mod:`~tvm_cim.compiler.strategies.segmentation` (greedy
-                   maximal segments, CIM-MLC's refinement)
+                   maximal segments, CIM-MLC's refinement), CMSwitch's DP
+                   (:mod:`~tvm_cim.compiler.strategies.modes`)
+array modes        :mod:`~tvm_cim.compiler.strategies.modes` (CMSwitch's
+                   compute / memory allocation by MIP, switches)
 duplication        :mod:`~tvm_cim.compiler.strategies.duplication` (DP
                    knapsack, Poly-Schedule's greedy, crossbar-level Eq. 1,
                    wordline remapping)
@@ -35,13 +38,17 @@ class Options:
 
     Attributes
     ----------
-    segmentation : {'greedy', 'refine'}
+    segmentation : {'greedy', 'refine', 'dp'}
         How a network larger than the chip is cut: maximal prefixes that fit
-        (``greedy``), or CIM-MLC's refinement that moves trailing operators to
+        (``greedy``), CIM-MLC's refinement that moves trailing operators to
         the next segment while that lowers latency (``refine``, used with DP
-        duplication).
-    modes : {'compute'}
-        Array modes: every array computes (``compute``).
+        duplication), or CMSwitch's dynamic programming over all cuts with
+        every candidate segment allocated by the MIP (``dp``,
+        :mod:`~tvm_cim.compiler.strategies.modes`).
+    modes : {'compute', 'dual'}
+        Array modes: every array computes (``compute``), or CMSwitch's
+        dual-mode allocation per segment: copies in compute mode and arrays
+        in memory mode for operators' outputs, by MIP (``dual``).
     dataflow : {'chunks'}
         Dataflow inside a region: output vectors in fixed chunks
         (:mod:`tvm_cim.compiler.plan`).
@@ -159,3 +166,13 @@ register(Strategy("puma", "PUMA's inter-layer pipeline without duplication", lam
 register(Strategy("cim-mlc", "CIM-MLC's multi-level method: DP duplication, inter-layer and MVM-grained "
                   "pipelines, crossbar-level duplication, wordline remapping, segmentation refined by latency",
                   _cim_mlc))
+
+
+def _cmswitch(hw: CIMHardware) -> Options:
+    mode = hw.chip.computing_mode
+    return Options(segmentation="dp", modes="dual", pipeline=True, mvm_pipeline=mode in ("crossbar", "wordline"))
+
+
+register(Strategy("cmswitch", "CMSwitch's dual-mode method: segmentation by DP with switch and rewrite costs, "
+                  "per segment a MIP allocating arrays to compute (with duplication) and to memory for "
+                  "operators' outputs, CM.switch between segments", _cmswitch))
