@@ -40,3 +40,13 @@ def test_accuracy_quick(tmp_path):
     mlp = res["models"]["mlp"]
     assert set(mlp["presets"]) == {"prime", "jia21"} and 0 <= mlp["int8"] <= 1 and "digits" in out
     assert (tmp_path / "accuracy.png").exists()
+
+
+def test_cmswitch_quick(tmp_path):
+    res, out = bench("cmswitch.py", "--quick", "--models", "resnet18", "bert_large_layer", "--no-sweep",
+                     "--plots", tmp_path, tmp=tmp_path)
+    assert set(res["fig14"]) == {"resnet18", "bert_large_layer"} and "Fig. 14" in out
+    row = res["fig14"]["resnet18"]["cmswitch"]
+    assert row["segments"] > 1 and set(row["time_share"]) == {"switch", "rewrite", "write_back"}
+    assert res["summary"]["geomean_vs_cim_mlc"] > 0
+    assert (tmp_path / "cmswitch_speedup.png").exists() and (tmp_path / "cmswitch_modes.png").exists()

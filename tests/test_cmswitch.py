@@ -100,7 +100,10 @@ def test_memory_access_needs_memory_mode_capacity_and_data():
     with pytest.raises(SimulationError, match="compute mode"):
         _run(hw, compute, r, x)
     # capacity: one array holds 12 800 bytes, the output fits exactly; a second store overflows
-    _run(hw, _with_memory_store(prog, (95,)), r, x)
+    once = _with_memory_store(prog, (95,))
+    chip = Chip(hw)
+    for _ in range(2):  # every inference overwrites what the previous one stored
+        chip.run(once, {"x": x, **codegen.region_constants(r)})
     twice = _with_memory_store(prog, (95,))
     stores = [s for s in twice.run if getattr(s, "opcode", None) == "DMOV" and s.get("op") == "store"]
     with pytest.raises(SimulationError, match="capacity"):

@@ -21,6 +21,7 @@ estimate (:class:`tvm_cim.compiler.estimate.Estimator`).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from ..hardware.schema import CIMHardware
@@ -167,7 +168,9 @@ def allocate_modes(regions: list[Region], segment_of: list[int], resident: bool,
     summary : list of dict
         Per segment: its regions, arrays in compute and memory mode, the
         allocation per region, the physical memory arrays and switches,
-        and the solver's status and time.
+        the solver's status and time, and which allocation was kept
+        (``chosen``: the MIP's, or ``all-compute`` -- CIM-MLC's duplication of
+        the segment -- when the shared estimate finds it faster).
     """
     hw = est.hw
     producers = producers or {}
@@ -176,6 +179,24 @@ def allocate_modes(regions: list[Region], segment_of: list[int], resident: bool,
         bounds.setdefault(s_idx, []).append(i)
     segs = [modes.allocate_segment(regions, idx[0], idx[-1], est, producers, time_limit, seed)
             for _, idx in sorted(bounds.items())]
+    # every array computing is one of the allocations CMSwitch chooses from: keep CIM-MLC's duplication
+    # of the segment (all arrays computing) when the shared estimate says it is faster than the MIP's
+    mlc = get("cim-mlc").options(hw)
+    chosen = []
+    for s_idx, sm in enumerate(segs):
+        seg = regions[sm.first:sm.last + 1]
+        mine = modes.segment_plans(regions, sm, est, s_idx, resident, make_plan)
+        theirs = duplicate(seg, [s_idx] * len(seg), resident, hw, mlc, est)
+        t_mine = est.graph_ns(seg, mine, True, producers)[0]
+        t_theirs = est.graph_ns(seg, theirs, True, producers)[0]
+        if sm.alloc.status != "passes" and t_theirs < t_mine:
+            reps = [theirs[r.name].replicas for r in seg]
+            a = sm.alloc
+            sm.alloc = dataclasses.replace(a, replicas=reps, memory=[0] * len(seg), compute_arrays=sum(
+                d * est.tiles(r, hw.crossbar.rows) for d, r in zip(reps, seg)))
+            chosen.append(("all-compute", t_mine, t_theirs))
+        else:
+            chosen.append(("mip", t_mine, t_theirs))
     layout = modes.memory_layout(hw, segs)
     plans: dict[str, RegionPlan] = {}
     summary = []
@@ -195,6 +216,8 @@ def allocate_modes(regions: list[Region], segment_of: list[int], resident: bool,
             "switch": {"TOM": list(lay["tom"]), "TOC": list(lay["toc"]), "ns": sw},
             "solver": {"status": a.status, "seconds": a.seconds, "gap": a.gap, "bound_ns": a.latency_ns,
                        "time_limit_s": time_limit},
+            "chosen": chosen[s_idx][0], "estimate_mip_ns": chosen[s_idx][1],
+            "estimate_all_compute_ns": chosen[s_idx][2],
         })
     return plans, summary
 

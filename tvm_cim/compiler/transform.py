@@ -342,13 +342,19 @@ def plans_of(mod: tvm.IRModule, hw: CIMHardware, est: Estimator, latency: bool =
     ``latency``: also estimate each region alone (the plans' ``latency_ns``).
     """
     plans = {}
-    for g, f in region_functions(mod):
-        r = region_of(f)
+    fs = [(region_of(f), f) for _, f in region_functions(mod)]
+    # memory-mode arrays (AllocateArrayModes): the region holding each input, shares of the arrays' bandwidth
+    held = {str(_attr(f, "mem_xbs")): r.name for r, f in fs if _attr(f, "mem_xbs")}
+    source = {r.name: held[str(_attr(f, "mem_in_xbs"))] for r, f in fs if _attr(f, "mem_in_xbs")}
+    memory = {r.name: _xbs_count(_attr(f, "mem_xbs")) for r, f in fs}
+    eff = modes.effective_arrays([r for r, _ in fs], est, memory, source) if source or any(memory.values()) else {}
+    for r, f in fs:
         sw = _xbs_count(_attr(f, "switch_tom")), _xbs_count(_attr(f, "switch_toc"))
+        m_in, m_out = eff.get(r.name, (0, 0))
         plans[r.name] = schedule.make_plan(
             r, est, int(_need(f, "replicas", "DuplicateWeights")), int(_need(f, "tile_rows", "DuplicateWeights")),
             int(_need(f, "segment", "Segment")), bool(_need(f, "resident", "Segment")), latency=latency,
-            mem_in=_xbs_count(_attr(f, "mem_in_xbs")), mem_out=_xbs_count(_attr(f, "mem_xbs")),
+            mem_in=m_in, mem_out=m_out,
             switch_ns=modes.switch_ns(hw, *sw) if _attr(f, "switch_in_run", False) else 0.0)
     return plans
 

@@ -183,6 +183,9 @@ def leakage_mw(hw: CIMHardware) -> float:
 def memory_access(hw: CIMHardware, nbytes, arrays: int, write: bool):
     """A load from (or store into) ``arrays`` dual-mode arrays in memory mode, in parallel.
 
+    ``arrays`` may be fractional: the share of their bandwidth an access gets
+    when other accesses use the same arrays (the compiler's estimate).
+
     Returns
     -------
     ns : float or numpy.ndarray
@@ -190,7 +193,7 @@ def memory_access(hw: CIMHardware, nbytes, arrays: int, write: bool):
         pJ by component: ``xbmem``.
     """
     dm = hw.dual_mode
-    bits = max(1, arrays) * dm.memory_bandwidth_bits
+    bits = (arrays if arrays > 0 else 1) * dm.memory_bandwidth_bits  # fractional: a share of their time
     ns = _ceil(np.asarray(nbytes) * 8 / bits) * hw.cycle_ns
     per_bit = dm.memory_write_energy_pj_per_bit if write else dm.memory_read_energy_pj_per_bit
     return ns, {"xbmem": nbytes * 8 * per_bit}

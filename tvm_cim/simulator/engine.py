@@ -19,7 +19,7 @@ Dual-mode arrays (CMSwitch): ``CM.switch`` puts arrays in memory mode (TOM)
 or compute mode (TOC), and the chip remembers the mode between programs.  An
 array in memory mode is storage: ``DMOV`` loads and stores with
 ``level="xbmem"`` move data through it at its memory-mode bandwidth, and what
-is stored into it may not exceed its capacity.  Reading or programming a
+a program stores into it (overwriting what it held) may not exceed its capacity.  Reading or programming a
 crossbar in memory mode, using an array in compute mode as memory, loading
 from memory-mode arrays nothing was stored into, or switching an array that
 cannot switch is a :class:`SimulationError`.  Modes persist across the
@@ -115,7 +115,8 @@ class Chip:
         self._setup_done: set[str] = set()
         self._leak_mw = cost.leakage_mw(hw)
         self.xb_memory: set[int] = set()  # dual-mode arrays now in memory mode (CM.switch TOM)
-        self.xb_stored: dict[int, int] = {}  # memory-mode array -> bytes stored into it since its TOM
+        self.xb_stored: dict[int, int] = {}  # memory-mode array -> bytes its current data occupies
+        self._stored_now: set[int] = set()  # arrays this run of the program has stored into
         self._modes_of: str | None = None  # the build whose programs set the current modes
 
     @property
@@ -174,6 +175,7 @@ class Chip:
             self._modes_of = build
             self.xb_memory.clear()
             self.xb_stored.clear()
+        self._stored_now = set()
         self.vxbs = self._bindings(prog)
         self.M = int(prog.attr("M", 1)) * int(prog.attr("batch", 1))
         self._pending: list = []
@@ -307,6 +309,10 @@ class Chip:
         if o.get("op") == "store":
             cap = self.hw.memory_capacity_bytes
             share = -(-nbytes // len(xbs))
+            for x in xbs:  # a program's first store into an array overwrites what it held
+                if x not in self._stored_now:
+                    self._stored_now.add(x)
+                    self.xb_stored[x] = 0
             over = [x for x in xbs if self.xb_stored[x] + share > cap]
             if over:
                 raise SimulationError(f"program '{self.prog.name}': storing {nbytes} bytes into memory-mode "

@@ -11,9 +11,9 @@ consumers' input.  With ``r`` the throughput of the pipelined segment
 (``1 / latency``, Eq. 9: the slowest operator decides), maximise ``r``
 subject to (Eq. 10, each bound a rate)::
 
-    r * compute_i        <= d_i                               (crossbar work, split among copies)
-    r * out_i / D        <= b_i            if z_i              (output through its memory arrays)
-    r * in_i / D         <= b_p            if z_p              (input from its producer's arrays)
+    r * compute_i                      <= d_i                 (crossbar work, split among copies)
+    r * (out_i + sum_c in_c) / D       <= b_i     if z_i      (its arrays serve its stores and the
+                                                               loads of its consumers c, Eq. 6)
     r * sum_i (in_i (1 - z_p(i)) + out_i (1 - z_i)) * port_i <= 1  (the shared global-buffer port: D_main)
     r * sum_i prep_i     <= 1                                  (the shared chip ALU)
     need_i z_i <= b_i <= S z_i                                 (capacity; only if every consumer is in S)
@@ -105,20 +105,29 @@ class Allocation:
         return sum(self.memory)
 
 
+def array_traffic_ns(ops: list[OpTerms]) -> list[float]:
+    """Per operator, the time its memory arrays would be busy through one array: its stores and
+    its consumers' loads (they share the same arrays)."""
+    t = [o.out_ns_mem for o in ops]
+    for o in ops:
+        if o.producer is not None:
+            t[o.producer] += o.in_ns_mem
+    return t
+
+
 def latency_of(ops: list[OpTerms], replicas, memory) -> float:
     """The slowest bound of an allocation (what the MIP minimises), by direct evaluation."""
     t = 0.0
     port = prep = 0.0
+    traffic = array_traffic_ns(ops)
     for i, o in enumerate(ops):
         t = max(t, o.compute_ns / replicas[i])
         if memory[i]:
-            t = max(t, o.out_ns_mem / memory[i])
+            t = max(t, traffic[i] / memory[i])
         else:
             port += o.out_ns_port
         p = o.producer
-        if p is not None and memory[p]:
-            t = max(t, o.in_ns_mem / memory[p])
-        else:
+        if p is None or not memory[p]:
             port += o.in_ns_port
         prep += o.prep_ns
     return max(t, port, prep)
@@ -192,18 +201,17 @@ def allocate(ops: list[OpTerms], arrays: int, switchable: int, time_limit: float
         w.append(wi)
     port = 0
     prep = sum(o.prep_ns for o in ops) / t0
+    traffic = array_traffic_ns(ops)
     for i, o in enumerate(ops):
         m.add(r * (o.compute_ns / t0) <= d[i])
         if z[i] is not None:  # through its own memory arrays when kept there (big-M off otherwise)
-            c = o.out_ns_mem / t0
+            c = traffic[i] / t0
             m.add(r * c <= b[i] + r_max * c * (1 - z[i]))
             port = port + o.out_ns_port / t0 * (r - w[i])
         else:
             port = port + o.out_ns_port / t0 * r
         p = o.producer
         if p is not None and z[p] is not None:
-            c = o.in_ns_mem / t0
-            m.add(r * c <= b[p] + r_max * c * (1 - z[p]))
             port = port + o.in_ns_port / t0 * (r - w[p])
         else:
             port = port + o.in_ns_port / t0 * r

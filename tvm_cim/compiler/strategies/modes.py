@@ -134,16 +134,50 @@ def switch_ns(hw: CIMHardware, tom: int, toc: int) -> float:
     return max(cost.switch(hw, tom, True)[0] if tom else 0.0, cost.switch(hw, toc, False)[0] if toc else 0.0)
 
 
+def effective_arrays(regions: list[Region], est: Estimator, memory: dict[str, int],
+                     source: dict[str, str]) -> dict[str, tuple[float, float]]:
+    """Per region, the memory arrays its loads and its stores get, as the estimate costs them.
+
+    A producer's arrays serve its stores and its consumers' loads; each
+    access gets a share of their bandwidth proportional to its bytes, so the
+    arrays are busy for the sum of both, as on the simulator's timeline.
+
+    Parameters
+    ----------
+    memory : dict
+        Region name -> memory arrays holding its output.
+    source : dict
+        Region name -> the region whose memory arrays hold its input.
+    """
+    by = {r.name: r for r in regions}
+    loads = {n: float(np.sum(est.chunks(by[n], 1).load_bytes)) for n in source}
+    stores = {n: float(by[n].batch * np.prod(by[n].mkn[::2])) for n, b in memory.items() if b}
+    total = dict(stores)
+    for c, p in source.items():
+        total[p] = total.get(p, 0.0) + loads[c]
+    out = {}
+    for r in regions:
+        n = r.name
+        b_out = memory.get(n, 0)
+        p = source.get(n)
+        eff_out = b_out * stores[n] / total[n] if b_out else 0.0
+        eff_in = memory[p] * loads[n] / total[p] if p is not None and memory.get(p) else 0.0
+        out[n] = (eff_in, eff_out)
+    return out
+
+
 def segment_plans(regions: list[Region], sm: SegmentModes, est: Estimator, seg_idx: int, resident: bool,
                   make_plan, switch: float = 0.0, latency: bool = False) -> dict:
     """The region plans of a segment under its allocation (``make_plan``: :func:`schedule.make_plan`)."""
     out = {}
     rows = est.hw.crossbar.rows
-    for i, r in enumerate(regions[sm.first:sm.last + 1]):
-        p = sm.producer[i]
+    seg = regions[sm.first:sm.last + 1]
+    memory = {r.name: b for r, b in zip(seg, sm.alloc.memory)}
+    source = {r.name: seg[p].name for r, p in zip(seg, sm.producer) if p is not None and sm.alloc.memory[p]}
+    eff = effective_arrays(seg, est, memory, source)
+    for i, r in enumerate(seg):
         out[r.name] = make_plan(r, est, sm.alloc.replicas[i], rows, seg_idx, resident, latency=latency,
-                                mem_in=sm.alloc.memory[p] if p is not None else 0,
-                                mem_out=sm.alloc.memory[i], switch_ns=switch if i == 0 else 0.0)
+                                mem_in=eff[r.name][0], mem_out=eff[r.name][1], switch_ns=switch if i == 0 else 0.0)
     return out
 
 
