@@ -267,6 +267,14 @@ def summary(rep: dict, top: int = 8) -> str:
         f"({100 * u['buffer_fraction']:.0f}% of global buffer"
         + (f"; {u['regions_spilled_offchip']} region(s) keep activations off-chip)" if u.get('regions_spilled_offchip') else ")")
     )
+    dm = rep.get("dual_mode", {})
+    if dm.get("segments"):
+        mem = [sg["memory_arrays"] for sg in dm["segments"]]
+        ts = dm["time_share"]
+        lines.append(
+            f"array modes   memory-mode arrays per segment {mem[:12]}{' ...' if len(mem) > 12 else ''}; "
+            f"{dm['switches']} CM.switch; time share: switches {100 * ts['switch']:.3f}%, rewrites "
+            f"{100 * ts['rewrite']:.1f}%, write-backs {100 * ts['write_back']:.1f}%")
     a = rep["adc"]
     lines.append(
         f"ADC           {a['bits']}-bit {a['mode']}, {'lossless' if a['lossless'] else 'lossy'} "

@@ -97,11 +97,19 @@ class Estimator:
         Quantised precision.
     mvm_pipeline : bool
         Whether row blocks of a replica start as their own input slices arrive.
+    offchip_in_order : bool
+        In :meth:`graph_ns`, a region's weight fetch waits for the off-chip
+        activation traffic of the earlier regions of its segment (the
+        simulator's timeline books them first and a fetch rarely fits between
+        them); used by the dual-mode strategy, whose segments are chosen on
+        this estimate.
     """
 
-    def __init__(self, hw: CIMHardware, wbits: int, ibits: int, mvm_pipeline: bool = False):
+    def __init__(self, hw: CIMHardware, wbits: int, ibits: int, mvm_pipeline: bool = False,
+                 offchip_in_order: bool = False):
         self.hw, self.wbits, self.ibits = hw, wbits, ibits
         self.mvm_pipeline = mvm_pipeline
+        self.offchip_in_order = offchip_in_order
         self.xbs_per_core = hw.core.crossbars
         self._tile_bytes: dict = {}
         self._tiles: dict = {}
@@ -468,6 +476,9 @@ class Estimator:
             if not p.resident:
                 off_free = max(off_free, seg_start if pipeline else end) + float(
                     np.sum(self.fetch_ns(r, p.tile_rows, p.passes)))
+            if self.offchip_in_order and ch.level == "offchip" and not (getattr(p, "mem_in", 0)
+                                                                         and getattr(p, "mem_out", 0)):
+                off_free = max(off_free, float(fin.max()))
             # the global-buffer port, the chip ALU and the off-chip interface serve every region of the segment
             shared = busy if p.segment != shared_seg else tuple(a + b for a, b in zip(shared, busy))
             shared_seg = p.segment

@@ -262,7 +262,7 @@ def schedule(regions: list[Region], hw: CIMHardware, strategy: str = "cim-mlc",
     Schedule
     """
     opts = options or get(strategy).options(hw)
-    est = Estimator(hw, wbits, ibits, mvm_pipeline=opts.mvm_pipeline)
+    est = Estimator(hw, wbits, ibits, mvm_pipeline=opts.mvm_pipeline, offchip_in_order=opts.modes == "dual")
     segment_of, resident = segment(regions, hw, opts, est, producers)
     plans = duplicate(regions, segment_of, resident, hw, opts, est)
     if opts.modes == "dual":
