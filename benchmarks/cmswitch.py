@@ -4,7 +4,10 @@
    ``none`` for MobileNetV2, ResNet-18, VGG-16 (ImageNet size) and one
    BERT-large encoder layer (sequence 64; the whole model is 24 such layers
    run one after another, so its speedup is the layer's); geometric mean
-   and maximum over ``cim-mlc`` (paper: 1.31x average, 2.03x maximum).
+   and maximum over ``cim-mlc`` (paper: 1.31x average, 2.03x maximum); an
+   ablation runs ``cmswitch`` with no switchable array (its segmentation and
+   duplication alone) to separate what memory mode adds; the estimate's
+   error against the simulator for both methods.
 2. Switch overhead: time share of mode switches, weight rewrites (fetch +
    programming) and write-backs in ``cmswitch``'s run (paper: switches
    3-5%).
@@ -108,6 +111,8 @@ def exp_main(nets: dict, hw) -> dict:
         if s == STRATEGIES[0]:
             offload(mod, hw, strategy="none")  # warm the calibration cache: compile times exclude it
         res.setdefault(net, {})[s] = measure(mod, hw, s)
+        if s == "cmswitch":  # ablation: the same DP and MIP with no array allowed to switch to memory mode
+            res[net]["cmswitch-no-memory"] = measure(mod, R(hw, dual_mode=R(hw.dual_mode, switchable_arrays=0)), s)
     return res
 
 
@@ -143,6 +148,17 @@ def print_tables(res: dict) -> None:
     s = res["summary"]
     print(f"geomean over cim-mlc {s['geomean_vs_cim_mlc']:.3f}x, max {s['max_vs_cim_mlc']:.3f}x "
           f"(paper {PAPER['geomean_vs_cim_mlc']}x / {PAPER['max_vs_cim_mlc']}x)")
+    print("ablation: cmswitch with no switchable array (its DP segmentation and MIP duplication only)")
+    for net, row in main.items():
+        a, b, c = (row[k]["latency_ns"] for k in ("cim-mlc", "cmswitch-no-memory", "cmswitch"))
+        print(f"{net:18s} no-memory {b / 1e6:10.3f}ms  speedup over cim-mlc {a / b:6.3f}x; "
+              f"memory mode adds {b / c:6.3f}x")
+    print(f"geomean: segmentation + duplication {s['geomean_no_memory_vs_cim_mlc']:.3f}x, "
+          f"memory mode on top {s['geomean_memory_gain']:.3f}x")
+    print("estimate vs simulator (the DP and MIP decide on the estimate):")
+    for net, row in main.items():
+        print(f"{net:18s} " + "  ".join(f"{k} {100 * (row[k]['estimate_ns'] / row[k]['latency_ns'] - 1):+.1f}%"
+                                         for k in ("cim-mlc", "cmswitch")))
     print("\n[2] cmswitch time shares (union of intervals / latency): switches, weight rewrites, write-backs")
     for net, row in main.items():
         t = row["cmswitch"]["time_share"]
@@ -251,7 +267,10 @@ def main() -> int:
                  "models": {k: {"zoo": z, "args": kw, "layers": n} for k, (z, kw, n) in nets.items()}}
     res["fig14"] = exp_main(nets, hw)
     sp = [row["cim-mlc"]["latency_ns"] / row["cmswitch"]["latency_ns"] for row in res["fig14"].values()]
+    nm = [row["cim-mlc"]["latency_ns"] / row["cmswitch-no-memory"]["latency_ns"] for row in res["fig14"].values()]
+    gain = [row["cmswitch-no-memory"]["latency_ns"] / row["cmswitch"]["latency_ns"] for row in res["fig14"].values()]
     res["summary"] = {"geomean_vs_cim_mlc": geomean(sp), "max_vs_cim_mlc": float(max(sp)),
+                      "geomean_no_memory_vs_cim_mlc": geomean(nm), "geomean_memory_gain": geomean(gain),
                       "compile_ratio": {n: row["cmswitch"]["compile_s"] / row["cim-mlc"]["compile_s"]
                                         for n, row in res["fig14"].items()}}
     if not args.no_sweep:
