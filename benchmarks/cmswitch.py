@@ -17,6 +17,9 @@
 5. Sensitivity: speedup over ``cim-mlc`` on ResNet-18 as the off-chip
    bandwidth grows (Table 2 does not give it; the preset assumes 64 b/cycle).
 6. Scalability: the BERT layer on the ``prime`` preset (paper sec. 5.5: 1.48x).
+7. With ``--llm``: one decoder layer of LLaMA2-7B, OPT-6.7B and OPT-13B
+   (prefill of 64 tokens) in the Fig. 14 table; ``--seq-sweep`` runs the
+   LLaMA2-7B layer at other sequence lengths (Fig. 16).
 
 Latency comes from the simulator's resource timeline in timing-only mode
 (values are not computed; bit-exactness of ``cmswitch`` against the other
@@ -25,6 +28,8 @@ plots, ``--json`` writes every figure.
 
     python benchmarks/cmswitch.py                 # full size (ImageNet 224, BERT-large seq 64)
     python benchmarks/cmswitch.py --quick         # 32x32 images, a small BERT layer (a minute or two)
+    python benchmarks/cmswitch.py --llm --models llama2_7b_layer opt_6.7b_layer opt_13b_layer \
+        --no-sweep --seq-sweep 64 256 1024 2048     # the LLM layers (weights of one layer at a time)
 """
 
 from __future__ import annotations
@@ -53,8 +58,31 @@ STRATEGIES = ["none", "puma", "cim-mlc", "cmswitch"]
 PAPER = {"geomean_vs_cim_mlc": 1.31, "max_vs_cim_mlc": 2.03, "switch_share": (0.03, 0.05),
          "compile_ratio": (2.8, 6.3), "prime_bert": 1.48,
          "fig14_ranges": {"mobilenetv2": (1.06, 1.23), "resnet18": (1.07, 1.23), "vgg16": (1.32, 1.48),
-                          "bert_large_layer": (1.02, 1.25)}}
+                          "bert_large_layer": (1.02, 1.25), "llama2_7b_layer": (1.13, 1.30),
+                          "opt_13b_layer": (1.20, 2.03), "opt_6.7b_layer": (1.23, 1.50)},  # OPT-6.7B: Fig. 16
+         "fig16_llama2_7b": (1.25, 1.08)}
 _MODS: dict = {}
+
+
+LLM_SEQ = 64
+
+
+def llm_models(quick: bool, seq: int = LLM_SEQ) -> dict:
+    """The paper's generative models, one decoder layer each (prefill of ``seq`` tokens, batch 1).
+
+    Weights are materialised for one layer; the model is that layer repeated (32 or 40 times), run
+    one after another, so its latency is the layer's times the layer count and its speedup the
+    layer's.  OPT layers use ``bert_layer`` with OPT's sizes: the crossbar regions (QKV, QK^T, AV,
+    output projection, two FFN matrices) are the same; LayerNorm placement and the activation run
+    on the host, which is not timed.
+    """
+    if quick:
+        return {"llama2_7b_layer": ("llama_layer", dict(seq_len=16, hidden=256, heads=4, ffn=688), 32)}
+    return {
+        "llama2_7b_layer": ("llama_layer", dict(seq_len=seq, hidden=4096, heads=32, ffn=11008), 32),
+        "opt_6.7b_layer": ("bert_layer", dict(seq_len=seq, hidden=4096, heads=32, ffn=16384), 32),
+        "opt_13b_layer": ("bert_layer", dict(seq_len=seq, hidden=5120, heads=40, ffn=20480), 40),
+    }
 
 
 def models(quick: bool) -> dict:
@@ -113,6 +141,8 @@ def exp_main(nets: dict, hw) -> dict:
         res.setdefault(net, {})[s] = measure(mod, hw, s)
         if s == "cmswitch":  # ablation: the same DP and MIP with no array allowed to switch to memory mode
             res[net]["cmswitch-no-memory"] = measure(mod, R(hw, dual_mode=R(hw.dual_mode, switchable_arrays=0)), s)
+        if s == STRATEGIES[-1]:
+            _MODS.clear()  # one model's weights at a time (LLM layers hold over a GB)
     return res
 
 
@@ -181,6 +211,11 @@ def print_tables(res: dict) -> None:
         for r in res["sensitivity"]:
             print(f"  {r['offchip_bits']:6d} b/cycle  speedup {r['speedup']:.3f}x  "
                   f"(rewrite share of cmswitch's run {100 * r['rewrite_share']:.1f}%)")
+    if "seq_sweep" in res:
+        print("\n[7] Fig. 16: LLaMA2-7B layer, cmswitch over cim-mlc by sequence length (paper 1.25x -> 1.08x)")
+        for r in res["seq_sweep"]:
+            print(f"  seq {r['seq']:5d}  cim-mlc {r['cim-mlc_ns'] / 1e6:9.3f} ms  cmswitch {r['cmswitch_ns'] / 1e6:9.3f} ms"
+                  f"  speedup {r['speedup']:.3f}x  mean memory-mode share {100 * r['memory_share']:.1f}%")
     if "prime" in res:
         p = res["prime"]
         print(f"\n[6] prime, BERT layer: cim-mlc {p['cim-mlc_ns'] / 1e6:.3f} ms, cmswitch {p['cmswitch_ns'] / 1e6:.3f} ms, "
@@ -251,12 +286,18 @@ def plots(res: dict, out_dir: Path) -> list[str]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="32x32 images, a small BERT layer, fewer sweep points")
-    ap.add_argument("--models", nargs="*", help="subset of: mobilenetv2 resnet18 vgg16 bert_large_layer")
+    ap.add_argument("--models", nargs="*", help="subset of: mobilenetv2 resnet18 vgg16 bert_large_layer "
+                    "(and, with --llm, llama2_7b_layer opt_6.7b_layer opt_13b_layer)")
+    ap.add_argument("--llm", action="store_true", help="add one decoder layer of LLaMA2-7B, OPT-6.7B, OPT-13B")
+    ap.add_argument("--seq-sweep", nargs="*", type=int, metavar="SEQ",
+                    help="LLaMA2-7B layer: cmswitch over cim-mlc at these sequence lengths (Fig. 16)")
     ap.add_argument("--no-sweep", action="store_true", help="skip the off-chip bandwidth sweep and the prime run")
     ap.add_argument("--json", help="write all figures to this file")
     ap.add_argument("--plots", default=".", help="folder for the PNG plots")
     args = ap.parse_args()
     nets = models(args.quick)
+    if args.llm:
+        nets.update(llm_models(args.quick))
     if args.models:
         unknown = sorted(set(args.models) - set(nets))
         if unknown:
@@ -273,6 +314,19 @@ def main() -> int:
                       "geomean_no_memory_vs_cim_mlc": geomean(nm), "geomean_memory_gain": geomean(gain),
                       "compile_ratio": {n: row["cmswitch"]["compile_s"] / row["cim-mlc"]["compile_s"]
                                         for n, row in res["fig14"].items()}}
+    if args.seq_sweep:
+        rows = []
+        for seq in tqdm(args.seq_sweep, desc="sequence-length sweep (LLaMA2-7B layer)"):
+            zname, kw, _ = llm_models(args.quick, seq)["llama2_7b_layer"]
+            kw = dict(kw, seq_len=seq)
+            mod = relax_module(zname, **kw)
+            a, b = measure(mod, hw, "cim-mlc"), measure(mod, hw, "cmswitch")
+            rows.append({"seq": seq, "cim-mlc_ns": a["latency_ns"], "cmswitch_ns": b["latency_ns"],
+                         "speedup": a["latency_ns"] / b["latency_ns"],
+                         "memory_share": float(np.mean([m["memory_arrays"] / hw.total_crossbars
+                                                        for m in b["modes"]]))})
+            _MODS.clear()  # one LLM layer's weights at a time
+        res["seq_sweep"] = rows
     if not args.no_sweep:
         kw = {"image_size": 32 if args.quick else 224}
         res["sensitivity"] = exp_sensitivity(hw, kw, [64, 512] if args.quick else [64, 256, 1024, 4096, 16384])
