@@ -70,3 +70,13 @@ def test_miredo_rejects_a_chip_without_a_dataflow_table(tmp_path):
     p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "miredo.py"), "--quick", "--hw", "isaac"],
                        capture_output=True, text=True, cwd=tmp_path)
     assert p.returncode == 2 and "dataflow" in p.stderr
+
+
+def test_cmswitch_quick(tmp_path):
+    res, out = bench("cmswitch.py", "--quick", "--models", "resnet18", "bert_large_layer", "--no-sweep",
+                     "--plots", tmp_path, tmp=tmp_path)
+    assert set(res["fig14"]) == {"resnet18", "bert_large_layer"} and "Fig. 14" in out
+    row = res["fig14"]["resnet18"]["cmswitch"]
+    assert row["segments"] > 1 and set(row["time_share"]) == {"switch", "rewrite", "write_back"}
+    assert res["summary"]["geomean_vs_cim_mlc"] > 0
+    assert (tmp_path / "cmswitch_speedup.png").exists() and (tmp_path / "cmswitch_modes.png").exists()

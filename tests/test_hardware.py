@@ -583,3 +583,20 @@ def test_every_preset_key_is_read_or_listed_as_not_modelled(name):
 def test_schema_listing_says_what_is_not_modelled():
     text = loader.describe_schema("cim")
     assert "Not modelled" in text and "crossbar.device.endurance_writes" in text
+
+
+def test_dynaplasia_dual_mode_figures_follow_table_2():
+    """Memory-mode capacity is the array's cells, switches one cycle; costs come from the primitives."""
+    from tvm_cim.hardware import cost
+
+    dyn = loader.load("dynaplasia", kind="cim")
+    assert dyn.memory_capacity_bytes == 320 * 320 // 8 == 12800
+    assert cost.switchable(dyn, range(96)) and not cost.switchable(dyn, [96])
+    ns, e = cost.switch(dyn, 10, to_memory=True)
+    assert ns == dyn.cycle_ns and e == 10 * dyn.dual_mode.to_memory_energy_pj
+    # 4 arrays at 32 b/cycle move 1000 bytes in ceil(8000 / 128) cycles
+    ns, e = cost.memory_access(dyn, 1000, 4, write=False)
+    assert ns == 63 * dyn.cycle_ns and e["xbmem"] == 8000 * dyn.dual_mode.memory_read_energy_pj_per_bit
+    assert cost.write_rounds(dyn, 96) == 1
+    ported = dataclasses.replace(dyn, dual_mode=dataclasses.replace(dyn.dual_mode, write_ports=8))
+    assert cost.write_rounds(ported, 20) == 3

@@ -171,6 +171,7 @@ def build_report(info: CompileInfo, stats: list, hw_name: str) -> dict:
             "buffer_fraction": peak / gbuf if gbuf else 0.0,
             "regions_spilled_offchip": sum(1 for s in stats if s.spills),
         },
+        "dual_mode": dual_mode_summary(info, tl, energy, counts),
         "accuracy": accuracy_summary(info.accuracy),
         "adc": {
             "bits": hw.crossbar.adc_bits,
@@ -181,6 +182,33 @@ def build_report(info: CompileInfo, stats: list, hw_name: str) -> dict:
             "rel_rms_error": float(np.sqrt(adc_err_sq / adc_ref_sq)) if adc_ref_sq else 0.0,
         },
         "latency_scope": "CIM regions on the simulator's resource timeline; host operators are listed in host_ops and not timed",
+    }
+
+
+# meta-operator kinds of each overhead CMSwitch distinguishes at segment boundaries
+OVERHEAD_KINDS = {
+    "switch": ("CM.switch",),
+    "rewrite": ("CIM.write_xb", "DMOV.fetch"),
+    "write_back": ("DMOV.writeback",),
+}
+
+
+def dual_mode_summary(info: CompileInfo, tl, energy: dict, counts) -> dict:
+    """Array modes per segment (``AllocateArrayModes``) and the time share of switches, rewrites, write-backs.
+
+    Shares are the time during which at least one operation of the kind runs,
+    over the inference latency (they may overlap other work and each other).
+    """
+    lat = tl.latency_ns
+    share = {k: (tl.busy_ns(kinds) / lat if lat else 0.0) for k, kinds in OVERHEAD_KINDS.items()}
+    return {
+        "segments": info.modes,
+        "switches": int(counts.get("CM.switch", 0)),
+        "time_share": share,
+        "switch_energy_pj": float(energy.get("switch", 0.0)),
+        "memory_mode_energy_pj": float(energy.get("xbmem", 0.0)),
+        "note": "write-backs are zero by construction: a region keeps its output in memory-mode arrays only "
+                "when every consumer is in its segment (the data is consumed in place)",
     }
 
 
@@ -243,6 +271,14 @@ def summary(rep: dict, top: int = 8) -> str:
         f"({100 * u['buffer_fraction']:.0f}% of global buffer"
         + (f"; {u['regions_spilled_offchip']} region(s) keep activations off-chip)" if u.get('regions_spilled_offchip') else ")")
     )
+    dm = rep.get("dual_mode", {})
+    if dm.get("segments"):
+        mem = [sg["memory_arrays"] for sg in dm["segments"]]
+        ts = dm["time_share"]
+        lines.append(
+            f"array modes   memory-mode arrays per segment {mem[:12]}{' ...' if len(mem) > 12 else ''}; "
+            f"{dm['switches']} CM.switch; time share: switches {100 * ts['switch']:.3f}%, rewrites "
+            f"{100 * ts['rewrite']:.1f}%, write-backs {100 * ts['write_back']:.1f}%")
     a = rep["adc"]
     lines.append(
         f"ADC           {a['bits']}-bit {a['mode']}, {'lossless' if a['lossless'] else 'lossy'} "

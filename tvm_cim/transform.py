@@ -5,8 +5,8 @@ Each is a ``tvm.transform`` module pass usable on its own, in this order::
     seq = tvm.transform.Sequential([
         tvm_cim.transform.FindRegions(), tvm_cim.transform.Calibrate(), tvm_cim.transform.Quantize("prime"),
         tvm_cim.transform.MapCrossbars("prime"), tvm_cim.transform.Segment("prime"), tvm_cim.transform.DuplicateWeights("prime"),
-        tvm_cim.transform.Place("prime"), tvm_cim.transform.PlanDataflow("prime"),
-        tvm_cim.transform.GenerateMetaOps("prime"),
+        tvm_cim.transform.AllocateArrayModes("prime"), tvm_cim.transform.Place("prime"),
+        tvm_cim.transform.PlanDataflow("prime"), tvm_cim.transform.GenerateMetaOps("prime"),
         tvm_cim.transform.LowerToRuntime("prime"),
     ])
 
@@ -14,6 +14,7 @@ Each is a ``tvm.transform`` module pass usable on its own, in this order::
 """
 
 from .compiler.transform import (
+    AllocateArrayModes,
     Calibrate,
     CIMPipeline,
     DuplicateWeights,
@@ -27,5 +28,5 @@ from .compiler.transform import (
     Segment,
 )
 
-__all__ = ["FindRegions", "Calibrate", "Quantize", "MapCrossbars", "Segment", "DuplicateWeights", "Place", "PlanDataflow", "GenerateMetaOps",
+__all__ = ["FindRegions", "Calibrate", "Quantize", "MapCrossbars", "Segment", "DuplicateWeights", "AllocateArrayModes", "Place", "PlanDataflow", "GenerateMetaOps",
            "LowerToRuntime", "CIMPipeline"]

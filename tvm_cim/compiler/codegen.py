@@ -36,7 +36,8 @@ from .strategies import Options
 
 
 def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | None = None,
-             strategy: str = "none", name: str | None = None, loopnest: dict | None = None) -> Program:
+             strategy: str = "none", name: str | None = None, loopnest: dict | None = None,
+             memory: dict | None = None) -> Program:
     """Generate the meta-operator program of a region.
 
     Parameters
@@ -58,6 +59,12 @@ def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | 
         :func:`tvm_cim.hardware.loopnest.encode`): the program ends with it
         and the simulator times and charges the region by executing it; the
         other operations still compute the values.
+    memory : dict, optional
+        Dual-mode arrays (CMSwitch, ``AllocateArrayModes``): ``in`` / ``out``
+        the memory-mode arrays its input is loaded from / its output stored
+        into (``DMOV level="xbmem"``), ``toc`` / ``tom`` the arrays switched
+        (``CM.switch``) before anything else, in ``run`` if ``in_run`` (the
+        segment's first region, every inference) else in ``setup``.
 
     Returns
     -------
@@ -91,6 +98,11 @@ def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | 
     m_total = m  # vectors per batch element; chunks cut M
     ch = P.chunks(region, n_rep, hw, wbits, ibits)
     level = ch.level  # a working set larger than the global buffer stays in off-chip memory
+    mem = memory or {}
+    mem_in, mem_out = tuple(mem.get("in", ())), tuple(mem.get("out", ()))
+    lv_in, lv_out = ("xbmem" if mem_in else level), ("xbmem" if mem_out else level)
+    at_in = {"xbs": mem_in} if mem_in else {}
+    at_out = {"xbs": mem_out} if mem_out else {}
     chunks = [Range(int(a), int(b)) for a, b in zip(ch.starts, ch.stops)]
     n_blocks = len(P.row_blocks(pl.tiles))
     attrs = [
@@ -116,6 +128,8 @@ def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | 
         ("pipeline", bool(opts.pipeline)),
         ("mvm_pipeline", bool(opts.mvm_pipeline and mode != "core")),
     ]
+    if memory:
+        attrs += [("mem_in", len(mem_in)), ("mem_out", len(mem_out))]
     # the crossbar mapping chosen for accuracy (only where it departs from the chip's defaults)
     if region.rows_per_step is not None and region.rows_per_step < hw.crossbar.rows_active:
         attrs.append(("rows_per_step", int(region.rows_per_step)))
@@ -127,9 +141,11 @@ def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | 
         attrs.append(("input_encoding", str(region.input_encoding)))
     xhw = region.chip(hw)
 
-    # ---- virtual crossbars: one per (pass, replica)
+    # ---- virtual crossbars: one per (pass, replica); mode switches first
     setup: list = []
     run: list = []
+    switches = [op("CM.switch", type=t, xbs=tuple(mem[k])) for t, k in (("TOC", "toc"), ("TOM", "tom")) if mem.get(k)]
+    (run if mem.get("in_run") else setup).extend(switches)
     vxb_of: dict[tuple[int, int], int] = {}
     binds = []
     for p_idx, idx in enumerate(pl.passes):
@@ -173,7 +189,8 @@ def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | 
 
     def prep(c: int, v: Range) -> list:
         f0, f1 = float(ch.f0[c]), float(ch.f1[c])
-        out = [op("DMOV", op="load", src=Ref("x"), vecs=v, level=level, frac=(f0, f1), bytes=int(ch.load_bytes[c]))]
+        out = [op("DMOV", op="load", src=Ref("x"), vecs=v, level=lv_in, frac=(f0, f1), bytes=int(ch.load_bytes[c]),
+                  **at_in)]
         out.append(op("DCOM", op="quantize", src=Ref("x"), dst=Ref("xq"), vecs=v, scale=float(region.x_scale),
                       zero=int(region.x_zero), bits=ibits, signed=bool(region.x_signed),
                       elements=int(ch.quant_elems[c])))
@@ -238,8 +255,8 @@ def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | 
             deq["bias"] = Ref("bias")
         deq["elements"] = bt * v.size * n * 3
         out.append(Op("DCOM", tuple(deq.items())))
-        out.append(op("DMOV", op="store", src=Ref("yf"), vecs=v, level=level,
-                      frac=(v.start / m_total, v.stop / m_total), bytes=bt * v.size * n))
+        out.append(op("DMOV", op="store", src=Ref("yf"), vecs=v, level=lv_out,
+                      frac=(v.start / m_total, v.stop / m_total), bytes=bt * v.size * n, **at_out))
         return out
 
     if len(pl.passes) == 1:

@@ -97,11 +97,19 @@ class Estimator:
         Quantised precision.
     mvm_pipeline : bool
         Whether row blocks of a replica start as their own input slices arrive.
+    offchip_in_order : bool
+        In :meth:`graph_ns`, a region's weight fetch waits for the off-chip
+        activation traffic of the earlier regions of its segment (the
+        simulator's timeline books them first and a fetch rarely fits between
+        them); used by the dual-mode strategy, whose segments are chosen on
+        this estimate.
     """
 
-    def __init__(self, hw: CIMHardware, wbits: int, ibits: int, mvm_pipeline: bool = False):
+    def __init__(self, hw: CIMHardware, wbits: int, ibits: int, mvm_pipeline: bool = False,
+                 offchip_in_order: bool = False):
         self.hw, self.wbits, self.ibits = hw, wbits, ibits
         self.mvm_pipeline = mvm_pipeline
+        self.offchip_in_order = offchip_in_order
         self.xbs_per_core = hw.core.crossbars
         self._tile_bytes: dict = {}
         self._tiles: dict = {}
@@ -160,9 +168,13 @@ class Estimator:
         """Programming one replica's crossbars (rows serially, crossbars in parallel)."""
         return cost.write(self.hw_of(r), min(tile_rows, r.mkn[1]), 0, r.batch, self.wbits)[0]
 
-    def region_ns(self, r: Region, replicas: int, tile_rows: int, resident: bool = True, passes: int = 1) -> float:
-        """Analytical latency of one region with ``replicas`` copies, inputs ready at time 0."""
-        fin, busy = self.chunk_finish(r, replicas, tile_rows, resident, passes)
+    def region_ns(self, r: Region, replicas: int, tile_rows: int, resident: bool = True, passes: int = 1,
+                  mem_in: int = 0, mem_out: int = 0) -> float:
+        """Analytical latency of one region with ``replicas`` copies, inputs ready at time 0.
+
+        ``mem_in`` / ``mem_out``: memory-mode arrays its input is loaded from / its output is stored into.
+        """
+        fin, busy = self.chunk_finish(r, replicas, tile_rows, resident, passes, mem_in=mem_in, mem_out=mem_out)
         return max(float(np.max(fin)), *busy)
 
     def chunks(self, r: Region, replicas: int) -> P.Chunks:
@@ -170,8 +182,11 @@ class Estimator:
         return P.chunks(r, replicas, self.hw, self.wbits, self.ibits)
 
     # ------------------------------------------------------------------ per-chunk work
-    def _chunk_work(self, r: Region, ch: P.Chunks, tile_rows: int):
-        """What every chunk costs on each unit, from the cost primitives."""
+    def _chunk_work(self, r: Region, ch: P.Chunks, tile_rows: int, mem_in: int = 0, mem_out: int = 0):
+        """What every chunk costs on each unit, from the cost primitives.
+
+        Loads (stores) go through ``mem_in`` (``mem_out``) memory-mode arrays when there are any.
+        """
         hw = self.hw
         m, k, n = r.mkn
         bt = r.batch
@@ -179,7 +194,8 @@ class Estimator:
         size = ch.size
         blocks = P.row_blocks(self.tile_list(r, tile_rows))
         row_blocks = len(blocks)
-        load = cost.load_store(hw, ch.load_bytes, off)[0]
+        load = (cost.memory_access(hw, ch.load_bytes, mem_in, False)[0] if mem_in
+                else cost.load_store(hw, ch.load_bytes, off)[0])
         prep = cost.alu(hw, "quantize", ch.quant_elems, core_level=False)[0]
         if r.kind == CONV2D:
             prep = prep + cost.alu(hw, "im2col", ch.im2col_elems, core_level=False)[0]
@@ -188,13 +204,15 @@ class Estimator:
         post = cost.alu(hw, "dequantize", bt * size * n * 3, core_level=True)[0]
         if row_blocks > 1:
             post = post + cost.alu(hw, "reduce", bt * size * n * (row_blocks - 1), core_level=True)[0]
-        store = cost.load_store(hw, bt * size * n, off)[0]
+        store = (cost.memory_access(hw, bt * size * n, mem_out, True)[0] if mem_out
+                 else cost.load_store(hw, bt * size * n, off)[0])
         return load, prep, scatter, read, post, store
 
     def chunk_finish(self, r: Region, replicas: int, tile_rows: int, resident: bool = True, passes: int = 1,
                      t_in: np.ndarray | float = 0.0,
                      t_free: float | None = None,
-                     t_offchip: float | None = None) -> tuple[np.ndarray, tuple[float, float, float]]:
+                     t_offchip: float | None = None, mem_in: int = 0,
+                     mem_out: int = 0) -> tuple[np.ndarray, tuple[float, float, float]]:
         """When each chunk of a region is stored, given when its input is available.
 
         Weights written at run time (not resident, or a ``dmatmul``'s run-time
@@ -221,6 +239,10 @@ class Estimator:
         t_offchip : float, optional
             When the off-chip interface is free for this region's weight
             fetches (after the fetches of earlier regions of the segment).
+        mem_in, mem_out : int
+            Memory-mode arrays (CMSwitch) the input is loaded from and the
+            output stored into; their traffic bypasses the global-buffer port
+            and off-chip memory.
 
         Returns
         -------
@@ -242,14 +264,14 @@ class Estimator:
         size = ch.size
         nch = len(size)
         reps = max(1, min(replicas, nch)) if passes == 1 else 1
-        load, prep, scatter, read, post, store = self._chunk_work(r, ch, tile_rows)
+        load, prep, scatter, read, post, store = self._chunk_work(r, ch, tile_rows, mem_in, mem_out)
         # ---- inputs ready in program order (global-buffer port, then chip ALU)
         t_in = np.broadcast_to(np.asarray(t_in, dtype=float), (nch,))
         t0 = float(t_in.min())
         tf = t0 if t_free is None else min(t0, t_free)
         fetch = self.fetch_ns(r, tile_rows, passes) if not resident else np.zeros(passes)
         t_off = tf if t_offchip is None else max(tf, t_offchip)
-        if spill and passes == 1 and fetch[0] > 0:  # the loads queue behind the weights on the off-chip port
+        if spill and not mem_in and passes == 1 and fetch[0] > 0:  # loads queue behind weights off-chip
             t_in = np.maximum(t_in, t_off + fetch[0])
         loaded = maxplus(t_in, load)
         if spill and passes > 1:  # here the weights of every pass queue behind the loads
@@ -265,7 +287,7 @@ class Estimator:
             ready = np.maximum(ready, tf + y_load + y_q)
         if r.kind != DMATMUL and not resident and passes == 1:
             start = max(t0, float(fetched[0]) + self.write_ns(r, tile_rows))
-        moved = float(np.sum(load) + np.sum(store))
+        moved = float((0.0 if mem_in else np.sum(load)) + (0.0 if mem_out else np.sum(store)))
         busy = (moved, float(np.sum(prep)), float(np.sum(fetch)) + (moved if spill else 0.0))
         if passes > 1:
             # every pass rewrites all crossbars with the next tiles (row-major over row and column
@@ -431,8 +453,8 @@ class Estimator:
         off_free = 0.0  # the off-chip interface fetches the weights of a segment's regions in order
         for r in regions:
             p = plans[r.name]
-            if p.segment != cur_seg:  # a new segment starts once the previous one is done
-                cur_seg, seg_start = p.segment, end
+            if p.segment != cur_seg:  # a new segment starts once the previous one is done (and its switches)
+                cur_seg, seg_start = p.segment, end + getattr(p, "switch_ns", 0.0)
                 off_free = seg_start
             ch = self.chunks(r, p.replicas)
             starts, stops = ch.starts, ch.stops
@@ -451,10 +473,14 @@ class Estimator:
                     t_in = np.maximum(t_in, range_max(fq, lo, np.minimum(hi, len(fq))))
             fin, busy = self.chunk_finish(r, p.replicas, p.tile_rows, p.resident, p.passes, t_in,
                                           t_free=seg_start if pipeline else end,
-                                          t_offchip=off_free if pipeline else None)
+                                          t_offchip=off_free if pipeline else None,
+                                          mem_in=getattr(p, "mem_in", 0), mem_out=getattr(p, "mem_out", 0))
             if not p.resident:
                 off_free = max(off_free, seg_start if pipeline else end) + float(
                     np.sum(self.fetch_ns(r, p.tile_rows, p.passes)))
+            if self.offchip_in_order and ch.level == "offchip" and not (getattr(p, "mem_in", 0)
+                                                                         and getattr(p, "mem_out", 0)):
+                off_free = max(off_free, float(fin.max()))
             # the global-buffer port, the chip ALU and the off-chip interface serve every region of the segment
             shared = busy if p.segment != shared_seg else tuple(a + b for a, b in zip(shared, busy))
             shared_seg = p.segment

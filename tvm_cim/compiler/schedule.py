@@ -21,13 +21,14 @@ estimate (:class:`tvm_cim.compiler.estimate.Estimator`).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from ..hardware.schema import CIMHardware
 from .estimate import Estimator
 from .plan import passes_of
 from .region import DMATMUL, Region
-from .strategies import Options, duplication, get, segmentation
+from .strategies import Options, duplication, get, modes, segmentation
 
 
 @dataclass
@@ -53,6 +54,11 @@ class RegionPlan:
         Weights written once, before the first inference.
     passes : int
         Passes of a layer larger than the chip.
+    mem_in, mem_out : int
+        Dual-mode arrays in memory mode its input is loaded from and its
+        output is stored into (``AllocateArrayModes``; 0: global buffer).
+    switch_ns : float
+        Mode switches before its segment starts (on the segment's first region).
     """
 
     replicas: int = 1
@@ -64,6 +70,9 @@ class RegionPlan:
     write_ns: float = 0.0
     resident: bool = True
     passes: int = 1
+    mem_in: int = 0
+    mem_out: int = 0
+    switch_ns: float = 0.0
 
 
 @dataclass
@@ -89,8 +98,12 @@ def footprint(r: Region, est: Estimator, tile_rows: int) -> int:
     return est.tiles(r, tile_rows)
 
 
-def segment(regions: list[Region], hw: CIMHardware, opts: Options, est: Estimator) -> tuple[list[int], bool]:
+def segment(regions: list[Region], hw: CIMHardware, opts: Options, est: Estimator,
+            producers: dict[str, list[str]] | None = None) -> tuple[list[int], bool]:
     """Segment of every region, and whether the weights of the whole network fit at once (resident).
+
+    ``producers`` (region -> regions feeding it) is what CMSwitch's DP
+    (``segmentation='dp'``) needs to cost pipelined segments.
 
     Returns
     -------
@@ -104,6 +117,9 @@ def segment(regions: list[Region], hw: CIMHardware, opts: Options, est: Estimato
     def fp(r):
         return footprint(r, est, rows[r.name])
 
+    if opts.segmentation == "dp":
+        segs_dp, fits = modes.segment_dp(regions, est, producers or {}, make_plan)
+        return [i for i, sm in enumerate(segs_dp) for _ in range(sm.last - sm.first + 1)], fits
     segs = segmentation.greedy(regions, fp, cap)
     fits = len(segs) == 1 and sum(fp(r) for r in regions) <= cap
     if len(segs) > 1 and opts.segmentation == "refine":
@@ -139,17 +155,86 @@ def duplicate(regions: list[Region], segment_of: list[int], resident: bool, hw: 
     return plans
 
 
+def allocate_modes(regions: list[Region], segment_of: list[int], resident: bool, est: Estimator,
+                   producers: dict[str, list[str]] | None = None, time_limit: float = modes.TIME_LIMIT_S,
+                   seed: int = 0) -> tuple[dict[str, RegionPlan], list[dict]]:
+    """CMSwitch's allocation of every segment (copies, memory-mode arrays, switches), as plans and a summary.
+
+    Returns
+    -------
+    plans : dict
+        Region name -> :class:`RegionPlan` with ``replicas``, ``mem_in``,
+        ``mem_out`` and (first region of a segment) ``switch_ns``.
+    summary : list of dict
+        Per segment: its regions, arrays in compute and memory mode, the
+        allocation per region, the physical memory arrays and switches,
+        the solver's status and time, and which allocation was kept
+        (``chosen``: the MIP's, or ``all-compute`` -- CIM-MLC's duplication of
+        the segment -- when the shared estimate finds it faster).
+    """
+    hw = est.hw
+    producers = producers or {}
+    bounds: dict[int, list[int]] = {}
+    for i, s_idx in enumerate(segment_of):
+        bounds.setdefault(s_idx, []).append(i)
+    segs = [modes.allocate_segment(regions, idx[0], idx[-1], est, producers, time_limit, seed)
+            for _, idx in sorted(bounds.items())]
+    # every array computing is one of the allocations CMSwitch chooses from: keep CIM-MLC's duplication
+    # of the segment (all arrays computing) when the shared estimate says it is faster than the MIP's
+    mlc = get("cim-mlc").options(hw)
+    chosen = []
+    for s_idx, sm in enumerate(segs):
+        seg = regions[sm.first:sm.last + 1]
+        mine = modes.segment_plans(regions, sm, est, s_idx, resident, make_plan)
+        theirs = duplicate(seg, [s_idx] * len(seg), resident, hw, mlc, est)
+        t_mine = est.graph_ns(seg, mine, True, producers)[0]
+        t_theirs = est.graph_ns(seg, theirs, True, producers)[0]
+        if sm.alloc.status != "passes" and t_theirs < t_mine:
+            reps = [theirs[r.name].replicas for r in seg]
+            a = sm.alloc
+            sm.alloc = dataclasses.replace(a, replicas=reps, memory=[0] * len(seg), compute_arrays=sum(
+                d * est.tiles(r, hw.crossbar.rows) for d, r in zip(reps, seg)))
+            chosen.append(("all-compute", t_mine, t_theirs))
+        else:
+            chosen.append(("mip", t_mine, t_theirs))
+    layout = modes.memory_layout(hw, segs)
+    plans: dict[str, RegionPlan] = {}
+    summary = []
+    for s_idx, (sm, lay) in enumerate(zip(segs, layout)):
+        sw = modes.switch_ns(hw, len(lay["tom"]), len(lay["toc"])) if len(segs) > 1 else 0.0
+        plans.update(modes.segment_plans(regions, sm, est, s_idx, resident, make_plan, sw, latency=True))
+        names = [r.name for r in regions[sm.first:sm.last + 1]]
+        a = sm.alloc
+        summary.append({
+            "segment": s_idx, "regions": names,
+            "compute_arrays": int(a.compute_arrays), "memory_arrays": int(a.memory_arrays),
+            "idle_arrays": int(hw.total_crossbars - a.compute_arrays - a.memory_arrays),
+            "allocation": {n: {"replicas": int(d), "memory_out": int(b), "input_from": (
+                names[p] if p is not None and a.memory[p] else None)}
+                for n, d, b, p in zip(names, a.replicas, a.memory, sm.producer)},
+            "memory_xbs": {n: list(x) for n, x in zip(names, lay["out"]) if x},
+            "switch": {"TOM": list(lay["tom"]), "TOC": list(lay["toc"]), "ns": sw},
+            "solver": {"status": a.status, "seconds": a.seconds, "gap": a.gap, "bound_ns": a.latency_ns,
+                       "time_limit_s": time_limit},
+            "chosen": chosen[s_idx][0], "estimate_mip_ns": chosen[s_idx][1],
+            "estimate_all_compute_ns": chosen[s_idx][2],
+        })
+    return plans, summary
+
+
 def make_plan(r: Region, est: Estimator, replicas: int, tile_rows: int, segment_idx: int, resident: bool,
-              cores: int | None = None, latency: bool = True) -> RegionPlan:
+              cores: int | None = None, latency: bool = True, mem_in: int = 0, mem_out: int = 0,
+              switch_ns: float = 0.0) -> RegionPlan:
     """The plan of a region from its decisions, with the estimate's latency (if ``latency``) and write time."""
     tiles = est.tiles(r, tile_rows)
     passes = passes_of(tiles, est.hw.total_crossbars)
     return RegionPlan(
         replicas=replicas, tile_rows=tile_rows, tiles=tiles,
         cores=est.plan_cores(r, tile_rows) if cores is None else cores, segment=segment_idx,
-        latency_ns=est.region_ns(r, replicas, tile_rows, resident, passes=passes) if latency else 0.0,
+        latency_ns=est.region_ns(r, replicas, tile_rows, resident, passes=passes, mem_in=mem_in,
+                                 mem_out=mem_out) if latency else 0.0,
         write_ns=(0.0 if resident and r.kind != DMATMUL else est.write_ns(r, tile_rows) * passes),
-        resident=resident, passes=passes,
+        resident=resident, passes=passes, mem_in=mem_in, mem_out=mem_out, switch_ns=switch_ns,
     )
 
 
@@ -177,9 +262,11 @@ def schedule(regions: list[Region], hw: CIMHardware, strategy: str = "cim-mlc",
     Schedule
     """
     opts = options or get(strategy).options(hw)
-    est = Estimator(hw, wbits, ibits, mvm_pipeline=opts.mvm_pipeline)
-    segment_of, resident = segment(regions, hw, opts, est)
+    est = Estimator(hw, wbits, ibits, mvm_pipeline=opts.mvm_pipeline, offchip_in_order=opts.modes == "dual")
+    segment_of, resident = segment(regions, hw, opts, est, producers)
     plans = duplicate(regions, segment_of, resident, hw, opts, est)
+    if opts.modes == "dual":
+        plans, _ = allocate_modes(regions, segment_of, resident, est, producers)
     sched = Schedule(strategy, opts, plans, segments=max(segment_of, default=0) + 1)
     sched.estimate_ns, sched.estimate_regions_ns = est.graph_ns(regions, plans, opts.pipeline, producers)
     return sched

@@ -22,6 +22,10 @@ pass                   what it decides, and where it writes it
                        ``cim.options``); segment of every region and whether weights stay resident
                        (``cim.segment``, ``cim.resident``)
 ``DuplicateWeights``   replicas and tile rows (``cim.replicas``, ``cim.tile_rows``, ``cim.passes``)
+``AllocateArrayModes`` dual-mode strategies (CMSwitch): per segment, copies in compute mode and
+                       memory-mode arrays for outputs (``cim.replicas``, ``cim.mem_out``,
+                       ``cim.mem_xbs``, ``cim.mem_in_xbs``, ``cim.switch_tom``, ``cim.switch_toc``;
+                       module: ``cim.modes``); nothing for the others
 ``Place``              crossbars of every replica (``cim.xbs``)
 ``GenerateMetaOps``    the meta-operator program of every region (``cim.program``) and the network
                        of segments (module attribute ``cim.network``)
@@ -72,6 +76,7 @@ from .estimate import Estimator
 from .partition import PREFIX, PartitionForCIM
 from .quantize import CalibrationConfig, activation_params, describe_composite, observation, observe, quantize_weights
 from .region import CONV2D, DMATMUL, MATMUL, Region, unfold_conv_weight
+from .strategies import modes
 
 RUN_REGION = "tvm_cim.run_region"
 A = "cim."  # prefix of every attribute the passes write
@@ -181,6 +186,8 @@ class CompileInfo:
         Region name -> regions whose outputs feed its inputs (through host operators).
     accuracy : dict
         The error budget and what ``MapCrossbars`` chose per region (:func:`accuracy_of`).
+    modes : list of dict
+        Per segment, the array modes ``AllocateArrayModes`` chose (empty when every array computes).
     """
 
     hw: CIMHardware
@@ -192,6 +199,7 @@ class CompileInfo:
     schedule: schedule.Schedule | None = None
     producers: dict[str, list[str]] = field(default_factory=dict)
     accuracy: dict = field(default_factory=dict)
+    modes: list = field(default_factory=list)
 
     def program_text(self) -> str:
         """The network and every program, as ``--emit`` writes them."""
@@ -338,11 +346,20 @@ def plans_of(mod: tvm.IRModule, hw: CIMHardware, est: Estimator, latency: bool =
     ``latency``: also estimate each region alone (the plans' ``latency_ns``).
     """
     plans = {}
-    for g, f in region_functions(mod):
-        r = region_of(f)
+    fs = [(region_of(f), f) for _, f in region_functions(mod)]
+    # memory-mode arrays (AllocateArrayModes): the region holding each input, shares of the arrays' bandwidth
+    held = {str(_attr(f, "mem_xbs")): r.name for r, f in fs if _attr(f, "mem_xbs")}
+    source = {r.name: held[str(_attr(f, "mem_in_xbs"))] for r, f in fs if _attr(f, "mem_in_xbs")}
+    memory = {r.name: _xbs_count(_attr(f, "mem_xbs")) for r, f in fs}
+    eff = modes.effective_arrays([r for r, _ in fs], est, memory, source) if source or any(memory.values()) else {}
+    for r, f in fs:
+        sw = _xbs_count(_attr(f, "switch_tom")), _xbs_count(_attr(f, "switch_toc"))
+        m_in, m_out = eff.get(r.name, (0, 0))
         plans[r.name] = schedule.make_plan(
             r, est, int(_need(f, "replicas", "DuplicateWeights")), int(_need(f, "tile_rows", "DuplicateWeights")),
-            int(_need(f, "segment", "Segment")), bool(_need(f, "resident", "Segment")), latency=latency)
+            int(_need(f, "segment", "Segment")), bool(_need(f, "resident", "Segment")), latency=latency,
+            mem_in=m_in, mem_out=m_out,
+            switch_ns=modes.switch_ns(hw, *sw) if _attr(f, "switch_in_run", False) else 0.0)
     return plans
 
 
@@ -366,6 +383,11 @@ def _xbs_text(replicas: list[list[int]]) -> str:
         parts.append(f"{start}:{prev + 1}")
         out.append("+".join(parts))
     return " ".join(out)
+
+
+def _xbs_count(text) -> int:
+    """Arrays named by an attribute written by :func:`_xbs_text` (0 when absent or empty)."""
+    return 0 if text is None or not str(text).strip() else sum(len(r) for r in _xbs_parse(str(text)))
 
 
 def _xbs_parse(text: str) -> list[list[int]]:
@@ -569,9 +591,9 @@ class Segment:
         hw = _resolve_hw(self.hw)
         name, opts = _resolve_options(self.strategy, self.options, hw)
         wbits, ibits = _precision(mod)
-        est = Estimator(hw, wbits, ibits, mvm_pipeline=opts.mvm_pipeline)
+        est = Estimator(hw, wbits, ibits, mvm_pipeline=opts.mvm_pipeline, offchip_in_order=opts.modes == "dual")
         items = regions_of(mod)
-        seg_of, resident = schedule.segment([r for _, r in items], hw, opts, est)
+        seg_of, resident = schedule.segment([r for _, r in items], hw, opts, est, producers_of(mod))
         mod = _with_attrs(mod, {g: {"segment": s, "resident": resident} for (g, _), s in zip(items, seg_of)})
         return mod.with_attr(A + "strategy", name).with_attr(A + "options", opts.as_attrs())
 
@@ -596,7 +618,7 @@ class DuplicateWeights:
         hw = _resolve_hw(self.hw)
         _, opts = module_options(mod)
         wbits, ibits = _precision(mod)
-        est = Estimator(hw, wbits, ibits, mvm_pipeline=opts.mvm_pipeline)
+        est = Estimator(hw, wbits, ibits, mvm_pipeline=opts.mvm_pipeline, offchip_in_order=opts.modes == "dual")
         fs = region_functions(mod)
         regions = [region_of(f) for _, f in fs]
         seg_of = [int(_need(f, "segment", "Segment")) for _, f in fs]
@@ -605,6 +627,81 @@ class DuplicateWeights:
         return _with_attrs(mod, {g: {"replicas": plans[r.name].replicas, "tile_rows": plans[r.name].tile_rows,
                                      "passes": plans[r.name].passes}
                                  for (g, _), r in zip(fs, regions)})
+
+
+@tvm.transform.module_pass(opt_level=0, name="AllocateArrayModes")
+class AllocateArrayModes:
+    """CMSwitch's per-segment allocation of dual-mode arrays (strategies whose ``modes`` is ``dual``).
+
+    For every segment, a MIP (:func:`tvm_cim.compiler.solvers.arrays.allocate`,
+    HiGHS, time limit per solve) chooses the copies of every region's weights
+    (compute mode) and the arrays in memory mode that hold its output for its
+    consumers in the segment; then the physical memory arrays (top of the
+    switchable range) and the ``CM.switch`` lists at the segment's start.
+    Writes ``cim.replicas``, ``cim.mem_out``, ``cim.mem_xbs``, ``cim.mem_in_xbs``
+    (the producer's arrays it loads from), ``cim.switch_tom`` /
+    ``cim.switch_toc`` / ``cim.switch_in_run`` on a segment's first region,
+    and the module attribute ``cim.modes`` (JSON: per segment the
+    allocation, the switches and the solver's status and time).  Other
+    strategies pass through unchanged.
+
+    Parameters
+    ----------
+    hw : CIMHardware or str, optional
+        The chip (default: the target in scope).
+    time_limit : float
+        Seconds per MIP solve.
+    """
+
+    def __init__(self, hw=None, time_limit: float = modes.TIME_LIMIT_S):
+        self.hw, self.time_limit = hw, time_limit
+
+    def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
+        hw = _resolve_hw(self.hw)
+        _, opts = module_options(mod)
+        if opts.modes != "dual":
+            return mod
+        wbits, ibits = _precision(mod)
+        est = Estimator(hw, wbits, ibits, mvm_pipeline=opts.mvm_pipeline, offchip_in_order=opts.modes == "dual")
+        fs = region_functions(mod)
+        regions = [region_of(f) for _, f in fs]
+        seg_of = [int(_need(f, "segment", "Segment")) for _, f in fs]
+        resident = all(bool(_need(f, "resident", "Segment")) for _, f in fs)
+        producers = producers_of(mod)
+        plans, summary = schedule.allocate_modes(regions, seg_of, resident, est, producers, self.time_limit)
+        out_xbs = {n: xs for seg in summary for n, xs in seg["memory_xbs"].items()}
+        first = {seg["regions"][0]: seg for seg in summary}
+        updates = {}
+        for (g, _), r in zip(fs, regions):
+            p = plans[r.name]
+            kv = {"replicas": p.replicas, "mem_out": p.mem_out,
+                  "mem_xbs": _xbs_text([out_xbs[r.name]]) if r.name in out_xbs else ""}
+            seg = summary[p.segment]
+            src = seg["allocation"][r.name]["input_from"]
+            kv["mem_in_xbs"] = _xbs_text([out_xbs[src]]) if src else ""
+            if r.name in first:
+                sw = first[r.name]["switch"]
+                kv["switch_tom"] = _xbs_text([sw["TOM"]]) if sw["TOM"] else ""
+                kv["switch_toc"] = _xbs_text([sw["TOC"]]) if sw["TOC"] else ""
+                kv["switch_in_run"] = len(summary) > 1  # one segment: switched once, with the weights
+            updates[g] = kv
+        return _with_attrs(mod, updates).with_attr(A + "modes", json.dumps(summary))
+
+
+def modes_of(mod: tvm.IRModule) -> list[dict]:
+    """The per-segment allocation ``AllocateArrayModes`` recorded (empty for single-mode strategies)."""
+    attrs = mod.attrs or {}
+    return json.loads(str(attrs[A + "modes"])) if A + "modes" in attrs else []
+
+
+def _memory_of(f) -> dict | None:
+    """What a region's program does with dual-mode arrays (``AllocateArrayModes``), for the code generator."""
+    keys = ("mem_xbs", "mem_in_xbs", "switch_tom", "switch_toc")
+    if all(not _attr(f, k) for k in keys):
+        return None
+    xs = {k: tuple(x for rep in _xbs_parse(str(_attr(f, k))) for x in rep) if _attr(f, k) else () for k in keys}
+    return {"out": xs["mem_xbs"], "in": xs["mem_in_xbs"], "tom": xs["switch_tom"], "toc": xs["switch_toc"],
+            "in_run": bool(_attr(f, "switch_in_run", False))}
 
 
 @tvm.transform.module_pass(opt_level=0, name="Place")
@@ -627,7 +724,7 @@ class Place:
         hw = _resolve_hw(self.hw)
         _, opts = module_options(mod)
         wbits, ibits = _precision(mod)
-        est = Estimator(hw, wbits, ibits, mvm_pipeline=opts.mvm_pipeline)
+        est = Estimator(hw, wbits, ibits, mvm_pipeline=opts.mvm_pipeline, offchip_in_order=opts.modes == "dual")
         fs = region_functions(mod)
         regions = [region_of(f) for _, f in fs]
         cmap = mapping.allocate(regions, hw, plans_of(mod, hw, est, latency=False))
@@ -744,7 +841,7 @@ class GenerateMetaOps:
             df = _attr(f, "dataflow")
             nest = json.loads(str(df))["op"] if df is not None else None
             prog = codegen.generate(r, cmap.placements[r.name], hw, opts, strategy, name=f"m{uid}.{r.name}",
-                                    loopnest=nest)
+                                    loopnest=nest, memory=_memory_of(f))
             text = print_program(prog)
             _remember(prog, text)
             updates[g] = {"program": text}
@@ -819,7 +916,7 @@ class LowerToRuntime:
             lowered[g] = build
         info.producers = producers_of(mod)
         wbits, ibits = _precision(mod)
-        est = Estimator(hw, wbits, ibits, mvm_pipeline=opts.mvm_pipeline)
+        est = Estimator(hw, wbits, ibits, mvm_pipeline=opts.mvm_pipeline, offchip_in_order=opts.modes == "dual")
         plans = plans_of(mod, hw, est)
         sched = schedule.Schedule(strategy, opts, plans, segments=max(p.segment for p in plans.values()) + 1)
         sched.estimate_ns, sched.estimate_regions_ns = est.graph_ns(regions, plans, opts.pipeline, info.producers)
@@ -842,6 +939,9 @@ class LowerToRuntime:
             info.accuracy["regions"] = {uid_names[k]: v for k, v in info.accuracy["regions"].items()}
         info.programs, info.chip_map, info.schedule = programs, cmap, sched
         info.network = parse_network(str(mod.attrs[A + "network"]))
+        info.modes = modes_of(mod)
+        for seg in info.modes:
+            seg["regions"] = [uid_names.get(n, n) for n in seg["regions"]]
         mod = lower_composites(mod, lowered)
         info.host_ops = host_ops(mod)
         _STATE.info = info
@@ -884,6 +984,7 @@ def CIMPipeline(hw=None, strategy: str | None = None, options: strategies.Option
             MapCrossbars(hw, max_error),
             Segment(hw, strategy, options),
             DuplicateWeights(hw),
+            AllocateArrayModes(hw),
             Place(hw),
             PlanDataflow(hw),
             GenerateMetaOps(hw),

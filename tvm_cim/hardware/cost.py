@@ -17,6 +17,8 @@ load / store        ``ceil(bytes x 8 / global-buffer bandwidth) x cycle``       
   ... off-chip      at the smaller of the buffer and off-chip bandwidths         global-buffer port, off-chip
 scatter             ``ceil(bytes x 8 / min(link, local buffer)) x cycle``        the core's link
 weight fetch        ``ceil(bytes x 8 / off-chip bandwidth) x cycle``             off-chip interface
+memory-mode access  ``ceil(bytes x 8 / (arrays x memory_bandwidth)) x cycle``    the memory-mode arrays
+mode switch         ``to_memory_cycles`` or ``to_compute_cycles`` x cycle        the arrays it switches
 ==================  ==========================================================  ============================
 
 ``read_step = max(read_latency, ceil(bitlines / adcs) x adc_latency)``;
@@ -187,3 +189,47 @@ def leakage_mw(hw: CIMHardware) -> float:
         + hw.chip.alu.leakage_mw
         + hw.chip.cores * (hw.core.local_buffer.leakage_mw + hw.core.alu.leakage_mw)
     )
+
+
+# --------------------------------------------------------------------------- dual-mode arrays (CMSwitch)
+def memory_access(hw: CIMHardware, nbytes, arrays: int, write: bool):
+    """A load from (or store into) ``arrays`` dual-mode arrays in memory mode, in parallel.
+
+    ``arrays`` may be fractional: the share of their bandwidth an access gets
+    when other accesses use the same arrays (the compiler's estimate).
+
+    Returns
+    -------
+    ns : float or numpy.ndarray
+    energy : dict
+        pJ by component: ``xbmem``.
+    """
+    dm = hw.dual_mode
+    bits = (arrays if arrays > 0 else 1) * dm.memory_bandwidth_bits  # fractional: a share of their time
+    ns = _ceil(np.asarray(nbytes) * 8 / bits) * hw.cycle_ns
+    per_bit = dm.memory_write_energy_pj_per_bit if write else dm.memory_read_energy_pj_per_bit
+    return ns, {"xbmem": nbytes * 8 * per_bit}
+
+
+def switch(hw: CIMHardware, arrays: int, to_memory: bool):
+    """``CM.switch`` of ``arrays`` arrays at once (TOM if ``to_memory`` else TOC).
+
+    Returns
+    -------
+    ns, energy_pj
+    """
+    dm = hw.dual_mode
+    cycles = dm.to_memory_cycles if to_memory else dm.to_compute_cycles
+    e = dm.to_memory_energy_pj if to_memory else dm.to_compute_energy_pj
+    return cycles * hw.cycle_ns, arrays * e
+
+
+def write_rounds(hw: CIMHardware, arrays) -> int:
+    """Rounds needed to program ``arrays`` arrays through the chip's write ports (1 when unlimited)."""
+    ports = hw.dual_mode.write_ports
+    return 1 if not ports else max(1, -(-int(arrays) // ports))
+
+
+def switchable(hw: CIMHardware, xbs) -> bool:
+    """Whether every crossbar of ``xbs`` can switch mode (ids ``0 .. switchable_arrays - 1``)."""
+    return all(0 <= int(x) < hw.dual_mode.switchable_arrays for x in xbs)

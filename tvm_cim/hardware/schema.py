@@ -147,10 +147,18 @@ class Core:
 class DualMode:
     """CMSwitch dual-mode arrays that can serve as memory instead of computing."""
 
-    switchable_arrays: Count = key(0, doc="crossbars that can switch between compute and memory mode")
+    switchable_arrays: Count = key(0, doc="crossbars 0 .. n-1 can switch between compute and memory mode")
     memory_bandwidth_bits: Count = key(0, doc="bits per cycle an array delivers in memory mode", unit="bit/cycle")
     to_memory_cycles: Count = key(0, doc="latency of switching compute -> memory (TOM)", unit="cycle")
     to_compute_cycles: Count = key(0, doc="latency of switching memory -> compute (TOC)", unit="cycle")
+    to_memory_energy_pj: NonNegFloat = key(0.0, doc="energy of switching one array compute -> memory", unit="pJ")
+    to_compute_energy_pj: NonNegFloat = key(0.0, doc="energy of switching one array memory -> compute", unit="pJ")
+    memory_capacity_kb: NonNegFloat = key(
+        0.0, doc="data one array holds in memory mode (0 = rows x cols x cell_bits)", unit="KiB")
+    memory_read_energy_pj_per_bit: NonNegFloat = key(0.0, doc="reading an array in memory mode", unit="pJ/bit")
+    memory_write_energy_pj_per_bit: NonNegFloat = key(0.0, doc="writing an array in memory mode", unit="pJ/bit")
+    write_ports: Count = key(
+        0, doc="arrays whose weights can be programmed at the same time (0 = all of them)")
 
 
 @hw_dataclass
@@ -263,6 +271,11 @@ class CIMHardware:
                 out.append(("dataflow.levels", "a per-core level holding W (the macro)", "none"))
             if not df.spatial:
                 out.append(("dataflow.spatial", "at least one spatial axis", "none"))
+        if self.dual_mode.write_ports > self.total_crossbars:
+            out.append(("dual_mode.write_ports", f"at most the chip's crossbars ({self.total_crossbars})",
+                        self.dual_mode.write_ports))
+        if self.dual_mode.switchable_arrays and not self.dual_mode.memory_bandwidth_bits:
+            out.append(("dual_mode.memory_bandwidth_bits", "> 0 when arrays can switch", 0))
         return out
 
     # ----------------------------------------------------------------- derived
@@ -361,6 +374,15 @@ class CIMHardware:
             return self
         return dataclasses.replace(self, crossbar=dataclasses.replace(self.crossbar, rows_active=int(rows)))
 
+    @property
+    def memory_capacity_bytes(self) -> int:
+        """Bytes one dual-mode array holds in memory mode."""
+        kb = self.dual_mode.memory_capacity_kb
+        if kb > 0:
+            return int(kb * 1024)
+        xb = self.crossbar
+        return xb.rows * xb.cols * xb.cell_bits // 8
+
     def op(self, name: str) -> OpCost:
         """Cost of a digital operation, defaulting to one cycle and no energy."""
         return self.ops.get(name, _UNIT_OP)
@@ -383,5 +405,4 @@ NOT_MODELLED: dict[str, str] = {
     "ops.pool": "pooling runs on the host (Relax), not in CIM programs",
     "ops.sigmoid": "activations run on the host (Relax), not in CIM programs",
     "ops.dmov": "data movement is costed by buffer and link bandwidths",
-    "dual_mode": "no registered strategy switches arrays to memory mode yet; every array computes",
 }

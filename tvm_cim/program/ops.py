@@ -106,13 +106,14 @@ define("CIM.loopnest", "crossbar",
 define("CM.switch", "mode", "switch arrays to memory mode (TOM) or to compute mode (TOC) (CMSwitch)",
        _o("type", STR, doc="'TOM' or 'TOC'"), _o("xbs", TUPLE, doc="crossbar ids"))
 # ---------------------------------------------------------------------------- data movement
-_LEVEL = _o("level", STR, doc="'global', 'offchip' or 'core'")
+_LEVEL = _o("level", STR, doc="'global', 'offchip', 'core' or 'xbmem' (dual-mode arrays in memory mode)")
+_MEMXBS = _o("xbs", TUPLE, False, "the memory-mode arrays holding the data (level 'xbmem')")
 _FRAC = _o("frac", TUPLE, False, "share [f0, f1) of the region input or output it moves")
 _BYTES = _o("bytes", INT, doc="bytes moved (its cost)")
-define("DMOV.load", "buffer", "bring the region input (codes) from the global buffer or off-chip memory",
-       _SUB, _o("src", REF), _VECS, _LEVEL, _FRAC, _BYTES)
-define("DMOV.store", "buffer", "store region output to the global buffer or off-chip memory",
-       _SUB, _o("src", REF), _VECS, _LEVEL, _FRAC, _BYTES)
+define("DMOV.load", "buffer", "bring the region input (codes) from the global buffer, off-chip memory "
+       "or memory-mode arrays", _SUB, _o("src", REF), _VECS, _LEVEL, _FRAC, _BYTES, _MEMXBS)
+define("DMOV.store", "buffer", "store region output to the global buffer, off-chip memory or memory-mode arrays",
+       _SUB, _o("src", REF), _VECS, _LEVEL, _FRAC, _BYTES, _MEMXBS)
 define("DMOV.scatter", "link", "send input codes over a core's link to a virtual crossbar (or one row block)",
        _SUB, _o("src", REF), _VECS, _o("vxb", INT), _LEVEL, _BYTES, _BLOCK)
 define("DMOV.fetch", "offchip", "bring constant weights over the off-chip interface (before they are written)",

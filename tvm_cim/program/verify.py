@@ -3,7 +3,8 @@
 Run after code generation (and by the parser's users on hand-written text).
 Checks every operation's kind and operands against :data:`tvm_cim.program.ops.OPS`,
 that tensors are declared or produced before they are read, that virtual
-crossbars are bound before use, that crossbar ids exist on the chip, and that
+crossbars are bound before use, that crossbar ids exist on the chip (also the
+arrays ``CM.switch`` and memory-mode ``DMOV`` name), and that
 vector ranges lie inside the region's ``M`` dimension.
 """
 
@@ -39,7 +40,7 @@ def _crossbars_of(o: Op) -> tuple:
         return tuple(o["xbs"])
     if o.kind == "CIM.write_xb":
         return (o["xb"],)
-    if o.kind == "CM.switch":
+    if o.kind == "CM.switch" or (o.kind in ("DMOV.load", "DMOV.store") and o.get("xbs") is not None):
         return tuple(o["xbs"])
     return ()
 
@@ -48,6 +49,10 @@ def _check_values(o: Op, where: str, crossbars: int | None) -> None:
     """Operand values the definitions constrain beyond their type: switch types, crossbar ids."""
     if o.kind == "CM.switch" and o["type"] not in ("TOM", "TOC"):
         raise ProgramError(f"{where}: CM.switch type must be 'TOM' or 'TOC', got {o['type']!r}")
+    if o.kind in ("DMOV.load", "DMOV.store") and (o["level"] == "xbmem") != (o.get("xbs") is not None):
+        raise ProgramError(f"{where}: {o.kind} names memory-mode arrays (xbs) exactly when its level is 'xbmem'")
+    if o.kind == "CM.switch" and not o["xbs"]:
+        raise ProgramError(f"{where}: CM.switch switches no arrays")
     if o.kind == "CIM.bind_vxb" and not len(o["xbs"]) == len(o["rows"]) == len(o["cols"]):
         raise ProgramError(f"{where}: CIM.bind_vxb binds {len(o['xbs'])} crossbars to "
                            f"{len(o['rows'])} row and {len(o['cols'])} column ranges")

@@ -15,6 +15,17 @@ Every meta-operator has
   the data: an operation depends on the operations that last wrote the vector
   range of every tensor it reads (and a crossbar write on the reads before it).
 
+Dual-mode arrays (CMSwitch): ``CM.switch`` puts arrays in memory mode (TOM)
+or compute mode (TOC), and the chip remembers the mode between programs.  An
+array in memory mode is storage: ``DMOV`` loads and stores with
+``level="xbmem"`` move data through it at its memory-mode bandwidth, and what
+a program stores into it (overwriting what it held) may not exceed its capacity.  Reading or programming a
+crossbar in memory mode, using an array in compute mode as memory, loading
+from memory-mode arrays nothing was stored into, or switching an array that
+cannot switch is a :class:`SimulationError`.  Modes persist across the
+programs of one build (names ``m<uid>.<region>``); a program of another
+build finds every array in compute mode.
+
 Every operation is charged with the cost primitives of
 :mod:`tvm_cim.hardware.cost` (the ones the compiler's estimate uses), and the
 kinds it executes are those :mod:`tvm_cim.program.ops` defines.  Leakage is
@@ -112,6 +123,10 @@ class Chip:
         self._loopnest = False
         self.loopnest_result = None
         self._leak_mw = cost.leakage_mw(hw)
+        self.xb_memory: set[int] = set()  # dual-mode arrays now in memory mode (CM.switch TOM)
+        self.xb_stored: dict[int, int] = {}  # memory-mode array -> bytes its current data occupies
+        self._stored_now: set[int] = set()  # arrays this run of the program has stored into
+        self._modes_of: str | None = None  # the build whose programs set the current modes
 
     @property
     def leakage_mw(self) -> float:
@@ -168,6 +183,12 @@ class Chip:
         if rps is not None and not 1 <= int(rps) <= self.hw.crossbar.rows_active:
             raise SimulationError(f"program '{prog.name}' drives {rps} rows per read step; "
                                   f"the chip drives 1 to {self.hw.crossbar.rows_active}")
+        build = prog.name.split(".")[0]  # programs of one build share a prefix (m<uid>.<region>)
+        if build != self._modes_of:  # another network is loaded: every array starts in compute mode
+            self._modes_of = build
+            self.xb_memory.clear()
+            self.xb_stored.clear()
+        self._stored_now = set()
         self.vxbs = self._bindings(prog)
         self._loopnest = any(o.opcode == "CIM.loopnest" for o in prog.ops("run"))
         self.M = int(prog.attr("M", 1)) * int(prog.attr("batch", 1))
@@ -253,6 +274,10 @@ class Chip:
                 continue
             if s.kind not in OPS:
                 raise SimulationError(f"program '{self.prog.name}': unknown meta-operator {s.kind}")
+            if s.opcode == "CM.switch" or (s.opcode == "DMOV" and s.get("level") == "xbmem"):
+                self._dual_mode(s)
+            elif s.opcode.startswith("CIM.") and s.opcode != "CIM.bind_vxb":
+                self._check_compute_mode(s)
             if not self.options.functional:
                 if s.opcode == "CIM.write_xb":
                     stats.weight_writes += 1
@@ -262,6 +287,55 @@ class Chip:
             else:
                 self._exec(s, env, stats)
             self._record(s, env, ev)
+
+    def _check_compute_mode(self, o: Op) -> None:
+        """A crossbar read or write needs its arrays in compute mode."""
+        xbs = [o["xb"]] if o.opcode == "CIM.write_xb" else [xb for xb, _, _, _ in self._entries(o)]
+        bad = sorted(x for x in xbs if x in self.xb_memory)
+        if bad:
+            raise SimulationError(f"program '{self.prog.name}': {o.kind} uses crossbars {bad} in memory mode "
+                                  "(switch them to compute mode with CM.switch TOC first)")
+
+    def _dual_mode(self, o: Op) -> None:
+        """Mode changes and the memory-mode accesses they allow (checked in every simulation mode)."""
+        xbs = [int(x) for x in o["xbs"]]
+        if o.opcode == "CM.switch":
+            if not cost.switchable(self.hw, xbs):
+                raise SimulationError(f"program '{self.prog.name}': CM.switch of crossbars {xbs}; only crossbars "
+                                      f"0..{self.hw.dual_mode.switchable_arrays - 1} can switch mode")
+            if o["type"] == "TOM":
+                for x in xbs:
+                    if x not in self.xb_memory:  # its cells now hold data: the weights are gone
+                        self.xb_memory.add(x)
+                        self.xb_stored[x] = 0
+                        for d in (self.xb_owner, self.xb_cells, self.xb_weights):
+                            d.pop(x, None)
+            else:  # data left in the array is lost: it becomes a crossbar again
+                for x in xbs:
+                    self.xb_memory.discard(x)
+                    self.xb_stored.pop(x, None)
+            return
+        bad = sorted(x for x in xbs if x not in self.xb_memory)
+        if bad:
+            raise SimulationError(f"program '{self.prog.name}': {o.kind} uses crossbars {bad} as memory but they "
+                                  "are in compute mode (switch them with CM.switch TOM first)")
+        nbytes = int(o.get("bytes", 0))
+        if o.get("op") == "store":
+            cap = self.hw.memory_capacity_bytes
+            share = -(-nbytes // len(xbs))
+            for x in xbs:  # a program's first store into an array overwrites what it held
+                if x not in self._stored_now:
+                    self._stored_now.add(x)
+                    self.xb_stored[x] = 0
+            over = [x for x in xbs if self.xb_stored[x] + share > cap]
+            if over:
+                raise SimulationError(f"program '{self.prog.name}': storing {nbytes} bytes into memory-mode "
+                                      f"crossbars {xbs} exceeds their capacity ({cap} bytes each)")
+            for x in xbs:
+                self.xb_stored[x] += share
+        elif not any(self.xb_stored.get(x, 0) for x in xbs):
+            raise SimulationError(f"program '{self.prog.name}': {o.kind} reads memory-mode crossbars {xbs} "
+                                  "that hold no data")
 
     def _touches_pending(self, o: Op) -> bool:
         if not self._pending and not self._deferred:
@@ -306,7 +380,7 @@ class Chip:
             self.xb_owner[xb] = (self.prog.name,)
             stats.weight_writes += 1
             return
-        if o.opcode == "DMOV":
+        if o.opcode in ("DMOV", "CM.switch"):  # costs only; modes are tracked by _dual_mode
             return
         if k in ("DCOM.quantize", "DCOM.im2col", "DCOM.reshape", "DCOM.colsum", "DCOM.zeros"):
             # whole-tensor layout/element-wise ops: computed once, later chunks only cost time
@@ -515,7 +589,9 @@ class Chip:
         key = f"xb:{xb}"
         deps = self._deps(key, Range(0, 1), write=True) + self._deps(o["src"].name, Range(0, self.M), write=False)
         self._energy["write"] += e
-        i = ev.add(dur, (key,), deps, e, False, "CIM.write_xb")
+        ports = self.hw.dual_mode.write_ports  # arrays programmed at once share the write ports
+        res = (key, f"wport:{xb % ports}") if ports else (key,)
+        i = ev.add(dur, res, deps, e, False, "CIM.write_xb")
         self._mark(key, Range(0, 1), i, True)
 
     def _record_read(self, o: Op, ev: Events) -> None:
@@ -565,18 +641,29 @@ class Chip:
             self._mark(src, Range(0, self.M), i, True)
             return
         offchip = o.get("level") == "offchip"  # the working set does not fit the global buffer
-        dur, energy = cost.load_store(hw, nbytes, offchip)
+        if o.get("level") == "xbmem":  # memory-mode arrays, all in parallel
+            xbs = tuple(o["xbs"])
+            dur, energy = cost.memory_access(hw, nbytes, len(xbs), write=sub == "store")
+            res = tuple(f"xb:{x}" for x in xbs)
+        else:
+            dur, energy = cost.load_store(hw, nbytes, offchip)
+            res = ("gbuf", "offchip") if offchip else ("gbuf",)
         for k2, val in energy.items():
             self._energy[k2] += val
         e = float(sum(energy.values()))
-        res = ("gbuf", "offchip") if offchip else ("gbuf",)
         f = o.get("frac", (0.0, 1.0))
+        mem = [r for r in res if r.startswith("xb:")]
+        mem_deps = [d for r in mem for d in self._deps(r, Range(0, 1), write=False)]
         if sub == "load":
-            i = ev.add(dur, res, [], e, False, "DMOV.load")
+            i = ev.add(dur, res, mem_deps, e, False, "DMOV.load")
+            for r in mem:
+                self._mark(r, Range(0, 1), i, False)
             ev.inputs.append((i, float(f[0]), float(f[1])))
             self._mark(src, v, i, True)
         else:  # store
-            i = ev.add(dur, res, self._deps(src, v, False), e, False, "DMOV.store")
+            i = ev.add(dur, res, self._deps(src, v, False) + mem_deps, e, False, "DMOV.store")
+            for r in mem:
+                self._mark(r, Range(0, 1), i, False)
             ev.outputs.append((i, float(f[0]), float(f[1])))
 
     def _record_dcom(self, o: Op, ev: Events) -> None:
@@ -618,6 +705,16 @@ class Chip:
         ev.inputs.append((i, 0.0, 1.0))
         ev.outputs.append((i, 0.0, 1.0))
 
+    def _record_switch(self, o: Op, ev: Events) -> None:
+        xbs = [int(x) for x in o["xbs"]]
+        dur, e = cost.switch(self.hw, len(xbs), o["type"] == "TOM")
+        keys = [f"xb:{x}" for x in xbs]
+        deps = [d for k in keys for d in self._deps(k, Range(0, 1), write=True)]
+        self._energy["switch"] += e
+        i = ev.add(dur, tuple(keys), deps, e, False, "CM.switch")
+        for k in keys:  # later writes and reads of these arrays wait for the switch
+            self._mark(k, Range(0, 1), i, True)
+
     _RECORD = {
         "CIM.write_xb": _record_write,
         "CIM.read_xb": _record_read,
@@ -627,4 +724,5 @@ class Chip:
         "CIM.loopnest": _record_loopnest,
         "DMOV": _record_dmov,
         "DCOM": _record_dcom,
+        "CM.switch": _record_switch,
     }

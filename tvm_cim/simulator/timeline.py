@@ -116,6 +116,22 @@ class Timeline:
     utilisation: dict  # resource class -> mean busy fraction
     start: np.ndarray
     finish: np.ndarray
+    kinds: np.ndarray = field(default_factory=lambda: np.asarray([], dtype=object))  # meta-operator kind per row
+
+    def busy_ns(self, kinds) -> float:
+        """Time during which at least one operation of the given kinds runs (union of their intervals)."""
+        sel = np.isin(self.kinds, list(kinds)) if len(self.kinds) else np.zeros(0, dtype=bool)
+        sel &= self.finish > self.start
+        if not sel.any():
+            return 0.0
+        order = np.argsort(self.start[sel])
+        st, fi = self.start[sel][order], self.finish[sel][order]
+        reach = np.maximum.accumulate(fi)
+        new = np.ones(len(st), dtype=bool)
+        new[1:] = st[1:] > reach[:-1]
+        idx = np.flatnonzero(new)
+        ends = np.append(idx[1:], len(st)) - 1
+        return float(np.sum(reach[ends] - st[idx]))
 
 
 def schedule_graph(regions: list[tuple[str, Events, int]], producers: dict[str, list[str]],
@@ -206,6 +222,7 @@ def schedule_graph(regions: list[tuple[str, Events, int]], producers: dict[str, 
         utilisation={k: float(np.mean(v)) for k, v in util.items()},
         start=start,
         finish=finish,
+        kinds=kinds,
     )
 
 

@@ -8,7 +8,10 @@ options select:
 piece              module
 =================  ===========================================================
 segmentation       :mod:`~tvm_cim.compiler.strategies.segmentation` (greedy
-                   maximal segments, CIM-MLC's refinement)
+                   maximal segments, CIM-MLC's refinement), CMSwitch's DP
+                   (:mod:`~tvm_cim.compiler.strategies.modes`)
+array modes        :mod:`~tvm_cim.compiler.strategies.modes` (CMSwitch's
+                   compute / memory allocation by MIP, switches)
 duplication        :mod:`~tvm_cim.compiler.strategies.duplication` (DP
                    knapsack, Poly-Schedule's greedy, crossbar-level Eq. 1,
                    wordline remapping)
@@ -37,13 +40,17 @@ class Options:
 
     Attributes
     ----------
-    segmentation : {'greedy', 'refine'}
+    segmentation : {'greedy', 'refine', 'dp'}
         How a network larger than the chip is cut: maximal prefixes that fit
-        (``greedy``), or CIM-MLC's refinement that moves trailing operators to
+        (``greedy``), CIM-MLC's refinement that moves trailing operators to
         the next segment while that lowers latency (``refine``, used with DP
-        duplication).
-    modes : {'compute'}
-        Array modes: every array computes (``compute``).
+        duplication), or CMSwitch's dynamic programming over all cuts with
+        every candidate segment allocated by the MIP (``dp``,
+        :mod:`~tvm_cim.compiler.strategies.modes`).
+    modes : {'compute', 'dual'}
+        Array modes: every array computes (``compute``), or CMSwitch's
+        dual-mode allocation per segment: copies in compute mode and arrays
+        in memory mode for operators' outputs, by MIP (``dual``).
     dataflow : {'chunks', 'miredo'}
         Dataflow inside a region: output vectors in fixed chunks
         (:mod:`tvm_cim.compiler.plan`), or, on a chip with a ``[dataflow]``
@@ -167,3 +174,13 @@ register(Strategy("cim-mlc", "CIM-MLC's multi-level method: DP duplication, inte
 register(Strategy("miredo", "CIM-MLC's graph level with MIREDO's per-layer dataflow (MIP over loop order, tiling, "
                   "memory levels and double buffering) on chips with a [dataflow] table",
                   lambda hw: dataclasses.replace(_cim_mlc(hw), dataflow="miredo")))
+
+
+def _cmswitch(hw: CIMHardware) -> Options:
+    mode = hw.chip.computing_mode
+    return Options(segmentation="dp", modes="dual", pipeline=True, mvm_pipeline=mode in ("crossbar", "wordline"))
+
+
+register(Strategy("cmswitch", "CMSwitch's dual-mode method: segmentation by DP with switch and rewrite costs, "
+                  "per segment a MIP allocating arrays to compute (with duplication) and to memory for "
+                  "operators' outputs, CM.switch between segments", _cmswitch))

@@ -1,0 +1,358 @@
+"""CMSwitch (paper 000): dual-mode arrays in the program format, the simulator, and the compiler.
+
+Simulator semantics are checked on hand-edited programs of a small matrix
+product on the ``dynaplasia`` preset (results against plain integer numpy;
+durations against the preset's numbers written out here).
+"""
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+
+import tvm_cim
+from tvm_cim.compiler import codegen, mapping, schedule
+from tvm_cim.compiler.region import MATMUL, Region
+from tvm_cim.program import op, parse_program, print_program, verify
+from tvm_cim.program.verify import ProgramError
+from tvm_cim.simulator.engine import Chip, Options, SimulationError
+
+R = dataclasses.replace
+
+
+def _dyn():
+    return tvm_cim.load("dynaplasia")
+
+
+def _matmul(m=6, k=50, n=30, seed=0):
+    rng = np.random.default_rng(seed)
+    w = rng.integers(-127, 128, size=(k, n)).astype(np.int8)
+    r = Region("mm", MATMUL, [(m, k)], (m, n), x_scale=1.0, x_zero=0, w_int=w, w_scale=np.ones(n, np.float32))
+    x = rng.integers(0, 256, size=(m, k)).astype(np.float32)
+    return r, x, w
+
+
+def _program(hw, r, strategy="none"):
+    sched = schedule.schedule([r], hw, strategy)
+    cmap = mapping.allocate([r], hw, sched.plans)
+    return codegen.generate(r, cmap.placements[r.name], hw, sched.options, strategy), cmap
+
+
+def _with_memory_store(prog, xbs):
+    """The program with TOM on ``xbs`` first and every output store going into them."""
+    run = [op("CM.switch", type="TOM", xbs=tuple(xbs))]
+    for s in prog.run:
+        if getattr(s, "opcode", None) == "DMOV" and s.get("op") == "store":
+            args = dict(s.args)
+            args["level"] = "xbmem"
+            args["xbs"] = tuple(xbs)
+            s = op("DMOV", **args)
+        run.append(s)
+    return R(prog, run=tuple(run))
+
+
+def _run(hw, prog, r, x, functional=True):
+    return Chip(hw, Options(functional=functional)).run(prog, {"x": x, **codegen.region_constants(r)})
+
+
+def test_memory_mode_store_is_exact_costed_and_round_trips():
+    hw = _dyn()
+    r, x, w = _matmul()
+    prog, cmap = _program(hw, r)
+    mem = (94, 95)
+    assert not set(mem) & set(cmap.placements["mm"].xbs)
+    p2 = verify(_with_memory_store(prog, mem), hw.total_crossbars)
+    assert parse_program(print_program(p2)) == p2
+    env, stats = _run(hw, p2, r, x)
+    np.testing.assert_array_equal(env["acc"][0], x.astype(np.int64) @ w.astype(np.int64))
+    assert stats.metaop_counts["CM.switch"] == 1
+    assert stats.energy_pj["switch"] == 2 * 1.0  # two arrays, 1 pJ each (preset)
+    ev = stats.events
+    sw = ev.kind.index("CM.switch")
+    assert ev.dur[sw] == pytest.approx(5.0)  # 1 cycle at 200 MHz
+    stores = [i for i, k in enumerate(ev.kind) if k == "DMOV.store"]
+    nbytes = [int(s.get("bytes")) for s in p2.ops("run") if s.kind == "DMOV.store"]
+    for i, b in zip(stores, nbytes):  # two arrays at 32 b/cycle each
+        assert ev.dur[i] == pytest.approx(math.ceil(b * 8 / 64) * 5.0)
+        assert ev.res[i] == ("xb:94", "xb:95")
+        assert sw in ev.deps[i] or ev.deps[i]  # after the switch (directly or through its chunk)
+    assert stats.energy_pj["xbmem"] == pytest.approx(sum(nbytes) * 8 * 0.035)
+
+
+def test_reading_a_crossbar_in_memory_mode_is_an_error():
+    hw = _dyn()
+    r, x, _ = _matmul()
+    prog, cmap = _program(hw, r)
+    xb = cmap.placements["mm"].xbs[0]
+    bad = R(prog, run=(op("CM.switch", type="TOM", xbs=(xb,)),) + prog.run)
+    for functional in (True, False):
+        with pytest.raises(SimulationError, match="memory mode"):
+            _run(hw, bad, r, x, functional)
+
+
+def test_memory_access_needs_memory_mode_capacity_and_data():
+    hw = _dyn()
+    r, x, _ = _matmul(m=40, n=320)  # 40 x 320 outputs = 12 800 bytes
+    prog, _ = _program(hw, r)
+    # storing into arrays that compute
+    compute = R(_with_memory_store(prog, (95,)), run=_with_memory_store(prog, (95,)).run[1:])
+    with pytest.raises(SimulationError, match="compute mode"):
+        _run(hw, compute, r, x)
+    # capacity: one array holds 12 800 bytes, the output fits exactly; a second store overflows
+    once = _with_memory_store(prog, (95,))
+    chip = Chip(hw)
+    for _ in range(2):  # every inference overwrites what the previous one stored
+        chip.run(once, {"x": x, **codegen.region_constants(r)})
+    twice = _with_memory_store(prog, (95,))
+    stores = [s for s in twice.run if getattr(s, "opcode", None) == "DMOV" and s.get("op") == "store"]
+    with pytest.raises(SimulationError, match="capacity"):
+        _run(hw, R(twice, run=twice.run + tuple(stores)), r, x)
+    # loading from a memory array that holds nothing
+    load = op("DMOV", op="load", src=tvm_cim.program.Ref("x"), level="xbmem", frac=(0.0, 1.0), bytes=10, xbs=(90,))
+    empty = R(prog, run=(op("CM.switch", type="TOM", xbs=(90,)), load) + prog.run)
+    with pytest.raises(SimulationError, match="hold no data"):
+        _run(hw, empty, r, x)
+
+
+def test_switch_only_switchable_arrays_and_verifier_checks_levels():
+    isaac = tvm_cim.load("isaac")
+    r, x, _ = _matmul()
+    prog, _ = _program(isaac, r)
+    with pytest.raises(SimulationError, match="can switch"):
+        _run(isaac, R(prog, run=(op("CM.switch", type="TOM", xbs=(3,)),) + prog.run), r, x)
+    hw = _dyn()
+    prog, _ = _program(hw, r)
+    bad = op("DMOV", op="store", src=tvm_cim.program.Ref("yf"), level="xbmem", frac=(0.0, 1.0), bytes=1)
+    with pytest.raises(ProgramError, match="xbmem"):
+        verify(R(prog, run=prog.run[:-1] + (bad,) + prog.run[-1:]), hw.total_crossbars)
+    with pytest.raises(ProgramError, match="does not exist"):
+        verify(_with_memory_store(prog, (96,)), hw.total_crossbars)
+
+
+def test_toc_then_rewrite_restores_computing_and_weights_are_lost_on_tom():
+    hw = _dyn()
+    r, x, w = _matmul()
+    prog, cmap = _program(hw, r)
+    chip = Chip(hw)
+    tensors = {"x": x, **codegen.region_constants(r)}
+    chip.run(prog, tensors)
+    xb = cmap.placements["mm"].xbs[0]
+    other, _ = _program(hw, _matmul(seed=1)[0])
+    other = R(other, name="other", setup=(), run=(op("CM.switch", type="TOM", xbs=(xb,)),
+                                                   op("CM.switch", type="TOC", xbs=(xb,))))
+    chip.run(other, {"x": x, **codegen.region_constants(_matmul(seed=1)[0])})
+    # the weights in xb were destroyed by TOM: the program's setup runs again and the result is exact
+    env, stats = chip.run(prog, tensors)
+    assert stats.setup_ns > 0
+    np.testing.assert_array_equal(env["acc"][0], x.astype(np.int64) @ w.astype(np.int64))
+
+
+def test_write_ports_serialise_programming():
+    hw = _dyn()
+    r, x, _ = _matmul(k=900, n=100)  # 3 row blocks x 3 column blocks = 9 tiles
+    prog, cmap = _program(hw, r)
+    tiles = len(cmap.placements["mm"].tiles)
+    assert tiles == 9
+    _, free = _run(hw, prog, r, x, functional=False)
+    one = R(hw, dual_mode=R(hw.dual_mode, write_ports=1))
+    _, serial = _run(one, prog, r, x, functional=False)
+    row_write = hw.crossbar.device.write_latency_ns
+    fetch = math.ceil(900 * 100 * 8 / hw.chip.offchip_bandwidth_bits) * hw.cycle_ns  # weights cross the link first
+    assert free.setup_ns == pytest.approx(fetch + 320 * row_write)  # all tiles at once, 320 rows each
+    assert serial.setup_ns == pytest.approx(fetch + (2 * 320 + 260) * 3 * row_write)  # one tile after another
+
+
+# ============================================================================ compiler: solvers
+def _random_ops(rng, n):
+    from tvm_cim.compiler.solvers.arrays import OpTerms
+
+    return [OpTerms(tiles=int(rng.integers(1, 3)), compute_ns=float(rng.uniform(1, 100)),
+                    max_replicas=int(rng.integers(1, 4)), in_ns_mem=float(rng.uniform(0, 200)),
+                    out_ns_mem=float(rng.uniform(0, 200)), in_ns_port=float(rng.uniform(0, 60)),
+                    out_ns_port=float(rng.uniform(0, 60)), prep_ns=float(rng.uniform(0, 20)),
+                    memory_need=int(rng.integers(0, 3)), producer=(i - 1 if i and rng.random() < 0.7 else None))
+            for i in range(n)]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_allocation_mip_equals_enumeration(seed):
+    """Eq. 5-10 in count form on HiGHS vs every allocation enumerated (slowest bound evaluated directly)."""
+    from tvm_cim.compiler.solvers import arrays
+
+    rng = np.random.default_rng(seed)
+    ops = _random_ops(rng, int(rng.integers(1, 4)))
+    n = int(rng.integers(sum(o.tiles for o in ops), 12))
+    s = int(rng.integers(0, n + 1))
+    best, _, _ = arrays.enumerate_best(ops, n, s)
+    got = arrays.allocate(ops, n, s, time_limit=5.0)
+    assert got.status == "Optimal" and got.seconds < 5.0
+    assert arrays.feasible(ops, got.replicas, got.memory, n, s)
+    assert got.latency_ns == pytest.approx(best, rel=1e-6)
+
+
+def test_allocation_uses_memory_when_bandwidth_bound_and_not_when_compute_bound():
+    from tvm_cim.compiler.solvers.arrays import OpTerms, allocate
+
+    # a producer -> consumer pair whose traffic through the shared port dominates: keep it in memory arrays
+    io = [OpTerms(tiles=1, compute_ns=10.0, max_replicas=8, out_ns_mem=400.0, out_ns_port=200.0, memory_need=1),
+          OpTerms(tiles=1, compute_ns=10.0, max_replicas=8, in_ns_mem=400.0, in_ns_port=200.0, producer=0)]
+    a = allocate(io, 16, 16)
+    assert a.memory[0] >= 1 and a.latency_ns < 400.0
+    # the same pair bound by compute: every spare array computes
+    cb = [R(io[0], compute_ns=1000.0, out_ns_port=1.0), R(io[1], compute_ns=1000.0, in_ns_port=1.0)]
+    a = allocate(cb, 16, 16)
+    assert a.memory == [0, 0] and sum(a.replicas) == 16
+
+
+def test_segment_dp_with_mip_costs_equals_brute_force():
+    """The corrected recurrence (state = last segment) vs every cut, with intra = the MIP's bound plus a
+    rewrite cost and inter = switch time from the previous segment's memory arrays (Eq. 1-4)."""
+    import itertools
+
+    from tvm_cim.compiler.solvers import arrays, segments
+
+    rng = np.random.default_rng(3)
+    ops = _random_ops(rng, 6)
+    ops = [R(o, producer=None if o.producer is None else i - 1) for i, o in enumerate(ops)]
+    n, s = 6, 6
+
+    def sub(i, j):  # a segment's operators, producers re-indexed inside it
+        return [R(o, producer=(o.producer - i if o.producer is not None and o.producer >= i else None),
+                  memory_need=o.memory_need if k < j - i else 0) for k, o in enumerate(ops[i:j + 1])]
+
+    memo = {}
+
+    def alloc(i, j):
+        if (i, j) not in memo:
+            part = sub(i, j)
+            memo[(i, j)] = None if sum(o.tiles for o in part) > n else arrays.allocate(part, n, s)
+        return memo[(i, j)]
+
+    def intra(i, j):
+        a = alloc(i, j)
+        return math.inf if a is None else a.latency_ns + 7.0 * (j - i + 1)  # + rewrite
+
+    def inter(prev, seg):  # only called for feasible segments
+        before = alloc(*prev).memory_arrays if prev else 0
+        now = alloc(*seg).memory_arrays
+        return 3.0 * (now > before) + 5.0 * (now < before)
+
+    cost, cut = segments.segment(len(ops), intra, inter)
+    best = math.inf
+    for mask in itertools.product([0, 1], repeat=len(ops) - 1):
+        bounds, start = [], 0
+        for k, b in enumerate(mask):
+            if b:
+                bounds.append((start, k))
+                start = k + 1
+        bounds.append((start, len(ops) - 1))
+        total, prev = 0.0, None
+        for seg in bounds:
+            t = intra(*seg)
+            if not math.isfinite(t):
+                total = math.inf
+                break
+            total += t + inter(prev, seg)
+            prev = seg
+        best = min(best, total)
+    assert cost == pytest.approx(best) and math.isfinite(cost)
+    assert cut[0][0] == 0 and cut[-1][1] == len(ops) - 1
+
+
+# ============================================================================ compiler: passes, end to end
+@pytest.fixture(scope="module")
+def small():
+    from tvm import relax
+
+    from tvm_cim.common.onnx_io import import_onnx
+
+    from .onnx_models import small_cnn
+
+    mod = import_onnx(small_cnn(), "small")[0]
+    x = np.random.default_rng(1).standard_normal((1, 3, 16, 16)).astype("float32")
+    return mod, x, relax
+
+
+def _run_vm(relax, lowered, x):
+    import tvm
+
+    ex = relax.build(lowered, target="llvm")
+    with tvm_cim.runtime.collect() as stats:
+        y = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+    return y, stats
+
+
+def test_cmswitch_bit_identical_to_cim_mlc_with_integer_reference(small):
+    """Outputs equal cim-mlc's bit for bit, and the first layer's accumulators equal plain integer numpy."""
+    from tvm_cim.report import build_report
+
+    mod, x, relax = small
+    hw = _dyn()
+    outs = {}
+    for s in ("cim-mlc", "cmswitch"):
+        lowered, info = tvm_cim.offload(mod, hw, strategy=s)
+        outs[s], stats = _run_vm(relax, lowered, x)
+    np.testing.assert_array_equal(outs["cmswitch"], outs["cim-mlc"])
+    # integer reference for the first convolution (its codes and weights, plain numpy)
+    r0, p0 = info.regions[0], info.programs[0]
+    env, _ = Chip(hw).run(p0, {"x": x, **codegen.region_constants(r0)})
+    xq = np.clip(np.round(x / r0.x_scale), -127, 127).astype(np.int64)
+    from tvm_cim.common.layout import im2col
+    cols = im2col(xq, r0.conv["kernel"], r0.conv["strides"], r0.conv["padding"], r0.conv["dilation"], 0)
+    np.testing.assert_array_equal(env["acc"][0], cols @ r0.w_int.astype(np.int64))
+    rep = build_report(info, stats, hw.name)
+    dm = rep["dual_mode"]
+    assert dm["segments"] and all(seg["solver"]["status"] in ("Optimal", "trivial", "passes")
+                                  for seg in dm["segments"])
+    for seg in dm["segments"]:
+        assert seg["compute_arrays"] + seg["memory_arrays"] <= hw.total_crossbars
+    assert sum(seg["memory_arrays"] for seg in dm["segments"]) > 0
+    assert "CM.switch" in info.program_text() and 'level="xbmem"' in info.program_text()
+    assert rep["latency_ns"] > 0 and dm["memory_mode_energy_pj"] > 0
+
+
+def test_segmented_network_switches_at_run_time_and_stays_exact():
+    """ResNet-18 (32x32) does not fit Dynaplasia's 96 arrays: segments rewrite weights and switch modes
+    every inference; outputs equal cim-mlc's, and the estimate follows the simulator."""
+    from tvm import relax
+
+    from tvm_cim.common import zoo
+    from tvm_cim.common.onnx_io import import_onnx
+    from tvm_cim.report import build_report
+
+    mod = import_onnx(zoo.build_model("resnet18", image_size=32), "r18")[0]
+    x = np.random.default_rng(1).standard_normal((1, 3, 32, 32)).astype("float32")
+    hw = _dyn()
+    outs = {}
+    for s in ("cim-mlc", "cmswitch"):
+        lowered, info = tvm_cim.offload(mod, hw, strategy=s)
+        outs[s], stats = _run_vm(relax, lowered, x)
+    np.testing.assert_array_equal(outs["cmswitch"], outs["cim-mlc"])
+    rep = build_report(info, stats, hw.name)
+    dm = rep["dual_mode"]
+    assert info.chip_map.segments > 1 and len(dm["segments"]) == info.chip_map.segments
+    assert any(seg["memory_arrays"] for seg in dm["segments"])
+    assert dm["switches"] > 0 and dm["switch_energy_pj"] > 0
+    assert 0 < dm["time_share"]["switch"] < dm["time_share"]["rewrite"] <= 1
+    assert abs(info.schedule.estimate_ns / rep["latency_ns"] - 1) < 0.05
+
+
+def test_allocation_is_visible_as_function_attributes(small):
+    import tvm
+
+    import tvm_cim.transform as T
+
+    mod, _, _ = small
+    hw = _dyn()
+    seq = tvm.transform.Sequential([T.FindRegions(), T.Calibrate(), T.Quantize(hw), T.Segment(hw, "cmswitch"),
+                                    T.DuplicateWeights(hw), T.AllocateArrayModes(hw)])
+    out = seq(mod)
+    text = out.script()
+    assert "cim.mem_out" in text and "cim.mem_xbs" in text and "cim.switch_tom" in text
+    assert "cim.modes" in str(out.attrs)
+    # other strategies pass through unchanged
+    seq2 = tvm.transform.Sequential([T.FindRegions(), T.Calibrate(), T.Quantize(hw), T.Segment(hw, "cim-mlc"),
+                                     T.DuplicateWeights(hw)])
+    before = seq2(mod)
+    assert T.AllocateArrayModes(hw)(before).same_as(before)

@@ -1,0 +1,257 @@
+"""Array-mode pieces (CMSwitch, paper 000): segmentation by DP and per-segment compute/memory allocation.
+
+* :func:`op_terms` -- an operator's costs in the MIP's terms, from the shared
+  cost model (the estimate's per-chunk work, :mod:`tvm_cim.hardware.cost`);
+* :func:`allocate_segment` -- the count MILP of Eq. 5-10
+  (:func:`tvm_cim.compiler.solvers.arrays.allocate`);
+* :func:`segment_dp` -- the corrected DP of Eq. 1-4
+  (:func:`tvm_cim.compiler.solvers.segments.segment`): the cost of a segment
+  is the estimate of the segment under its MIP allocation (intra: pipelined
+  operators, weight fetches and rewrites, T^rw), the cost of entering it the
+  mode switches from the previous segment's allocation (T^swc, Eq. 1);
+* :func:`memory_layout` -- physical arrays: memory-mode arrays at the top of
+  the switchable range (``S - M .. S - 1``, in operator order), compute
+  arrays from 0 (placement), and the ``CM.switch`` lists at every segment start.
+
+Write-backs (T^wb) are zero by construction: an operator keeps its output in
+memory-mode arrays only when every consumer is in its segment, so no live
+data is left in arrays that switch back.  An operator larger than the chip
+is a segment of its own and runs in passes (its sub-operators: the tiles of
+each pass), all arrays computing.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...hardware import cost
+from ...hardware.schema import CIMHardware
+from ..estimate import Estimator
+from ..region import Region
+from ..solvers import arrays as mip
+from ..solvers.segments import segment as dp_segment
+from . import duplication
+
+TIME_LIMIT_S = 5.0  # per MIP solve
+
+
+@dataclass
+class SegmentModes:
+    """The allocation of one segment.
+
+    Attributes
+    ----------
+    first, last : int
+        Operators (indices in execution order, inclusive).
+    alloc : Allocation
+        Copies and memory arrays per operator, solver status and time.
+    producer : list of int or None
+        Per operator, the index (in the segment) of the operator whose memory arrays hold its input.
+    """
+
+    first: int
+    last: int
+    alloc: mip.Allocation
+    producer: list
+
+
+def _consumers(names: list[str], producers: dict[str, list[str]]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {n: [] for n in names}
+    for c, ps in producers.items():
+        for p in ps:
+            if p in out:
+                out[p].append(c)
+    return out
+
+
+def op_terms(regions: list[Region], first: int, last: int, est: Estimator,
+             producers: dict[str, list[str]]) -> tuple[list[mip.OpTerms], list]:
+    """The MIP terms of operators ``first .. last`` (and each one's producer inside the segment)."""
+    hw = est.hw
+    rows = hw.crossbar.rows
+    seg = regions[first:last + 1]
+    idx = {r.name: i for i, r in enumerate(seg)}
+    cons = _consumers([r.name for r in regions], producers)
+    cap = hw.memory_capacity_bytes
+    n_arr = hw.total_crossbars
+    dual = hw.dual_mode.switchable_arrays > 0 and hw.dual_mode.memory_bandwidth_bits > 0
+    terms, prod = [], []
+    for r in seg:
+        ch = est.chunks(r, 1)
+        load, prep, scatter, read, post, store = est._chunk_work(r, ch, rows)
+        m, _, n = r.mkn
+        out_bytes = r.batch * ch.size * n
+        tiles = est.tiles(r, rows)
+        ps = producers.get(r.name, [])
+        p = idx.get(ps[0]) if len(ps) == 1 else None
+        prod.append(p)
+        cs = cons.get(r.name, [])
+        keep = bool(cs) and all(c in idx and producers.get(c) == [r.name] for c in cs)
+        chunks_max = len(ch) + n_arr  # chunk count grows with copies; each store rounds up per array
+        need = math.ceil((float(np.sum(out_bytes)) + chunks_max) / cap) if (keep and cap and dual) else 0
+        terms.append(mip.OpTerms(
+            tiles=tiles,
+            compute_ns=float(np.sum(scatter) + np.sum(read) + np.sum(post)),
+            max_replicas=duplication.max_replicas(r, n_arr, tiles) if tiles <= n_arr else 1,
+            in_ns_mem=float(np.sum(cost.memory_access(hw, ch.load_bytes, 1, False)[0])) if dual else 0.0,
+            out_ns_mem=float(np.sum(cost.memory_access(hw, out_bytes, 1, True)[0])) if dual else 0.0,
+            in_ns_port=float(np.sum(load)),
+            out_ns_port=float(np.sum(store)),
+            prep_ns=float(np.sum(prep)),
+            memory_need=need,
+            producer=p,
+        ))
+    return terms, prod
+
+
+def allocate_segment(regions: list[Region], first: int, last: int, est: Estimator,
+                     producers: dict[str, list[str]], time_limit: float = TIME_LIMIT_S,
+                     seed: int = 0) -> SegmentModes:
+    """Solve the allocation of operators ``first .. last`` (one operator larger than the chip: passes)."""
+    hw = est.hw
+    terms, prod = op_terms(regions, first, last, est, producers)
+    n = hw.total_crossbars
+    if sum(t.tiles for t in terms) > n:
+        if first != last:
+            raise ValueError(f"operators {first}..{last} do not fit the chip")
+        alloc = mip.Allocation([1], [0], math.inf, status="passes", compute_arrays=n)
+    else:
+        alloc = mip.allocate(terms, n, hw.dual_mode.switchable_arrays, time_limit, seed)
+    return SegmentModes(first, last, alloc, prod)
+
+
+def switch_counts(prev_memory: int, memory: int) -> tuple[int, int]:
+    """(TOM, TOC) arrays when a segment with ``memory`` memory arrays follows one with ``prev_memory``
+    (memory arrays sit at the top of the switchable range, so the sets are nested)."""
+    return max(0, memory - prev_memory), max(0, prev_memory - memory)
+
+
+def switch_ns(hw: CIMHardware, tom: int, toc: int) -> float:
+    """Time of a segment's switches (TOM and TOC run at once, on different arrays)."""
+    return max(cost.switch(hw, tom, True)[0] if tom else 0.0, cost.switch(hw, toc, False)[0] if toc else 0.0)
+
+
+def effective_arrays(regions: list[Region], est: Estimator, memory: dict[str, int],
+                     source: dict[str, str]) -> dict[str, tuple[float, float]]:
+    """Per region, the memory arrays its loads and its stores get, as the estimate costs them.
+
+    A producer's arrays serve its stores and its consumers' loads; each
+    access gets a share of their bandwidth proportional to its bytes, so the
+    arrays are busy for the sum of both, as on the simulator's timeline.
+
+    Parameters
+    ----------
+    memory : dict
+        Region name -> memory arrays holding its output.
+    source : dict
+        Region name -> the region whose memory arrays hold its input.
+    """
+    by = {r.name: r for r in regions}
+    loads = {n: float(np.sum(est.chunks(by[n], 1).load_bytes)) for n in source}
+    stores = {n: float(by[n].batch * np.prod(by[n].mkn[::2])) for n, b in memory.items() if b}
+    total = dict(stores)
+    for c, p in source.items():
+        total[p] = total.get(p, 0.0) + loads[c]
+    out = {}
+    for r in regions:
+        n = r.name
+        b_out = memory.get(n, 0)
+        p = source.get(n)
+        eff_out = b_out * stores[n] / total[n] if b_out else 0.0
+        eff_in = memory[p] * loads[n] / total[p] if p is not None and memory.get(p) else 0.0
+        out[n] = (eff_in, eff_out)
+    return out
+
+
+def segment_plans(regions: list[Region], sm: SegmentModes, est: Estimator, seg_idx: int, resident: bool,
+                  make_plan, switch: float = 0.0, latency: bool = False) -> dict:
+    """The region plans of a segment under its allocation (``make_plan``: :func:`schedule.make_plan`)."""
+    out = {}
+    rows = est.hw.crossbar.rows
+    seg = regions[sm.first:sm.last + 1]
+    memory = {r.name: b for r, b in zip(seg, sm.alloc.memory)}
+    source = {r.name: seg[p].name for r, p in zip(seg, sm.producer) if p is not None and sm.alloc.memory[p]}
+    eff = effective_arrays(seg, est, memory, source)
+    for i, r in enumerate(seg):
+        out[r.name] = make_plan(r, est, sm.alloc.replicas[i], rows, seg_idx, resident, latency=latency,
+                                mem_in=eff[r.name][0], mem_out=eff[r.name][1], switch_ns=switch if i == 0 else 0.0)
+    return out
+
+
+def segment_dp(regions: list[Region], est: Estimator, producers: dict[str, list[str]], make_plan,
+               time_limit: float = TIME_LIMIT_S, seed: int = 0) -> tuple[list[SegmentModes], bool]:
+    """CMSwitch's segmentation (corrected Eq. 3) with every candidate segment allocated by the MIP.
+
+    Returns
+    -------
+    segments : list of SegmentModes
+        In order; their allocations.
+    resident : bool
+        The whole network is one segment whose weights stay on the chip.
+    """
+    m = len(regions)
+    if m == 0:
+        return [], True
+    hw = est.hw
+    n = hw.total_crossbars
+    tiles = [est.tiles(r, hw.crossbar.rows) for r in regions]
+    if sum(tiles) <= n:  # everything fits: one segment, weights written once
+        return [allocate_segment(regions, 0, m - 1, est, producers, time_limit, seed)], True
+    cache: dict[tuple[int, int], SegmentModes] = {}
+    prefix = np.concatenate([[0], np.cumsum(tiles)])
+
+    def modes(i, j):
+        if (i, j) not in cache:
+            cache[(i, j)] = allocate_segment(regions, i, j, est, producers, time_limit, seed)
+        return cache[(i, j)]
+
+    def intra(i, j):
+        if prefix[j + 1] - prefix[i] > n and i != j:
+            return math.inf
+        sm = modes(i, j)
+        plans = segment_plans(regions, sm, est, 0, False, make_plan)
+        return est.graph_ns(regions[i:j + 1], plans, True, producers)[0]
+
+    def inter(prev, seg):
+        before = modes(*prev).alloc.memory_arrays if prev is not None else 0
+        return switch_ns(hw, *switch_counts(before, modes(*seg).alloc.memory_arrays))
+
+    longest = 1
+    for i in range(m):
+        j = i
+        while j + 1 < m and prefix[j + 2] - prefix[i] <= n:
+            j += 1
+        longest = max(longest, j - i + 1)
+    _, cut = dp_segment(m, intra, inter, longest)
+    return [modes(i, j) for i, j in cut], False
+
+
+def memory_layout(hw: CIMHardware, segs: list[SegmentModes]) -> list[dict]:
+    """Physical memory arrays per operator and the switches at every segment start.
+
+    Returns
+    -------
+    list of dict
+        Per segment: ``out`` (per operator: tuple of its memory arrays),
+        ``tom`` / ``toc`` (arrays switched at the segment start; the first
+        segment switches from the last one's modes, and switches all its own
+        memory arrays TOM so the first inference starts right).
+    """
+    top = hw.dual_mode.switchable_arrays
+    out = []
+    for s, sm in enumerate(segs):
+        hi = top
+        arrays = []
+        for b in sm.alloc.memory:
+            arrays.append(tuple(range(hi - b, hi)))
+            hi -= b
+        mine = set(range(hi, top))
+        prev = segs[s - 1] if s else segs[-1]
+        theirs = set(range(top - prev.alloc.memory_arrays, top))
+        tom = sorted(mine if s == 0 else mine - theirs)
+        toc = sorted(theirs - mine)
+        out.append({"out": arrays, "tom": tuple(tom), "toc": tuple(toc)})
+    return out
