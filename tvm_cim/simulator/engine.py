@@ -276,7 +276,7 @@ class Chip:
                 raise SimulationError(f"program '{self.prog.name}': unknown meta-operator {s.kind}")
             if s.opcode == "CM.switch" or (s.opcode == "DMOV" and s.get("level") == "xbmem"):
                 self._dual_mode(s)
-            elif s.opcode.startswith("CIM.") and s.opcode != "CIM.bind_vxb":
+            elif s.opcode.startswith("CIM.") and s.opcode not in ("CIM.bind_vxb", "CIM.loopnest"):
                 self._check_compute_mode(s)
             if not self.options.functional:
                 if s.opcode == "CIM.write_xb":
