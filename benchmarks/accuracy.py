@@ -57,6 +57,7 @@ from tvm import relax  # noqa: E402
 import tvm_cim  # noqa: E402
 from tvm_cim.common.layout import im2col  # noqa: E402
 from tvm_cim.common.onnx_io import import_onnx  # noqa: E402
+from tvm_cim.common.zoo import MODELS  # noqa: E402
 from tvm_cim.evaluate import evaluate as evaluate_spec  # noqa: E402
 
 
@@ -268,13 +269,33 @@ def nhwc_cnn(seed: int, image: int, channels: int = 32, classes: int = 100) -> o
     return model
 
 
-def zoo_table(presets: list[str], image: int, seed: int, quick: bool) -> dict:
-    """Cosine with the default budget and the latency cost against the fastest mappings, model x preset."""
+def zoo_table(presets: list[str], image: int, seed: int, quick: bool, names: list[str] | None = None,
+              outside: bool = True) -> dict:
+    """Cosine with the default budget and the latency cost against the fastest mappings, model x preset.
+
+    Parameters
+    ----------
+    presets : list of str
+        CIM presets.
+    image : int
+        Input size in pixels.
+    seed : int
+        Seed of weights, inputs and calibration.
+    quick : bool
+        ResNet-18 only.
+    names : list of str, optional
+        Zoo models (default: ``ZOO_MODELS``, or ResNet-18 with ``quick``).
+    outside : bool
+        Also the NHWC ``onnx.helper`` CNN.
+    """
     tmp = Path(tempfile.mkdtemp(prefix="cim-accuracy-"))
     ext = tmp / "nhwc_cnn.onnx"
     onnx.save(nhwc_cnn(seed, image), ext)
-    models = {f"{m}@{image}": f"zoo:{m}?image_size={image}" for m in (("resnet18",) if quick else ZOO_MODELS)}
-    models[f"nhwc_cnn@{image} (onnx.helper)"] = str(ext)
+    if names is None:
+        names = ["resnet18"] if quick else list(ZOO_MODELS)
+    models = {f"{m}@{image}": f"zoo:{m}?image_size={image}" for m in names}
+    if outside:
+        models[f"nhwc_cnn@{image} (onnx.helper)"] = str(ext)
     out = {"image_size": image, "seed": seed, "models": {}}
     for label, spec in models.items():
         rows = out["models"][label] = {}
@@ -351,10 +372,20 @@ def main() -> int:
     ap.add_argument("--plots", help="write accuracy.png here (a directory)")
     ap.add_argument("--zoo", action="store_true", help="cosine of zoo CNNs and an outside ONNX model per preset")
     ap.add_argument("--image", type=int, default=None, help="--zoo: input size (default 64, quick 32)")
+    ap.add_argument("--models", nargs="*", default=None,
+                    help=f"--zoo: zoo models (default: {' '.join(ZOO_MODELS)}), 'none' for the outside ONNX model only")
+    ap.add_argument("--no-outside", action="store_true", help="--zoo: leave out the NHWC onnx.helper CNN")
     args = ap.parse_args()
     presets = args.hw or tvm_cim.known_presets("cim")
     if args.zoo:
-        res = zoo_table(presets, args.image or (32 if args.quick else 64), args.seed, args.quick)
+        names = [m for m in args.models if m != "none"] if args.models else None
+        unknown = sorted(set(names or ()) - set(MODELS)) if names else []
+        if unknown:
+            ap.error(f"unknown zoo model(s) {', '.join(unknown)}; known: {', '.join(sorted(MODELS))}")
+        if args.models == ["none"] and args.no_outside:
+            ap.error("--models none with --no-outside leaves nothing to measure")
+        res = zoo_table(presets, args.image or (32 if args.quick else 64), args.seed, args.quick,
+                        names=names if args.models != ["none"] else [], outside=not args.no_outside)
         print_zoo(res)
         if args.json:
             Path(args.json).write_text(json.dumps(res, indent=2))
