@@ -34,7 +34,8 @@ from ..common import hardware as loader
 from ..hardware import loopnest as LN
 from ..hardware.schema import CIMHardware
 from .region import CONV2D, MATMUL, Region
-from .solvers.factorize import flexible_factors, prime_factors
+from .solvers import dataflow_mip
+from .solvers.factorize import factors_of, residual_bounds
 
 METHODS = ("miredo", "ws", "zigzag")
 OBJECTIVES = ("latency", "edp")
@@ -87,24 +88,6 @@ def spatial_candidates(layer: LN.Layer, hier: LN.Hierarchy, top: int = 4) -> lis
             seen.add(sp)
             ranked.append(sp)
     return ranked[:top]
-
-
-def residual_bounds(layer: LN.Layer, spatial: tuple) -> dict:
-    """Loop bounds left for the temporal loops after ``spatial`` unrolling."""
-    b = dict(layer.bounds)
-    for _, fs in spatial:
-        for d, f in fs:
-            b[d] //= f
-    return b
-
-
-def factors_of(bounds: dict, flexible: bool = True) -> list[tuple]:
-    """``(dim, factor)`` of every temporal factor (Alg. 1, or primes)."""
-    out = []
-    for d in LN.DIMS:
-        fs = flexible_factors(bounds[d]) if flexible else prime_factors(bounds[d])
-        out += [(d, f) for f in fs]
-    return out
 
 
 # ============================================================================ enumeration (tests, heuristic)
@@ -362,8 +345,6 @@ def optimise(layer: LN.Layer, hier: LN.Hierarchy, method: str = "miredo", object
     -------
     Result
     """
-    from .solvers import dataflow_mip
-
     if method not in METHODS:
         raise ValueError(f"unknown dataflow method {method!r}; choose one of {', '.join(METHODS)}")
     if objective not in OBJECTIVES:

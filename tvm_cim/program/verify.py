@@ -10,6 +10,7 @@ vector ranges lie inside the region's ``M`` dimension.
 
 from __future__ import annotations
 
+from ..hardware.loopnest import DIMS, decode
 from .ir import Network, Op, Program, Range, Ref
 from .ops import OPS
 
@@ -64,8 +65,6 @@ def _check_values(o: Op, where: str, crossbars: int | None) -> None:
 
 def _check_loopnest(o, where: str, prog: Program) -> None:
     """A loop nest decodes, its factors multiply to its bounds, and it computes the program's M x N outputs."""
-    from ..hardware.loopnest import DIMS, decode
-
     try:
         layer, m = decode(o["layer"], o["spatial"], o["loops"], o["cuts"], o["double"])
     except ValueError as e:

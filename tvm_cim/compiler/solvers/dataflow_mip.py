@@ -49,6 +49,7 @@ import highspy
 import numpy as np
 
 from ...hardware import loopnest as LN
+from .factorize import factors_of, residual_bounds
 from .milp import Model
 
 EPS = (0.0, 0.1, 0.3, 1.0)
@@ -111,8 +112,6 @@ def solve(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, objective: str = 
         Mappings with the latency the MIP computed and the solver status (one
         for ``latency``, one per sweep point for ``edp``); empty if infeasible.
     """
-    from ..dataflow import factors_of, residual_bounds
-
     facs = factors_of(residual_bounds(layer, spatial), flexible)
     n = len(facs)
     core = hier.axes[0].name

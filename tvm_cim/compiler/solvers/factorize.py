@@ -19,6 +19,8 @@ import itertools
 import math
 from functools import lru_cache
 
+from ...hardware import loopnest as LN
+
 MU = (1.0, 0.5, 0.25)
 ALPHA = 0.10
 K_MIN = 2
@@ -95,3 +97,21 @@ def flexible_factors(n: int, k_min: int = K_MIN, alpha: float = ALPHA, mu=MU) ->
             break
         f = best
     return sorted(f)
+
+
+def residual_bounds(layer: LN.Layer, spatial: tuple) -> dict:
+    """Loop bounds left for the temporal loops after ``spatial`` unrolling."""
+    b = dict(layer.bounds)
+    for _, fs in spatial:
+        for d, f in fs:
+            b[d] //= f
+    return b
+
+
+def factors_of(bounds: dict, flexible: bool = True) -> list[tuple]:
+    """``(dim, factor)`` of every temporal factor (Alg. 1, or primes)."""
+    out = []
+    for d in LN.DIMS:
+        fs = flexible_factors(bounds[d]) if flexible else prime_factors(bounds[d])
+        out += [(d, f) for f in fs]
+    return out
