@@ -270,7 +270,7 @@ def nhwc_cnn(seed: int, image: int, channels: int = 32, classes: int = 100) -> o
 
 
 def zoo_table(presets: list[str], image: int, seed: int, quick: bool, names: list[str] | None = None,
-              outside: bool = True) -> dict:
+              outside: bool = True, json_path: str | None = None) -> dict:
     """Cosine with the default budget and the latency cost against the fastest mappings, model x preset.
 
     Parameters
@@ -287,6 +287,8 @@ def zoo_table(presets: list[str], image: int, seed: int, quick: bool, names: lis
         Zoo models (default: ``ZOO_MODELS``, or ResNet-18 with ``quick``).
     outside : bool
         Also the NHWC ``onnx.helper`` CNN.
+    json_path : str, optional
+        Rewritten after every model, so a run that is stopped keeps what it measured.
     """
     tmp = Path(tempfile.mkdtemp(prefix="cim-accuracy-"))
     ext = tmp / "nhwc_cnn.onnx"
@@ -311,6 +313,8 @@ def zoo_table(presets: list[str], image: int, seed: int, quick: bool, names: lis
                         "predicted_error": acc.get("predicted_error"),
                         "encodings": encodings_chosen(rep),
                         "compile_s": rep["timing_s"]["compile"]}
+        if json_path:
+            Path(json_path).write_text(json.dumps(out, indent=2))
     return out
 
 
@@ -385,10 +389,9 @@ def main() -> int:
         if args.models == ["none"] and args.no_outside:
             ap.error("--models none with --no-outside leaves nothing to measure")
         res = zoo_table(presets, args.image or (32 if args.quick else 64), args.seed, args.quick,
-                        names=names if args.models != ["none"] else [], outside=not args.no_outside)
+                        names=names if args.models != ["none"] else [], outside=not args.no_outside,
+                        json_path=args.json)
         print_zoo(res)
-        if args.json:
-            Path(args.json).write_text(json.dumps(res, indent=2))
         if args.plots:
             plot_zoo(res, args.plots)
         return 0
