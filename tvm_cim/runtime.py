@@ -16,7 +16,7 @@ import numpy as np
 import tvm
 
 from .common.runtime import Collectors, PerDevice
-from .program import parse_program
+from .compiler.transform import compiled_program
 from .simulator.engine import Chip, Options
 
 _OPTIONS = Options()
@@ -26,7 +26,8 @@ _COLLECTORS = Collectors()
 
 @lru_cache(maxsize=4096)
 def _program(text: str):
-    return parse_program(text)
+    # the program object the compiler generated, if this process compiled it (no re-parse)
+    return compiled_program(text)
 
 
 def chip_for(hw_json: str) -> Chip:

@@ -862,7 +862,7 @@ def _remember(prog: Program, text: str) -> None:
         _PROGRAMS.popitem(last=False)
 
 
-def _program(text: str) -> Program:
+def compiled_program(text: str) -> Program:
     """The program of a ``cim.program`` attribute (parsed, unless this process generated that very text)."""
     name = text[len('program "'):text.index('"', len('program "'))]
     hit = _PROGRAMS.get(name)
@@ -901,7 +901,7 @@ class LowerToRuntime:
             return mod
         strategy, opts = module_options(mod)
         regions = [region_of(f) for _, f in fs]
-        programs = [_program(str(_need(f, "program", "GenerateMetaOps"))) for _, f in fs]
+        programs = [compiled_program(str(_need(f, "program", "GenerateMetaOps"))) for _, f in fs]
         hw_json = loader.to_json(hw)
         lowered = {}
         for (g, f), r, prog in zip(fs, regions, programs):

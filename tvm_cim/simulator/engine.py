@@ -194,6 +194,10 @@ class Chip:
         self.M = int(prog.attr("M", 1)) * int(prog.attr("batch", 1))
         self._pending: list = []
         self._deferred: list = []
+        self._pending_xbs: set = set()  # crossbars and tensors the queued reads / deferred ops touch
+        self._pending_dsts: set = set()
+        self._entries_memo: dict = {}  # id(op) -> _entries (the program is alive while it runs)
+        self._read_memo: dict = {}  # (rows, cols, vectors, groups) -> cost.read of this program's mapping
         self._done_full: set[str] = set()
         self._write_memo: dict = {}
         if prog.name not in self._setup_done or any(
@@ -244,7 +248,13 @@ class Chip:
         return out
 
     def _entries(self, o: Op) -> list:
-        """(xb, rows, cols, base row) of the crossbars a read activates."""
+        """(xb, rows, cols, base row) of the crossbars a read activates (memoised per operation of the program)."""
+        hit = self._entries_memo.get(id(o))
+        if hit is None:
+            hit = self._entries_memo[id(o)] = self._entries_of(o)
+        return hit
+
+    def _entries_of(self, o: Op) -> list:
         v = o["vxb"]
         if v not in self.vxbs:
             raise SimulationError(f"program '{self.prog.name}': read of unbound virtual crossbar {v}")
@@ -290,6 +300,8 @@ class Chip:
 
     def _check_compute_mode(self, o: Op) -> None:
         """A crossbar read or write needs its arrays in compute mode."""
+        if not self.xb_memory:
+            return
         xbs = [o["xb"]] if o.opcode == "CIM.write_xb" else [xb for xb, _, _, _ in self._entries(o)]
         bad = sorted(x for x in xbs if x in self.xb_memory)
         if bad:
@@ -341,8 +353,8 @@ class Chip:
         if not self._pending and not self._deferred:
             return False
         if o.opcode == "CIM.write_xb":
-            return o["xb"] in {it[0] for it in self._pending}
-        names = {it[5] for it in self._pending} | {d["dst"].name for d in self._deferred}
+            return o["xb"] in self._pending_xbs
+        names = self._pending_dsts
         return any(isinstance(v, Ref) and v.name in names for _, v in o.args)
 
     def _exec(self, o: Op, env, stats) -> None:
@@ -351,6 +363,7 @@ class Chip:
             # post-processing waits for its chunk's reads: defer it so that the
             # reads of all chunks execute as one vectorised batch
             self._deferred.append(o)
+            self._pending_dsts.add(o["dst"].name)
             return
         if self._touches_pending(o):
             self._flush(env, stats)
@@ -434,11 +447,15 @@ class Chip:
             if xb not in self.xb_cells:
                 raise SimulationError(f"read of crossbar {xb} before it was written")
             self._pending.append((xb, rows, cols, base, src, dst, v))
+            self._pending_xbs.add(xb)
+            self._pending_dsts.add(dst)
 
     def _flush(self, env, stats) -> None:
         """Execute the queued reads (grouped by crossbar, vectorised), then the deferred post-processing."""
         self._flush_reads(env, stats)
         deferred, self._deferred = self._deferred, []
+        self._pending_xbs = set()
+        self._pending_dsts = set()
         for o in deferred:
             self._apply(o, env, stats)
 
@@ -599,9 +616,15 @@ class Chip:
         ents = self._entries(o)
         vectors = v.size * int(self.prog.attr("batch", 1))
         durs, energy = [], defaultdict(float)
+        memo = self._read_memo
         for xb, rows, cols, _ in ents:
             groups = 1 if o.opcode == "CIM.read_row" else -(-rows.size // self.xhw.crossbar.rows_active)
-            d, e = cost.read(self.xhw, rows.size, cols.size, vectors, groups, self.wbits, self.ibits, self.signed_input)
+            key = (rows.size, cols.size, vectors, groups)
+            hit = memo.get(key)
+            if hit is None:
+                hit = memo[key] = cost.read(self.xhw, rows.size, cols.size, vectors, groups, self.wbits, self.ibits,
+                                            self.signed_input)
+            d, e = hit
             durs.append(d)
             for k2, val in e.items():
                 energy[k2] += val

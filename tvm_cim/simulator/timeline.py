@@ -19,10 +19,13 @@ power of crossbars and ADCs active at once), and per-resource utilisation.
 from __future__ import annotations
 
 import bisect
+from array import array
 from collections import defaultdict
 from dataclasses import dataclass, field
 
 import numpy as np
+
+_LONG = 16  # dependency lists longer than this are stored as arrays and maximised in numpy
 
 
 @dataclass
@@ -41,7 +44,8 @@ class Events:
     def add(self, dur, res, deps, energy, analog, kind) -> int:
         self.dur.append(float(dur))
         self.res.append(tuple(res))
-        self.deps.append(tuple(deps))
+        # long dependency lists (all reads of a chunk, of a crossbar) as compact int64 arrays
+        self.deps.append(tuple(deps) if len(deps) <= _LONG else array("q", deps))
         self.energy.append(float(energy))
         self.analog.append(bool(analog))
         self.kind.append(kind)
@@ -162,8 +166,10 @@ def schedule_graph(regions: list[tuple[str, Events, int]], producers: dict[str, 
         if seg != cur_seg:
             cur_seg, seg_floor = seg, prev_end
         base = len(starts)
-        st = np.zeros(len(ev))
-        fin = np.zeros(len(ev))
+        n_ev = len(ev)
+        st = [0.0] * n_ev
+        fin = [0.0] * n_ev
+        fin_np = np.zeros(n_ev)  # a copy of fin for the long dependency lists
         ext_ready = {}
         prods = [p for p in producers.get(name, []) if p in outs]
         for idx, f0, f1 in ev.inputs:
@@ -174,13 +180,19 @@ def schedule_graph(regions: list[tuple[str, Events, int]], producers: dict[str, 
                         t = max(t, finishes[j])
             ext_ready[idx] = t
         floor = prev_end if not pipeline else seg_floor
-        for i in range(len(ev)):
+        ev_deps, ev_dur, ev_res = ev.deps, ev.dur, ev.res
+        for i in range(n_ev):
             t = max(floor, ext_ready.get(i, floor))
-            for d in ev.deps[i]:
-                t = max(t, fin[d])
-            dur = ev.dur[i]
+            deps = ev_deps[i]
+            if len(deps) > _LONG:
+                t = max(t, float(fin_np[np.frombuffer(deps, dtype=np.int64)].max()))
+            else:
+                for d in deps:
+                    if fin[d] > t:
+                        t = fin[d]
+            dur = ev_dur[i]
             if dur > 0:
-                rs = [res[r] for r in ev.res[i]]
+                rs = [res[r] for r in ev_res[i]]
                 while True:  # earliest time every resource is free
                     t2 = t
                     for r in rs:
@@ -191,13 +203,14 @@ def schedule_graph(regions: list[tuple[str, Events, int]], producers: dict[str, 
                 for r in rs:
                     r.reserve(t, dur)
             st[i], fin[i] = t, t + dur
+            fin_np[i] = t + dur
         starts.extend(st)
         finishes.extend(fin)
         analog.extend(ev.analog)
         energy.extend(ev.energy)
         durs.extend(ev.dur)
         outs[name] = [(base + j, g0, g1) for j, g0, g1 in ev.outputs]
-        span[name] = (float(st.min(initial=prev_end)) if len(ev) else prev_end, float(fin.max(initial=prev_end)))
+        span[name] = (float(min(prev_end, min(st))) if n_ev else prev_end, float(max(prev_end, max(fin, default=prev_end))))
         busy[name] = float(np.sum(ev.dur))
         prev_end = max(prev_end, span[name][1])
     start = np.asarray(starts)
