@@ -604,11 +604,17 @@ class Chip:
         xb = o["xb"]
         dur, e = cost.write(self.phw, o["rows"].size, o["cols"].size, int(o.get("batch", 1)), self.wbits)
         key = f"xb:{xb}"
-        deps = self._deps(key, Range(0, 1), write=True) + self._deps(o["src"].name, Range(0, self.M), write=False)
+        deps = self._deps(key, Range(0, 1), write=True)
+        table = self._ranges.get(o["src"].name)
+        shared = None
+        if table and len(table) == 1 and (0, self.M) in table:  # every weight fetch so far: a shared list
+            shared = table[(0, self.M)]
+        else:
+            deps += self._deps(o["src"].name, Range(0, self.M), write=False)
         self._energy["write"] += e
         ports = self.hw.dual_mode.write_ports  # arrays programmed at once share the write ports
         res = (key, f"wport:{xb % ports}") if ports else (key,)
-        i = ev.add(dur, res, deps, e, False, "CIM.write_xb")
+        i = ev.add(dur, res, deps, e, False, "CIM.write_xb", shared)
         self._mark(key, Range(0, 1), i, True)
 
     def _record_read(self, o: Op, ev: Events) -> None:

@@ -19,6 +19,7 @@ power of crossbars and ADCs active at once), and per-resource utilisation.
 from __future__ import annotations
 
 import bisect
+import itertools
 from array import array
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -26,6 +27,32 @@ from dataclasses import dataclass, field
 import numpy as np
 
 _LONG = 16  # dependency lists longer than this are stored as arrays and maximised in numpy
+
+
+class Prefix:
+    """Dependencies of one operation: ``rest`` plus the first ``count`` entries of a list that keeps growing.
+
+    Many operations depend on every earlier member of one list (the weight
+    fetches of a layer larger than the chip: each pass's crossbar writes wait
+    for all of them); sharing the list keeps that linear in memory, and the
+    scheduler keeps a running maximum of its members' finish times.
+    Iterates, ``len`` and ``in`` like a tuple of all the dependencies.
+    """
+
+    __slots__ = ("members", "count", "rest")
+
+    def __init__(self, members: list, count: int, rest):
+        self.members, self.count, self.rest = members, count, rest
+
+    def __iter__(self):
+        yield from self.rest
+        yield from itertools.islice(self.members, self.count)
+
+    def __len__(self) -> int:
+        return len(self.rest) + self.count
+
+    def __contains__(self, d) -> bool:
+        return d in self.rest or d in itertools.islice(self.members, self.count)
 
 
 @dataclass
@@ -41,11 +68,13 @@ class Events:
     inputs: list = field(default_factory=list)  # (index, frac0, frac1) region-input loads
     outputs: list = field(default_factory=list)  # (index, frac0, frac1) region-output stores
 
-    def add(self, dur, res, deps, energy, analog, kind) -> int:
+    def add(self, dur, res, deps, energy, analog, kind, shared: list | None = None) -> int:
+        """Append an operation; ``shared``: it also depends on every current member of this growing list."""
         self.dur.append(float(dur))
         self.res.append(tuple(res))
         # long dependency lists (all reads of a chunk, of a crossbar) as compact int64 arrays
-        self.deps.append(tuple(deps) if len(deps) <= _LONG else array("q", deps))
+        d = tuple(deps) if len(deps) <= _LONG else array("q", deps)
+        self.deps.append(d if shared is None else Prefix(shared, len(shared), d))
         self.energy.append(float(energy))
         self.analog.append(bool(analog))
         self.kind.append(kind)
@@ -181,9 +210,18 @@ def schedule_graph(regions: list[tuple[str, Events, int]], producers: dict[str, 
             ext_ready[idx] = t
         floor = prev_end if not pipeline else seg_floor
         ev_deps, ev_dur, ev_res = ev.deps, ev.dur, ev.res
+        run_max: dict = {}  # id(shared list) -> running maxima of its members' finish times
         for i in range(n_ev):
             t = max(floor, ext_ready.get(i, floor))
             deps = ev_deps[i]
+            if type(deps) is Prefix:
+                rm = run_max.setdefault(id(deps.members), [])
+                while len(rm) < deps.count:
+                    f = fin[deps.members[len(rm)]]
+                    rm.append(f if not rm or f > rm[-1] else rm[-1])
+                if deps.count and rm[deps.count - 1] > t:
+                    t = rm[deps.count - 1]
+                deps = deps.rest
             if len(deps) > _LONG:
                 t = max(t, float(fin_np[np.frombuffer(deps, dtype=np.int64)].max()))
             else:
