@@ -14,6 +14,7 @@ from functools import lru_cache
 
 import numpy as np
 import tvm
+from tqdm import tqdm
 
 from .common.runtime import Collectors, PerDevice
 from .compiler.transform import compiled_program
@@ -22,6 +23,7 @@ from .simulator.engine import Chip, Options
 _OPTIONS = Options()
 _CHIPS = PerDevice(lambda hw: Chip(hw, _OPTIONS))
 _COLLECTORS = Collectors()
+_BARS: list = []  # active progress bars (:func:`progress`)
 
 
 @lru_cache(maxsize=4096)
@@ -51,6 +53,26 @@ def reset() -> None:
 
 
 @contextlib.contextmanager
+def progress(total: int, desc: str = "simulating regions"):
+    """Show a progress bar of the regions run inside the block (on terminals only).
+
+    Parameters
+    ----------
+    total : int
+        Regions expected.
+    desc : str
+        Label of the bar.
+    """
+    bar = tqdm(total=total, desc=desc, unit="region", disable=None, leave=False)
+    _BARS.append(bar)
+    try:
+        yield bar
+    finally:
+        _BARS.remove(bar)
+        bar.close()
+
+
+@contextlib.contextmanager
 def collect():
     """Collect the :class:`RegionStats` of every region run inside the block.
 
@@ -77,3 +99,5 @@ def _run_region(*args):
     result = env["out"]
     out.copyfrom(np.ascontiguousarray(result, dtype=np.float32))
     _COLLECTORS.publish(stats)
+    for bar in _BARS:
+        bar.update(1)

@@ -479,30 +479,34 @@ class Chip:
             v_tot = [sum(v.size for v in by_key[k]) for k in keys]
             v_max = max(v_tot)
             xs = np.zeros((t_n, bt, v_max, r_max), dtype=np.int32)
-            cells, wts = [], []
+            wts = []
             for t, key in enumerate(keys):
                 xb, r0, r1, base, c0, c1 = key
                 off = 0
                 for v in by_key[key]:
                     xs[t, :, off : off + v.size, : r1 - r0] = x[:, v.slice(), r0:r1]
                     off += v.size
-                c = self.xb_cells[xb][:, r0 - base : r1 - base]
                 w = self.xb_weights[xb][:, r0 - base : r1 - base]
-                cells.append(self._fit(c, bt, r_max, n_max))
                 wts.append(self._fit(w, bt, r_max, n_max))
-            cells = np.stack(cells)
             wts = np.stack(wts)
-            lsb = self._lsb(env, keys, cells.shape)
+            shape = (t_n, bt, r_max) + self.xb_cells[keys[0][0]].shape[-3:-1] + (n_max,)  # of the stacked cells
+            lsb = self._lsb(env, keys, shape)
             hw, sc = self.xhw, self.options.exact_shortcut
             ni = self.options.nonideal
             offset = None
             if ni is not None and ni.active:
-                offset = np.zeros((t_n,) + cells.shape[-3:], dtype=np.float32)
+                offset = np.zeros((t_n,) + shape[-3:], dtype=np.float32)
                 for t, key in enumerate(keys):
                     off = self.xb_offsets[key[0]]
-                    offset[t, ..., : off.shape[-1]] = off[..., : cells.shape[-1]]
+                    offset[t, ..., : off.shape[-1]] = off[..., : shape[-1]]
                 if lsb is None:
                     lsb = X.adc_lsb(hw, r_max)
+            if sc and offset is None and X.exact(hw, lsb, r_max):
+                # the exact integer product: only the cells' shape is used, not their values
+                cells = np.broadcast_to(np.zeros((), np.float32), shape)
+            else:
+                cells = np.stack([self._fit(self.xb_cells[xb][:, r0 - base : r1 - base], bt, r_max, n_max)
+                                  for xb, r0, r1, base, _, _ in keys])
             if self.signed_input:  # as the input encoding applies them (two unsigned phases by default)
                 res = X.mvm_signed(xs, cells, hw, self.wbits, self.ibits, sc, weights=wts, lsb=lsb, offset=offset)
             else:
