@@ -103,6 +103,32 @@ class Options:
     nonideal: X.Nonideal | None = None
 
 
+class _Tile:
+    """The weights one ``CIM.write_xb`` programs: the integer tile, its decoded weights, its cells on demand.
+
+    When decoding the encoding is the identity on every clipped code (checked
+    per program, :meth:`Chip._roundtrip`), the weights are the clipped tile
+    and the cells are encoded only if a read needs them (bit-serial path,
+    lossy ADC, non-ideal device); otherwise the cells are encoded at once and
+    the weights decoded from them.
+    """
+
+    __slots__ = ("w", "hw", "bits", "_cells", "weights")
+
+    def __init__(self, w: np.ndarray, hw: CIMHardware, bits: int, roundtrip: bool):
+        self.w, self.hw, self.bits, self._cells = w, hw, bits, None
+        if roundtrip:
+            lim = 2 ** (bits - 1) - 1
+            self.weights = np.clip(w, -lim, lim).astype(np.int64)
+        else:
+            self.weights = X.decode(self.cells(), hw, bits)
+
+    def cells(self) -> np.ndarray:
+        if self._cells is None:
+            self._cells = X.encode(self.w, self.hw, self.bits)
+        return self._cells
+
+
 def _vecs(o: Op, default: int) -> Range:
     v = o.get("vecs")
     return v if isinstance(v, Range) else Range(0, default)
@@ -200,6 +226,8 @@ class Chip:
         self._read_memo: dict = {}  # (rows, cols, vectors, groups) -> cost.read of this program's mapping
         self._done_full: set[str] = set()
         self._write_memo: dict = {}
+        self._sp = None
+        self._identity = None
         if prog.name not in self._setup_done or any(
             self.xb_owner.get(o["xb"]) != (prog.name,) for o in prog.ops("setup") if o.opcode == "CIM.write_xb"
         ):
@@ -379,17 +407,20 @@ class Chip:
             if w.ndim == 2:
                 w = w[None]
             xb = o["xb"]
-            # replicas program identical tiles: encode each distinct tile once per run
+            # replicas program identical tiles: encode each distinct tile once (the tiles of the last
+            # total_crossbars writes are remembered: one pass, whatever the number of passes)
             key = (o["src"].name, id(src), o["rows"].start, o["rows"].stop, o["cols"].start, o["cols"].stop)
             memo = self._write_memo.get(key)
             if memo is None:
-                cells = X.encode(w, self.phw, self.wbits)
-                memo = self._write_memo[key] = (cells, X.decode(cells, self.phw, self.wbits))
-            self.xb_cells[xb], self.xb_weights[xb] = memo
+                memo = self._write_memo[key] = _Tile(w, self.phw, self.wbits, self._roundtrip())
+                if len(self._write_memo) > self.hw.total_crossbars:
+                    del self._write_memo[next(iter(self._write_memo))]
+            self.xb_cells[xb], self.xb_weights[xb] = memo, memo.weights
             ni = self.options.nonideal
             if ni is not None and ni.active:  # this crossbar's device realises the cells imperfectly
-                self.xb_cells[xb] = ni.program(memo[0], xb)
-                self.xb_offsets[xb] = ni.offsets(memo[0].shape[-3:], xb)
+                cells = memo.cells()
+                self.xb_cells[xb] = ni.program(cells, xb)
+                self.xb_offsets[xb] = ni.offsets(cells.shape[-3:], xb)
             self.xb_owner[xb] = (self.prog.name,)
             stats.weight_writes += 1
             return
@@ -489,7 +520,7 @@ class Chip:
                 w = self.xb_weights[xb][:, r0 - base : r1 - base]
                 wts.append(self._fit(w, bt, r_max, n_max))
             wts = np.stack(wts)
-            shape = (t_n, bt, r_max) + self.xb_cells[keys[0][0]].shape[-3:-1] + (n_max,)  # of the stacked cells
+            shape = (t_n, bt, r_max) + self._slices_planes() + (n_max,)  # of the stacked cells
             lsb = self._lsb(env, keys, shape)
             hw, sc = self.xhw, self.options.exact_shortcut
             ni = self.options.nonideal
@@ -505,7 +536,7 @@ class Chip:
                 # the exact integer product: only the cells' shape is used, not their values
                 cells = np.broadcast_to(np.zeros((), np.float32), shape)
             else:
-                cells = np.stack([self._fit(self.xb_cells[xb][:, r0 - base : r1 - base], bt, r_max, n_max)
+                cells = np.stack([self._fit(self._cells(xb)[:, r0 - base : r1 - base], bt, r_max, n_max)
                                   for xb, r0, r1, base, _, _ in keys])
             if self.signed_input:  # as the input encoding applies them (two unsigned phases by default)
                 res = X.mvm_signed(xs, cells, hw, self.wbits, self.ibits, sc, weights=wts, lsb=lsb, offset=offset)
@@ -538,6 +569,27 @@ class Chip:
                 out[t, :, : c1 - c0] = per_col[:, c0:c1]
             return out.reshape(t_n, s_n, p_n, n_max)
         return self.adc_lsb
+
+    def _cells(self, xb: int) -> np.ndarray:
+        """The cells crossbar ``xb`` holds (tiles are encoded when a read first needs the cells)."""
+        c = self.xb_cells[xb]
+        return c.cells() if isinstance(c, _Tile) else c
+
+    def _slices_planes(self) -> tuple[int, int]:
+        """(S, P) of this program's cells: weight slices and planes of its encoding."""
+        if self._sp is None:
+            self._sp = X.encode(np.zeros((1, 1), np.int32), self.phw, self.wbits).shape[-3:-1]
+        return self._sp
+
+    def _roundtrip(self) -> bool:
+        """Whether decoding the encoded cells gives back the clipped weights for every code of this
+        program's encoding (checked once per run); then a tile's weights need no encoding."""
+        if self._identity is None:
+            lim = 2 ** (self.wbits - 1) - 1
+            codes = np.arange(-lim, lim + 1, dtype=np.int64)[:, None]
+            self._identity = bool(np.array_equal(X.decode(X.encode(codes, self.phw, self.wbits), self.phw,
+                                                          self.wbits), codes))
+        return self._identity
 
     @staticmethod
     def _fit(a: np.ndarray, bt: int, r_max: int, n_max: int) -> np.ndarray:
