@@ -218,6 +218,7 @@ class Chip:
         self.vxbs = self._bindings(prog)
         self._loopnest = any(o.opcode == "CIM.loopnest" for o in prog.ops("run"))
         self.M = int(prog.attr("M", 1)) * int(prog.attr("batch", 1))
+        self._batch = int(prog.attr("batch", 1))
         self._pending: list = []
         self._deferred: list = []
         self._pending_xbs: set = set()  # crossbars and tensors the queued reads / deferred ops touch
@@ -278,8 +279,13 @@ class Chip:
     def _entries(self, o: Op) -> list:
         """(xb, rows, cols, base row) of the crossbars a read activates (memoised per operation of the program)."""
         hit = self._entries_memo.get(id(o))
-        if hit is None:
-            hit = self._entries_memo[id(o)] = self._entries_of(o)
+        if hit is None:  # operations that activate the same crossbars share one list (every chunk's reads)
+            blk = o.get("block")
+            key = (o.opcode, o.get("vxb"), None if blk is None else blk.start, o.get("group"))
+            hit = self._entries_memo.get(key)
+            if hit is None:
+                hit = self._entries_memo[key] = self._entries_of(o)
+            self._entries_memo[id(o)] = hit
         return hit
 
     def _entries_of(self, o: Op) -> list:
@@ -676,34 +682,41 @@ class Chip:
     def _record_read(self, o: Op, ev: Events) -> None:
         v = _vecs(o, self.M)
         ents = self._entries(o)
-        vectors = v.size * int(self.prog.attr("batch", 1))
+        vectors = v.size * self._batch
+        agg_key = (id(ents), vectors, o.opcode, o["src"].name)
+        agg = self._read_memo.get(agg_key)
+        if agg is None:  # the same crossbars read for the same number of vectors cost the same
+            agg = self._read_memo[agg_key] = self._read_cost(o, ents, vectors)
+        dur, energy, total, tag, src_key, xb_keys = agg
+        deps = self._deps(src_key, v, False) + self._deps(o["src"].name, v, False)
+        xb_write = self._xb_write
+        for k in xb_keys:
+            last = xb_write.get(k)
+            if last is not None:
+                deps.append(last)
+        for k2, val in energy.items():
+            self._energy[k2] += val
+        i = ev.add(dur, (tag,), deps, total, True, o.opcode)
+        readers = self._xb_readers
+        for k in xb_keys:
+            readers[k].append(i)
+        self._mark(o["dst"].name, v, i, True)
+
+    def _read_cost(self, o: Op, ents: list, vectors: int) -> tuple:
+        """Duration, energy by component, total energy, resource, input key and crossbar keys of a read."""
         durs, energy = [], defaultdict(float)
-        memo = self._read_memo
         for xb, rows, cols, _ in ents:
             groups = 1 if o.opcode == "CIM.read_row" else -(-rows.size // self.xhw.crossbar.rows_active)
-            key = (rows.size, cols.size, vectors, groups)
-            hit = memo.get(key)
-            if hit is None:
-                hit = memo[key] = cost.read(self.xhw, rows.size, cols.size, vectors, groups, self.wbits, self.ibits,
-                                            self.signed_input)
-            d, e = hit
+            d, e = cost.read(self.xhw, rows.size, cols.size, vectors, groups, self.wbits, self.ibits, self.signed_input)
             durs.append(d)
             for k2, val in e.items():
                 energy[k2] += val
         blk = o.get("block")
         # row groups of one crossbar are sequential: they share the resource
-        name = self.prog.name
-        tag = f"vxb:{name}:{o['vxb']}" + (f":{blk.start}" if blk is not None else "")
+        tag = f"vxb:{self.prog.name}:{o['vxb']}" + (f":{blk.start}" if blk is not None else "")
         src_key = f"{o['src'].name}@{o['vxb']}" + (f":{blk.start}" if blk is not None else "")
-        deps = self._deps(src_key, v, False) + self._deps(o["src"].name, v, False)
-        for xb, _, _, _ in ents:
-            deps += self._deps(f"xb:{xb}", Range(0, 1), write=False)
-        for k2, val in energy.items():
-            self._energy[k2] += val
-        i = ev.add(max(durs, default=0.0), (tag,), deps, float(sum(energy.values())), True, o.opcode)
-        for xb, _, _, _ in ents:
-            self._mark(f"xb:{xb}", Range(0, 1), i, False)
-        self._mark(o["dst"].name, v, i, True)
+        return (max(durs, default=0.0), dict(energy), float(sum(energy.values())), tag, src_key,
+                tuple(f"xb:{xb}" for xb, _, _, _ in ents))
 
     def _record_dmov(self, o: Op, ev: Events) -> None:
         hw = self.hw
