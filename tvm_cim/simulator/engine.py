@@ -224,7 +224,8 @@ class Chip:
         self._pending_xbs: set = set()  # crossbars and tensors the queued reads / deferred ops touch
         self._pending_dsts: set = set()
         self._entries_memo: dict = {}  # id(op) -> _entries (the program is alive while it runs)
-        self._read_memo: dict = {}  # (rows, cols, vectors, groups) -> cost.read of this program's mapping
+        self._read_memo: dict = {}  # aggregated cost of a read of one crossbar set
+        self._shape_memo: dict = {}  # (rows, cols, vectors, groups) -> cost.read of this program's mapping  # (rows, cols, vectors, groups) -> cost.read of this program's mapping
         self._done_full: set[str] = set()
         self._write_memo: dict = {}
         self._sp = None
@@ -705,9 +706,15 @@ class Chip:
     def _read_cost(self, o: Op, ents: list, vectors: int) -> tuple:
         """Duration, energy by component, total energy, resource, input key and crossbar keys of a read."""
         durs, energy = [], defaultdict(float)
+        memo = self._shape_memo
         for xb, rows, cols, _ in ents:
             groups = 1 if o.opcode == "CIM.read_row" else -(-rows.size // self.xhw.crossbar.rows_active)
-            d, e = cost.read(self.xhw, rows.size, cols.size, vectors, groups, self.wbits, self.ibits, self.signed_input)
+            key = (rows.size, cols.size, vectors, groups)
+            hit = memo.get(key)
+            if hit is None:
+                hit = memo[key] = cost.read(self.xhw, rows.size, cols.size, vectors, groups, self.wbits, self.ibits,
+                                            self.signed_input)
+            d, e = hit
             durs.append(d)
             for k2, val in e.items():
                 energy[k2] += val
