@@ -80,3 +80,13 @@ def test_cmswitch_quick(tmp_path):
     assert row["segments"] > 1 and set(row["time_share"]) == {"switch", "rewrite", "write_back"}
     assert res["summary"]["geomean_vs_cim_mlc"] > 0
     assert (tmp_path / "cmswitch_speedup.png").exists() and (tmp_path / "cmswitch_modes.png").exists()
+
+
+@pytest.mark.slow
+def test_scale_quick(tmp_path):
+    res, out = bench("scale.py", "--quick", tmp=tmp_path)
+    run = res["runs"][0]
+    assert (run["model"], run["hw"]) == ("resnet18", "isaac") and "error" not in run
+    assert run["metaops"] > 0 and run["peak_rss_mb"] > 0 and run["timing_only_cpu_s"] > 0
+    assert set(run["phases"]) >= {"Calibrate", "GenerateMetaOps", "LowerToRuntime"}
+    assert res["bitwise"][0]["hw"] == "isaac" and "Compile time against the number of layers" in out

@@ -17,7 +17,14 @@ from . import runtime
 from .common.onnx_io import host_onnx_ops, import_onnx, load_onnx, model_inputs
 from .common.report import compare, reference_outputs, run_vm
 from .common.target import register_hardware
-from .compiler.transform import accuracy_budget, calibration, last_compile_info, offload, scheduling
+from .compiler.transform import (
+    accuracy_budget,
+    calibration,
+    last_compile_info,
+    last_compile_phases,
+    offload,
+    scheduling,
+)
 
 # ONNX operators a crossbar region can run, and the Relax operators they become
 # (BatchNormalization is folded into the convolution before it).
@@ -62,11 +69,11 @@ def evaluate(spec: str, hw, strategy: str, *, seed: int = 0, calib_samples: int 
         Empty with ``timing_only``.
     model : onnx.ModelProto
     """
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     model = load_onnx(spec, seed=seed)
     mod, shapes, dtypes = import_onnx(model, spec)
     inputs = model_inputs(inputs_path, shapes, dtypes, seed)
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), time.process_time()
     with calibration(samples=calib_samples, seed=seed + 1), scheduling(strategy), accuracy_budget(max_error):
         if isinstance(hw, str):
             ex = relax.build(mod, target=register_hardware("cim", hw))
@@ -74,7 +81,8 @@ def evaluate(spec: str, hw, strategy: str, *, seed: int = 0, calib_samples: int 
         else:
             lowered, info = offload(mod, hw)
             ex = None if timing_only else relax.build(lowered, target="llvm")
-    t2 = time.perf_counter()
+    t2, c2 = time.perf_counter(), time.process_time()
+    phases = last_compile_phases()
     order = list(shapes)
     outs, ref = [], []
     if timing_only:
@@ -82,12 +90,12 @@ def evaluate(spec: str, hw, strategy: str, *, seed: int = 0, calib_samples: int 
     else:
         runtime.reset()
         runtime.set_options(exact_shortcut=not bitwise, nonideal=nonideal)
-        with runtime.collect() as stats:
+        with runtime.collect() as stats, runtime.progress(len(info.programs)):
             outs = run_vm(ex, inputs, order)
-    t3 = time.perf_counter()
+    t3, c3 = time.perf_counter(), time.process_time()
     if not timing_only:
         ref = reference_outputs(mod, inputs, order)
-    t4 = time.perf_counter()
+    t4, c4 = time.perf_counter(), time.process_time()
     rep = R.build_report(info, stats, hw_name or (hw if isinstance(hw, str) else info.hw.name))
     rep["model"] = spec
     if timing_only:
@@ -102,4 +110,6 @@ def evaluate(spec: str, hw, strategy: str, *, seed: int = 0, calib_samples: int 
         rep["nonideal"] = nonideal.describe()
         rep["simulation"] += "; device non-idealities applied (see nonideal)"
     rep["timing_s"] = {"import": t1 - t0, "compile": t2 - t1, "simulate": t3 - t2, "reference": t4 - t3}
+    rep["cpu_s"] = {"import": c1 - c0, "compile": c2 - c1, "simulate": c3 - c2, "reference": c4 - c3}
+    rep["compile_phases_s"] = phases  # per CIM pass: wall and CPU seconds
     return rep, outs, model

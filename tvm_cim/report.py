@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 
 import numpy as np
+from tqdm import tqdm
 
 from .common.report import compare  # noqa: F401  (compare is part of this module's API)
 from .common.report import si as _si
@@ -30,7 +31,8 @@ def simulate_timing(info: CompileInfo):
     """
     chip = Chip(info.hw, SimOptions(functional=False))
     stats = []
-    for r, p in zip(info.regions, info.programs):
+    for r, p in zip(tqdm(info.regions, desc="simulating regions (timing only)", unit="region", disable=None,
+                         leave=False), info.programs):
         tensors = {d.name: np.zeros(d.shape, np.float32) for d in p.decl("input")}
         tensors.update(codegen.region_constants(r))
         stats.append(chip.run(p, tensors)[1])

@@ -14,19 +14,22 @@ from functools import lru_cache
 
 import numpy as np
 import tvm
+from tqdm import tqdm
 
 from .common.runtime import Collectors, PerDevice
-from .program import parse_program
+from .compiler.transform import compiled_program
 from .simulator.engine import Chip, Options
 
 _OPTIONS = Options()
 _CHIPS = PerDevice(lambda hw: Chip(hw, _OPTIONS))
 _COLLECTORS = Collectors()
+_BARS: list = []  # active progress bars (:func:`progress`)
 
 
 @lru_cache(maxsize=4096)
 def _program(text: str):
-    return parse_program(text)
+    # the program object the compiler generated, if this process compiled it (no re-parse)
+    return compiled_program(text)
 
 
 def chip_for(hw_json: str) -> Chip:
@@ -47,6 +50,26 @@ def set_options(**kwargs) -> None:
 def reset() -> None:
     """Forget every chip's crossbar contents (the next run rewrites weights)."""
     _CHIPS.clear()
+
+
+@contextlib.contextmanager
+def progress(total: int, desc: str = "simulating regions"):
+    """Show a progress bar of the regions run inside the block (on terminals only).
+
+    Parameters
+    ----------
+    total : int
+        Regions expected.
+    desc : str
+        Label of the bar.
+    """
+    bar = tqdm(total=total, desc=desc, unit="region", disable=None, leave=False)
+    _BARS.append(bar)
+    try:
+        yield bar
+    finally:
+        _BARS.remove(bar)
+        bar.close()
 
 
 @contextlib.contextmanager
@@ -76,3 +99,5 @@ def _run_region(*args):
     result = env["out"]
     out.copyfrom(np.ascontiguousarray(result, dtype=np.float32))
     _COLLECTORS.publish(stats)
+    for bar in _BARS:
+        bar.update(1)

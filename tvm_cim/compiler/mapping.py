@@ -74,13 +74,18 @@ def tile_matrix(k: int, n: int, hw: CIMHardware, w: np.ndarray | None = None,
         In row-major order over (row block, column block).
     """
     rows, cols = tile_rows or hw.crossbar.rows, hw.logical_cols(precision(hw)[0])
+    kb, nb = -(-k // rows), -(-n // cols)
+    nonzero = None
+    if w is not None:  # which tiles hold a non-zero weight, all at once
+        nz = np.zeros((kb * rows, nb * cols), dtype=bool)
+        nz[:k, :n] = np.asarray(w)[:k, :n] != 0
+        nonzero = nz.reshape(kb, rows, nb, cols).any(axis=(1, 3))
     tiles = []
-    for k0 in range(0, k, rows):
-        for n0 in range(0, n, cols):
-            t = Tile(k0, min(k, k0 + rows), n0, min(n, n0 + cols))
-            if w is not None and not np.any(w[t.k0 : t.k1, t.n0 : t.n1]):
+    for i, k0 in enumerate(range(0, k, rows)):
+        for j, n0 in enumerate(range(0, n, cols)):
+            if nonzero is not None and not nonzero[i, j]:
                 continue
-            tiles.append(t)
+            tiles.append(Tile(k0, min(k, k0 + rows), n0, min(n, n0 + cols)))
     if not tiles:  # an all-zero weight still needs one tile to produce zeros
         tiles.append(Tile(0, min(k, rows), 0, min(n, cols)))
     return tiles

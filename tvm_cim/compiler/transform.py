@@ -47,6 +47,7 @@ import dataclasses
 import hashlib
 import json
 import threading
+import time
 import warnings
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -54,6 +55,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import tvm
 import tvm_ffi
+from tqdm import tqdm
 from tvm import relax
 
 from ..common import hardware as loader
@@ -862,7 +864,7 @@ def _remember(prog: Program, text: str) -> None:
         _PROGRAMS.popitem(last=False)
 
 
-def _program(text: str) -> Program:
+def compiled_program(text: str) -> Program:
     """The program of a ``cim.program`` attribute (parsed, unless this process generated that very text)."""
     name = text[len('program "'):text.index('"', len('program "'))]
     hit = _PROGRAMS.get(name)
@@ -901,7 +903,7 @@ class LowerToRuntime:
             return mod
         strategy, opts = module_options(mod)
         regions = [region_of(f) for _, f in fs]
-        programs = [_program(str(_need(f, "program", "GenerateMetaOps"))) for _, f in fs]
+        programs = [compiled_program(str(_need(f, "program", "GenerateMetaOps"))) for _, f in fs]
         hw_json = loader.to_json(hw)
         lowered = {}
         for (g, f), r, prog in zip(fs, regions, programs):
@@ -976,8 +978,7 @@ def CIMPipeline(hw=None, strategy: str | None = None, options: strategies.Option
     tvm.transform.Pass
     """
     c = calibration
-    return tvm.transform.Sequential(
-        [
+    passes = [
             FindRegions(),
             Calibrate(c.samples, c.seed, c.inputs) if c else Calibrate(),
             Quantize(hw),
@@ -989,9 +990,53 @@ def CIMPipeline(hw=None, strategy: str | None = None, options: strategies.Option
             PlanDataflow(hw),
             GenerateMetaOps(hw),
             LowerToRuntime(hw),
-        ],
-        name="CIMPipeline",
-    )
+    ]
+    bar: list = []  # one progress bar per run of the pipeline (shown on terminals only)
+    timed = [_Timed(p, bar, i == 0, i == len(passes) - 1, len(passes)) for i, p in enumerate(passes)]
+    return tvm.transform.Sequential(timed, name="CIMPipeline")
+
+
+def last_compile_phases() -> dict[str, dict[str, float]]:
+    """Wall and CPU seconds of every pass of the most recent CIM build in this thread.
+
+    Returns
+    -------
+    dict
+        Pass name -> ``{"wall_s": ..., "cpu_s": ...}``, in pipeline order.
+    """
+    return dict(getattr(_STATE, "phases", {}))
+
+
+@tvm.transform.module_pass(opt_level=0, name="CIMTimed")
+class _Timed:
+    """Run one pass of :func:`CIMPipeline`, time it (:func:`last_compile_phases`) and advance the progress bar."""
+
+    def __init__(self, inner, bar: list, first: bool, last: bool, total: int):
+        self.inner, self.bar, self.first, self.last, self.total = inner, bar, first, last, total
+        self.name = inner.info.name
+
+    def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
+        if self.first:
+            _STATE.phases = {}
+            self.bar[:] = [tqdm(total=self.total, desc="compiling", unit="pass", disable=None, leave=False)]
+        bar = self.bar[0] if self.bar else None
+        if bar is not None:
+            bar.set_postfix_str(self.name)
+        w, c = time.perf_counter(), time.process_time()
+        try:
+            out = self.inner(mod)
+        except BaseException:
+            if bar is not None:
+                bar.close()
+            raise
+        phases = getattr(_STATE, "phases", None)
+        if phases is not None:
+            phases[self.name] = {"wall_s": time.perf_counter() - w, "cpu_s": time.process_time() - c}
+        if bar is not None:
+            bar.update(1)
+            if self.last:
+                bar.close()
+        return out
 
 
 def offload(mod: tvm.IRModule, hw: CIMHardware, calib: CalibrationConfig | None = None,

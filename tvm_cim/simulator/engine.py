@@ -103,6 +103,32 @@ class Options:
     nonideal: X.Nonideal | None = None
 
 
+class _Tile:
+    """The weights one ``CIM.write_xb`` programs: the integer tile, its decoded weights, its cells on demand.
+
+    When decoding the encoding is the identity on every clipped code (checked
+    per program, :meth:`Chip._roundtrip`), the weights are the clipped tile
+    and the cells are encoded only if a read needs them (bit-serial path,
+    lossy ADC, non-ideal device); otherwise the cells are encoded at once and
+    the weights decoded from them.
+    """
+
+    __slots__ = ("w", "hw", "bits", "_cells", "weights")
+
+    def __init__(self, w: np.ndarray, hw: CIMHardware, bits: int, roundtrip: bool):
+        self.w, self.hw, self.bits, self._cells = w, hw, bits, None
+        if roundtrip:
+            lim = 2 ** (bits - 1) - 1
+            self.weights = np.clip(w, -lim, lim).astype(np.int64)
+        else:
+            self.weights = X.decode(self.cells(), hw, bits)
+
+    def cells(self) -> np.ndarray:
+        if self._cells is None:
+            self._cells = X.encode(self.w, self.hw, self.bits)
+        return self._cells
+
+
 def _vecs(o: Op, default: int) -> Range:
     v = o.get("vecs")
     return v if isinstance(v, Range) else Range(0, default)
@@ -192,10 +218,18 @@ class Chip:
         self.vxbs = self._bindings(prog)
         self._loopnest = any(o.opcode == "CIM.loopnest" for o in prog.ops("run"))
         self.M = int(prog.attr("M", 1)) * int(prog.attr("batch", 1))
+        self._batch = int(prog.attr("batch", 1))
         self._pending: list = []
         self._deferred: list = []
+        self._pending_xbs: set = set()  # crossbars and tensors the queued reads / deferred ops touch
+        self._pending_dsts: set = set()
+        self._entries_memo: dict = {}  # id(op) -> _entries (the program is alive while it runs)
+        self._read_memo: dict = {}  # aggregated cost of a read of one crossbar set
+        self._shape_memo: dict = {}  # (rows, cols, vectors, groups) -> cost.read of this program's mapping  # (rows, cols, vectors, groups) -> cost.read of this program's mapping
         self._done_full: set[str] = set()
         self._write_memo: dict = {}
+        self._sp = None
+        self._identity = None
         if prog.name not in self._setup_done or any(
             self.xb_owner.get(o["xb"]) != (prog.name,) for o in prog.ops("setup") if o.opcode == "CIM.write_xb"
         ):
@@ -244,7 +278,18 @@ class Chip:
         return out
 
     def _entries(self, o: Op) -> list:
-        """(xb, rows, cols, base row) of the crossbars a read activates."""
+        """(xb, rows, cols, base row) of the crossbars a read activates (memoised per operation of the program)."""
+        hit = self._entries_memo.get(id(o))
+        if hit is None:  # operations that activate the same crossbars share one list (every chunk's reads)
+            blk = o.get("block")
+            key = (o.opcode, o.get("vxb"), None if blk is None else blk.start, o.get("group"))
+            hit = self._entries_memo.get(key)
+            if hit is None:
+                hit = self._entries_memo[key] = self._entries_of(o)
+            self._entries_memo[id(o)] = hit
+        return hit
+
+    def _entries_of(self, o: Op) -> list:
         v = o["vxb"]
         if v not in self.vxbs:
             raise SimulationError(f"program '{self.prog.name}': read of unbound virtual crossbar {v}")
@@ -290,6 +335,8 @@ class Chip:
 
     def _check_compute_mode(self, o: Op) -> None:
         """A crossbar read or write needs its arrays in compute mode."""
+        if not self.xb_memory:
+            return
         xbs = [o["xb"]] if o.opcode == "CIM.write_xb" else [xb for xb, _, _, _ in self._entries(o)]
         bad = sorted(x for x in xbs if x in self.xb_memory)
         if bad:
@@ -341,8 +388,8 @@ class Chip:
         if not self._pending and not self._deferred:
             return False
         if o.opcode == "CIM.write_xb":
-            return o["xb"] in {it[0] for it in self._pending}
-        names = {it[5] for it in self._pending} | {d["dst"].name for d in self._deferred}
+            return o["xb"] in self._pending_xbs
+        names = self._pending_dsts
         return any(isinstance(v, Ref) and v.name in names for _, v in o.args)
 
     def _exec(self, o: Op, env, stats) -> None:
@@ -351,6 +398,7 @@ class Chip:
             # post-processing waits for its chunk's reads: defer it so that the
             # reads of all chunks execute as one vectorised batch
             self._deferred.append(o)
+            self._pending_dsts.add(o["dst"].name)
             return
         if self._touches_pending(o):
             self._flush(env, stats)
@@ -366,17 +414,20 @@ class Chip:
             if w.ndim == 2:
                 w = w[None]
             xb = o["xb"]
-            # replicas program identical tiles: encode each distinct tile once per run
+            # replicas program identical tiles: encode each distinct tile once (the tiles of the last
+            # total_crossbars writes are remembered: one pass, whatever the number of passes)
             key = (o["src"].name, id(src), o["rows"].start, o["rows"].stop, o["cols"].start, o["cols"].stop)
             memo = self._write_memo.get(key)
             if memo is None:
-                cells = X.encode(w, self.phw, self.wbits)
-                memo = self._write_memo[key] = (cells, X.decode(cells, self.phw, self.wbits))
-            self.xb_cells[xb], self.xb_weights[xb] = memo
+                memo = self._write_memo[key] = _Tile(w, self.phw, self.wbits, self._roundtrip())
+                if len(self._write_memo) > self.hw.total_crossbars:
+                    del self._write_memo[next(iter(self._write_memo))]
+            self.xb_cells[xb], self.xb_weights[xb] = memo, memo.weights
             ni = self.options.nonideal
             if ni is not None and ni.active:  # this crossbar's device realises the cells imperfectly
-                self.xb_cells[xb] = ni.program(memo[0], xb)
-                self.xb_offsets[xb] = ni.offsets(memo[0].shape[-3:], xb)
+                cells = memo.cells()
+                self.xb_cells[xb] = ni.program(cells, xb)
+                self.xb_offsets[xb] = ni.offsets(cells.shape[-3:], xb)
             self.xb_owner[xb] = (self.prog.name,)
             stats.weight_writes += 1
             return
@@ -434,11 +485,15 @@ class Chip:
             if xb not in self.xb_cells:
                 raise SimulationError(f"read of crossbar {xb} before it was written")
             self._pending.append((xb, rows, cols, base, src, dst, v))
+            self._pending_xbs.add(xb)
+            self._pending_dsts.add(dst)
 
     def _flush(self, env, stats) -> None:
         """Execute the queued reads (grouped by crossbar, vectorised), then the deferred post-processing."""
         self._flush_reads(env, stats)
         deferred, self._deferred = self._deferred, []
+        self._pending_xbs = set()
+        self._pending_dsts = set()
         for o in deferred:
             self._apply(o, env, stats)
 
@@ -462,30 +517,34 @@ class Chip:
             v_tot = [sum(v.size for v in by_key[k]) for k in keys]
             v_max = max(v_tot)
             xs = np.zeros((t_n, bt, v_max, r_max), dtype=np.int32)
-            cells, wts = [], []
+            wts = []
             for t, key in enumerate(keys):
                 xb, r0, r1, base, c0, c1 = key
                 off = 0
                 for v in by_key[key]:
                     xs[t, :, off : off + v.size, : r1 - r0] = x[:, v.slice(), r0:r1]
                     off += v.size
-                c = self.xb_cells[xb][:, r0 - base : r1 - base]
                 w = self.xb_weights[xb][:, r0 - base : r1 - base]
-                cells.append(self._fit(c, bt, r_max, n_max))
                 wts.append(self._fit(w, bt, r_max, n_max))
-            cells = np.stack(cells)
             wts = np.stack(wts)
-            lsb = self._lsb(env, keys, cells.shape)
+            shape = (t_n, bt, r_max) + self._slices_planes() + (n_max,)  # of the stacked cells
+            lsb = self._lsb(env, keys, shape)
             hw, sc = self.xhw, self.options.exact_shortcut
             ni = self.options.nonideal
             offset = None
             if ni is not None and ni.active:
-                offset = np.zeros((t_n,) + cells.shape[-3:], dtype=np.float32)
+                offset = np.zeros((t_n,) + shape[-3:], dtype=np.float32)
                 for t, key in enumerate(keys):
                     off = self.xb_offsets[key[0]]
-                    offset[t, ..., : off.shape[-1]] = off[..., : cells.shape[-1]]
+                    offset[t, ..., : off.shape[-1]] = off[..., : shape[-1]]
                 if lsb is None:
                     lsb = X.adc_lsb(hw, r_max)
+            if sc and offset is None and X.exact(hw, lsb, r_max):
+                # the exact integer product: only the cells' shape is used, not their values
+                cells = np.broadcast_to(np.zeros((), np.float32), shape)
+            else:
+                cells = np.stack([self._fit(self._cells(xb)[:, r0 - base : r1 - base], bt, r_max, n_max)
+                                  for xb, r0, r1, base, _, _ in keys])
             if self.signed_input:  # as the input encoding applies them (two unsigned phases by default)
                 res = X.mvm_signed(xs, cells, hw, self.wbits, self.ibits, sc, weights=wts, lsb=lsb, offset=offset)
             else:
@@ -517,6 +576,27 @@ class Chip:
                 out[t, :, : c1 - c0] = per_col[:, c0:c1]
             return out.reshape(t_n, s_n, p_n, n_max)
         return self.adc_lsb
+
+    def _cells(self, xb: int) -> np.ndarray:
+        """The cells crossbar ``xb`` holds (tiles are encoded when a read first needs the cells)."""
+        c = self.xb_cells[xb]
+        return c.cells() if isinstance(c, _Tile) else c
+
+    def _slices_planes(self) -> tuple[int, int]:
+        """(S, P) of this program's cells: weight slices and planes of its encoding."""
+        if self._sp is None:
+            self._sp = X.encode(np.zeros((1, 1), np.int32), self.phw, self.wbits).shape[-3:-1]
+        return self._sp
+
+    def _roundtrip(self) -> bool:
+        """Whether decoding the encoded cells gives back the clipped weights for every code of this
+        program's encoding (checked once per run); then a tile's weights need no encoding."""
+        if self._identity is None:
+            lim = 2 ** (self.wbits - 1) - 1
+            codes = np.arange(-lim, lim + 1, dtype=np.int64)[:, None]
+            self._identity = bool(np.array_equal(X.decode(X.encode(codes, self.phw, self.wbits), self.phw,
+                                                          self.wbits), codes))
+        return self._identity
 
     @staticmethod
     def _fit(a: np.ndarray, bt: int, r_max: int, n_max: int) -> np.ndarray:
@@ -587,38 +667,63 @@ class Chip:
         xb = o["xb"]
         dur, e = cost.write(self.phw, o["rows"].size, o["cols"].size, int(o.get("batch", 1)), self.wbits)
         key = f"xb:{xb}"
-        deps = self._deps(key, Range(0, 1), write=True) + self._deps(o["src"].name, Range(0, self.M), write=False)
+        deps = self._deps(key, Range(0, 1), write=True)
+        table = self._ranges.get(o["src"].name)
+        shared = None
+        if table and len(table) == 1 and (0, self.M) in table:  # every weight fetch so far: a shared list
+            shared = table[(0, self.M)]
+        else:
+            deps += self._deps(o["src"].name, Range(0, self.M), write=False)
         self._energy["write"] += e
         ports = self.hw.dual_mode.write_ports  # arrays programmed at once share the write ports
         res = (key, f"wport:{xb % ports}") if ports else (key,)
-        i = ev.add(dur, res, deps, e, False, "CIM.write_xb")
+        i = ev.add(dur, res, deps, e, False, "CIM.write_xb", shared)
         self._mark(key, Range(0, 1), i, True)
 
     def _record_read(self, o: Op, ev: Events) -> None:
         v = _vecs(o, self.M)
         ents = self._entries(o)
-        vectors = v.size * int(self.prog.attr("batch", 1))
+        vectors = v.size * self._batch
+        agg_key = (id(ents), vectors, o.opcode, o["src"].name)
+        agg = self._read_memo.get(agg_key)
+        if agg is None:  # the same crossbars read for the same number of vectors cost the same
+            agg = self._read_memo[agg_key] = self._read_cost(o, ents, vectors)
+        dur, energy, total, tag, src_key, xb_keys = agg
+        deps = self._deps(src_key, v, False) + self._deps(o["src"].name, v, False)
+        xb_write = self._xb_write
+        for k in xb_keys:
+            last = xb_write.get(k)
+            if last is not None:
+                deps.append(last)
+        for k2, val in energy.items():
+            self._energy[k2] += val
+        i = ev.add(dur, (tag,), deps, total, True, o.opcode)
+        readers = self._xb_readers
+        for k in xb_keys:
+            readers[k].append(i)
+        self._mark(o["dst"].name, v, i, True)
+
+    def _read_cost(self, o: Op, ents: list, vectors: int) -> tuple:
+        """Duration, energy by component, total energy, resource, input key and crossbar keys of a read."""
         durs, energy = [], defaultdict(float)
+        memo = self._shape_memo
         for xb, rows, cols, _ in ents:
             groups = 1 if o.opcode == "CIM.read_row" else -(-rows.size // self.xhw.crossbar.rows_active)
-            d, e = cost.read(self.xhw, rows.size, cols.size, vectors, groups, self.wbits, self.ibits, self.signed_input)
+            key = (rows.size, cols.size, vectors, groups)
+            hit = memo.get(key)
+            if hit is None:
+                hit = memo[key] = cost.read(self.xhw, rows.size, cols.size, vectors, groups, self.wbits, self.ibits,
+                                            self.signed_input)
+            d, e = hit
             durs.append(d)
             for k2, val in e.items():
                 energy[k2] += val
         blk = o.get("block")
         # row groups of one crossbar are sequential: they share the resource
-        name = self.prog.name
-        tag = f"vxb:{name}:{o['vxb']}" + (f":{blk.start}" if blk is not None else "")
+        tag = f"vxb:{self.prog.name}:{o['vxb']}" + (f":{blk.start}" if blk is not None else "")
         src_key = f"{o['src'].name}@{o['vxb']}" + (f":{blk.start}" if blk is not None else "")
-        deps = self._deps(src_key, v, False) + self._deps(o["src"].name, v, False)
-        for xb, _, _, _ in ents:
-            deps += self._deps(f"xb:{xb}", Range(0, 1), write=False)
-        for k2, val in energy.items():
-            self._energy[k2] += val
-        i = ev.add(max(durs, default=0.0), (tag,), deps, float(sum(energy.values())), True, o.opcode)
-        for xb, _, _, _ in ents:
-            self._mark(f"xb:{xb}", Range(0, 1), i, False)
-        self._mark(o["dst"].name, v, i, True)
+        return (max(durs, default=0.0), dict(energy), float(sum(energy.values())), tag, src_key,
+                tuple(f"xb:{xb}" for xb, _, _, _ in ents))
 
     def _record_dmov(self, o: Op, ev: Events) -> None:
         hw = self.hw

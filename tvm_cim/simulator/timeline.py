@@ -19,10 +19,40 @@ power of crossbars and ADCs active at once), and per-resource utilisation.
 from __future__ import annotations
 
 import bisect
+import itertools
+from array import array
 from collections import defaultdict
 from dataclasses import dataclass, field
 
 import numpy as np
+
+_LONG = 16  # dependency lists longer than this are stored as arrays and maximised in numpy
+
+
+class Prefix:
+    """Dependencies of one operation: ``rest`` plus the first ``count`` entries of a list that keeps growing.
+
+    Many operations depend on every earlier member of one list (the weight
+    fetches of a layer larger than the chip: each pass's crossbar writes wait
+    for all of them); sharing the list keeps that linear in memory, and the
+    scheduler keeps a running maximum of its members' finish times.
+    Iterates, ``len`` and ``in`` like a tuple of all the dependencies.
+    """
+
+    __slots__ = ("members", "count", "rest")
+
+    def __init__(self, members: list, count: int, rest):
+        self.members, self.count, self.rest = members, count, rest
+
+    def __iter__(self):
+        yield from self.rest
+        yield from itertools.islice(self.members, self.count)
+
+    def __len__(self) -> int:
+        return len(self.rest) + self.count
+
+    def __contains__(self, d) -> bool:
+        return d in self.rest or d in itertools.islice(self.members, self.count)
 
 
 @dataclass
@@ -38,10 +68,13 @@ class Events:
     inputs: list = field(default_factory=list)  # (index, frac0, frac1) region-input loads
     outputs: list = field(default_factory=list)  # (index, frac0, frac1) region-output stores
 
-    def add(self, dur, res, deps, energy, analog, kind) -> int:
+    def add(self, dur, res, deps, energy, analog, kind, shared: list | None = None) -> int:
+        """Append an operation; ``shared``: it also depends on every current member of this growing list."""
         self.dur.append(float(dur))
         self.res.append(tuple(res))
-        self.deps.append(tuple(deps))
+        # long dependency lists (all reads of a chunk, of a crossbar) as compact int64 arrays
+        d = tuple(deps) if len(deps) <= _LONG else array("q", deps)
+        self.deps.append(d if shared is None else Prefix(shared, len(shared), d))
         self.energy.append(float(energy))
         self.analog.append(bool(analog))
         self.kind.append(kind)
@@ -162,8 +195,10 @@ def schedule_graph(regions: list[tuple[str, Events, int]], producers: dict[str, 
         if seg != cur_seg:
             cur_seg, seg_floor = seg, prev_end
         base = len(starts)
-        st = np.zeros(len(ev))
-        fin = np.zeros(len(ev))
+        n_ev = len(ev)
+        st = [0.0] * n_ev
+        fin = [0.0] * n_ev
+        fin_np = np.zeros(n_ev)  # a copy of fin for the long dependency lists
         ext_ready = {}
         prods = [p for p in producers.get(name, []) if p in outs]
         for idx, f0, f1 in ev.inputs:
@@ -174,13 +209,28 @@ def schedule_graph(regions: list[tuple[str, Events, int]], producers: dict[str, 
                         t = max(t, finishes[j])
             ext_ready[idx] = t
         floor = prev_end if not pipeline else seg_floor
-        for i in range(len(ev)):
+        ev_deps, ev_dur, ev_res = ev.deps, ev.dur, ev.res
+        run_max: dict = {}  # id(shared list) -> running maxima of its members' finish times
+        for i in range(n_ev):
             t = max(floor, ext_ready.get(i, floor))
-            for d in ev.deps[i]:
-                t = max(t, fin[d])
-            dur = ev.dur[i]
+            deps = ev_deps[i]
+            if type(deps) is Prefix:
+                rm = run_max.setdefault(id(deps.members), [])
+                while len(rm) < deps.count:
+                    f = fin[deps.members[len(rm)]]
+                    rm.append(f if not rm or f > rm[-1] else rm[-1])
+                if deps.count and rm[deps.count - 1] > t:
+                    t = rm[deps.count - 1]
+                deps = deps.rest
+            if len(deps) > _LONG:
+                t = max(t, float(fin_np[np.frombuffer(deps, dtype=np.int64)].max()))
+            else:
+                for d in deps:
+                    if fin[d] > t:
+                        t = fin[d]
+            dur = ev_dur[i]
             if dur > 0:
-                rs = [res[r] for r in ev.res[i]]
+                rs = [res[r] for r in ev_res[i]]
                 while True:  # earliest time every resource is free
                     t2 = t
                     for r in rs:
@@ -191,13 +241,14 @@ def schedule_graph(regions: list[tuple[str, Events, int]], producers: dict[str, 
                 for r in rs:
                     r.reserve(t, dur)
             st[i], fin[i] = t, t + dur
+            fin_np[i] = t + dur
         starts.extend(st)
         finishes.extend(fin)
         analog.extend(ev.analog)
         energy.extend(ev.energy)
         durs.extend(ev.dur)
         outs[name] = [(base + j, g0, g1) for j, g0, g1 in ev.outputs]
-        span[name] = (float(st.min(initial=prev_end)) if len(ev) else prev_end, float(fin.max(initial=prev_end)))
+        span[name] = (float(min(prev_end, min(st))) if n_ev else prev_end, float(max(prev_end, max(fin, default=prev_end))))
         busy[name] = float(np.sum(ev.dur))
         prev_end = max(prev_end, span[name][1])
     start = np.asarray(starts)

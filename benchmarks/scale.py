@@ -1,0 +1,188 @@
+"""Compiler and simulator speed and memory on large CIM models (issue 15, section 1).
+
+Every point runs ``python -m tvm_cim run`` in its own process, so the peak
+resident memory is that of one model on one chip.  Per model x preset it
+prints compile and simulation time (wall and CPU: other processes share the
+cores, so wall time is noisy), the peak RSS, the time of the ``--timing-only``
+simulation and its ratio to the full one, and the size of the work (meta-
+operators executed, passes of layers larger than the chip).  Then: the
+bit-accurate ResNet-18 (``--bitwise``) per preset, and compile time against
+the number of layers (ResNet-18/34/50/101, ``cim-mlc``, calibration included)
+with the pass that dominates.  The goals of the issue are printed next to the
+figures; they are not asserted.
+
+    python benchmarks/scale.py                              # the issue's table: every model x every CIM preset
+    python benchmarks/scale.py --models vgg19 --hw jain21   # one point
+    python benchmarks/scale.py --quick --json out.json      # ResNet-18 at 32x32 on isaac (seconds)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from tqdm import tqdm
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tvm_cim.common.hardware import known_presets  # noqa: E402
+
+MODELS = {"vgg19": "zoo:vgg19", "zfnet": "zoo:zfnet", "alexnet": "zoo:alexnet", "resnet18": "zoo:resnet18"}
+GOAL_TOTAL_S, GOAL_RSS_MB, GOAL_BITWISE_S, GOAL_COMPILE_S, GOAL_R50_S, GOAL_RATIO = 60, 4096, 10, 30, 10, 10
+
+
+def run_point(spec: str, hw: str, strategy: str | None = None, *flags: str) -> dict:
+    """One ``python -m tvm_cim run`` in its own process; the report's figures."""
+    with tempfile.TemporaryDirectory() as d:
+        rep_path = Path(d) / "r.json"
+        cmd = [sys.executable, "-m", "tvm_cim", "run", spec, "--hw", hw, "--report", str(rep_path), *flags]
+        if strategy:
+            cmd += ["--strategy", strategy]
+        t = time.perf_counter()
+        p = subprocess.run(cmd, capture_output=True, text=True)
+        wall = time.perf_counter() - t
+        if p.returncode != 0:
+            tail = p.stderr.strip().splitlines()[-1] if p.stderr.strip() else f"exit {p.returncode}"
+            return {"error": tail, "process_wall_s": wall}
+        rep = json.loads(rep_path.read_text())
+    regions = rep["regions"]
+    phases = rep.get("compile_phases_s", {})
+    return {
+        "compile_s": rep["timing_s"]["compile"],
+        "compile_cpu_s": rep["cpu_s"]["compile"],
+        "simulate_s": rep["timing_s"]["simulate"],
+        "simulate_cpu_s": rep["cpu_s"]["simulate"],
+        "peak_rss_mb": rep["peak_rss_mb"],
+        "process_wall_s": wall,
+        "latency_ns": rep["latency_ns"],
+        "energy_pj": rep["energy_pj"],
+        "regions": len(regions),
+        "metaops": int(sum(sum(r["metaop_counts"].values()) for r in regions)),
+        "passes": int(sum(r["passes"] for r in regions)),
+        "max_passes": int(max((r["passes"] for r in regions), default=0)),
+        "segments": rep["schedule"]["segments"],
+        "phases": phases,
+    }
+
+
+def dominant(phases: dict) -> tuple[str, float]:
+    """The pass with the most CPU time and its share of the compile CPU time."""
+    if not phases:
+        return "-", 0.0
+    name = max(phases, key=lambda k: phases[k]["cpu_s"])
+    tot = sum(v["cpu_s"] for v in phases.values()) or 1.0
+    return name, phases[name]["cpu_s"] / tot
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", nargs="*", default=None, choices=sorted(MODELS), help="default: all four")
+    ap.add_argument("--hw", nargs="*", default=None, help="presets (default: every CIM preset)")
+    ap.add_argument("--image", type=int, default=224, help="input image size (default 224)")
+    ap.add_argument("--no-timing-only", action="store_true", help="skip the --timing-only runs")
+    ap.add_argument("--no-bitwise", action="store_true", help="skip the bit-accurate ResNet-18 runs")
+    ap.add_argument("--no-compile", action="store_true", help="skip compile time against the number of layers")
+    ap.add_argument("--quick", action="store_true", help="ResNet-18 at 32x32 on isaac only (a few seconds)")
+    ap.add_argument("--json", help="write every figure to this file")
+    args = ap.parse_args()
+    presets = args.hw or known_presets("cim")
+    models = args.models or list(MODELS)
+    image = args.image
+    growth_models = ["resnet18", "resnet34", "resnet50", "resnet101"]
+    growth_image = 224
+    if args.quick:
+        presets, models, image, growth_models, growth_image = ["isaac"], ["resnet18"], 32, ["resnet18"], 32
+    out: dict = {"image": image, "runs": [], "bitwise": [], "compile_growth": []}
+
+    jobs = [(m, h) for m in models for h in presets]
+    for m, h in tqdm(jobs, desc="model x preset"):
+        spec = f"{MODELS[m]}?image_size={image}"
+        row = {"model": m, "hw": h, **run_point(spec, h)}
+        if "error" not in row and not args.no_timing_only:
+            t = run_point(spec, h, None, "--timing-only")
+            row["timing_only_s"] = t.get("simulate_s")
+            row["timing_only_cpu_s"] = t.get("simulate_cpu_s")
+            row["timing_only_rss_mb"] = t.get("peak_rss_mb")
+            if t.get("simulate_cpu_s"):
+                row["timing_only_ratio_cpu"] = row["simulate_cpu_s"] / t["simulate_cpu_s"]
+            if "error" in t:
+                row["timing_only_error"] = t["error"]
+        out["runs"].append(row)
+    if not args.no_bitwise:
+        for h in tqdm(presets, desc="ResNet-18 --bitwise"):
+            r = run_point(f"zoo:resnet18?image_size={image}", h, None, "--bitwise")
+            out["bitwise"].append({"hw": h, **r})
+    if args.quick and not args.no_compile:  # the compile phases of the run above
+        out["compile_growth"] = [{**r} for r in out["runs"] if "error" not in r]
+    elif not args.no_compile:
+        hw = "isaac"
+        for m in tqdm(growth_models, desc="compile growth"):
+            r = run_point(f"zoo:{m}?image_size={growth_image}", hw, "cim-mlc", "--timing-only")
+            out["compile_growth"].append({"model": m, "hw": hw, **r})
+
+    # ---- print
+    print(f"\nCompile + simulation at {image}x{image} (python -m tvm_cim run; wall / CPU seconds; "
+          f"goals: total < {GOAL_TOTAL_S} s, RSS < {GOAL_RSS_MB} MB, timing-only >= {GOAL_RATIO}x faster)")
+    print(f"{'model':9s} {'preset':11s} {'compile':>13s} {'simulate':>15s} {'total':>7s} {'RSS MB':>7s} "
+          f"{'t-only':>13s} {'ratio':>6s} {'metaops':>9s} {'passes':>7s} {'us/op':>6s}  goals")
+    for r in out["runs"]:
+        if "error" in r:
+            print(f"{r['model']:9s} {r['hw']:11s} ERROR {r['error']}")
+            continue
+        tot = r["compile_s"] + r["simulate_s"]
+        tot_cpu = r["compile_cpu_s"] + r["simulate_cpu_s"]
+        ok = [tot_cpu < GOAL_TOTAL_S, r["peak_rss_mb"] < GOAL_RSS_MB, r["compile_cpu_s"] < GOAL_COMPILE_S]
+        ratio = r.get("timing_only_ratio_cpu")
+        if ratio is not None:
+            ok.append(ratio >= GOAL_RATIO)
+        t_only = f"{r['timing_only_s']:5.1f}/{r['timing_only_cpu_s']:5.1f}" if r.get("timing_only_s") is not None else "-"
+        us_op = 1e6 * r["simulate_cpu_s"] / max(1, r["metaops"])
+        print(f"{r['model']:9s} {r['hw']:11s} {r['compile_s']:6.1f}/{r['compile_cpu_s']:6.1f} "
+              f"{r['simulate_s']:7.1f}/{r['simulate_cpu_s']:7.1f} {tot:7.1f} {r['peak_rss_mb']:7.0f} {t_only:>13s} "
+              f"{(f'{ratio:6.1f}' if ratio else '     -')} {r['metaops']:9d} {r['passes']:7d} {us_op:6.1f}  "
+              f"{'met' if all(ok) else 'NOT met'} (CPU total {tot_cpu:.1f} s)")
+    ok_runs = [r for r in out["runs"] if "error" not in r and r["metaops"]]
+    if len(ok_runs) > 1:  # how the simulation cost grows: CPU seconds per executed meta-operator
+        per = sorted(1e6 * r["simulate_cpu_s"] / r["metaops"] for r in ok_runs)
+        big = max(ok_runs, key=lambda r: r["metaops"])
+        out["growth"] = {"us_per_metaop_min": per[0], "us_per_metaop_median": per[len(per) // 2],
+                         "us_per_metaop_max": per[-1], "largest_metaops": big["metaops"],
+                         "largest_passes": big["passes"]}
+        print(f"simulation cost per executed meta-operator: {per[0]:.1f} .. {per[-1]:.1f} us (median "
+              f"{per[len(per) // 2]:.1f}); the largest run executes {big['metaops']} meta-operators "
+              f"({big['model']} on {big['hw']}, {big['passes']} passes)")
+    if out["bitwise"]:
+        print(f"\nResNet-18 {image}x{image} --bitwise (goal: simulate < {GOAL_BITWISE_S} s)")
+        for r in out["bitwise"]:
+            if "error" in r:
+                print(f"  {r['hw']:11s} ERROR {r['error']}")
+                continue
+            print(f"  {r['hw']:11s} simulate {r['simulate_s']:6.1f} s wall / {r['simulate_cpu_s']:6.1f} s CPU, "
+                  f"RSS {r['peak_rss_mb']:.0f} MB  {'met' if r['simulate_cpu_s'] < GOAL_BITWISE_S else 'NOT met'}")
+    if out["compile_growth"]:
+        print(f"\nCompile time against the number of layers ({growth_image}x{growth_image}, cim-mlc, calibration "
+              f"included; goal ResNet-50 < {GOAL_R50_S} s)")
+        for r in out["compile_growth"]:
+            if "error" in r:
+                print(f"  {r['model']:10s} ERROR {r['error']}")
+                continue
+            name, share = dominant(r["phases"])
+            r["dominant_phase"], r["dominant_share"] = name, share
+            print(f"  {r['model']:10s} {r['regions']:4d} layers  compile {r['compile_s']:6.1f} s wall / "
+                  f"{r['compile_cpu_s']:6.1f} s CPU ({1e3 * r['compile_cpu_s'] / max(1, r['regions']):.0f} ms CPU "
+                  f"per layer); dominant pass {name} ({100 * share:.0f}%)")
+        for r in out["compile_growth"]:
+            if "error" not in r:
+                ph = ", ".join(f"{k} {v['cpu_s']:.1f}" for k, v in r["phases"].items())
+                print(f"    {r['model']}: {ph}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
