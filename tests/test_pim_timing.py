@@ -144,3 +144,30 @@ def test_host_roofline_launch_and_paper_platform():
     # a derated host with more bandwidth than the stacks is capped by the stacks
     fast = dataclasses.replace(paper, bandwidth_gbs=1e6, bandwidth_utilisation=1.0)
     assert view.host_bandwidth(fast) == pytest.approx(5 * 670.4)
+
+
+def test_staging_memory_bounds_the_parallel_rearrangement():
+    """A streamed input larger than the host's on-chip staging memory is rearranged in rounds: slower than
+    with room for all of it, faster than without staging; the rounds survive printing and parsing."""
+    from tvm_pim import program
+
+    view = PimView(load("hbm-pim"))
+    spec = KernelSpec.make("red", b=4, n=1024, k=1024)  # A: 8 MiB, streamed
+    d = space.default_draft(spec, view)
+
+    def run(kb, opts=codegen.DCC):
+        hw = dataclasses.replace(view.hw, system=dataclasses.replace(view.hw.system, onchip_staging_kb=kb))
+        st = codegen.generate(spec, d, PimView(hw), opts)
+        return Simulator(hw).run(program.parse_stream(program.print_stream(st)), functional=False), st
+
+    big, st_big = run(1e9)
+    small, st_small = run(1024.0)  # 1 MiB: 8 rounds
+    serial, _ = run(1e9, codegen.CodegenOptions(staging=False))
+    rin = {ph.name: ph for ph in st_small.phases}["rearrange_in"]
+    assert rin.rounds == 8 and not rin.serial
+    assert {ph.name: ph for ph in st_big.phases}["rearrange_in"].rounds == 1
+    assert big.phases_ns["rearrange_in"] < small.phases_ns["rearrange_in"] < serial.phases_ns["rearrange_in"]
+    assert small.phases_ns["compute"] == big.phases_ns["compute"]
+    none, st_none = run(0.0)  # no staging memory: serial
+    assert {ph.name: ph for ph in st_none.phases}["rearrange_in"].serial
+    assert none.phases_ns["rearrange_in"] == pytest.approx(serial.phases_ns["rearrange_in"])

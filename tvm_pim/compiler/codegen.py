@@ -8,7 +8,9 @@ PIM-specific code optimiser (paper 002 sec. IV-C):
 * **Data rearrangement through on-chip staging** (``staging=True``): the
   host reads each input sequentially from host layout (all channels) into
   on-chip memory (GPU shared memory) and writes the PIM tiles of all groups in
-  parallel, so both the reads and the PIM writes use every channel.  Without
+  parallel, so both the reads and the PIM writes use every channel.  The
+  on-chip memory holds ``system.onchip_staging_kb``: a larger input passes in
+  rounds, each reaching only the groups its slice covers.  Without
   it the host streams the tensor in host order and the PIM writes reach one
   channel at a time (the input phase is ``serial``; reading results back is
   parallel either way, as the paper's text describes host reads).
@@ -121,10 +123,22 @@ class _Builder:
         self.allc = tuple(range(til.C))
         self._stack: list[list] = []
 
-    def phase(self, name: str, serial: bool = False):
-        ph = Phase(name, serial)
+    def phase(self, name: str, serial: bool = False, rounds: int = 1):
+        ph = Phase(name, serial, rounds=rounds)
         self.stream.phases.append(ph)
         self._stack = [ph.body]
+
+    def rearrange_phase(self, staged: list[str]):
+        """Open ``rearrange_in``.  Without staging the groups are written one after the other; with it
+        the tensors rearranged through the host's on-chip memory (``staged``) pass in rounds of at most
+        ``system.onchip_staging_kb``, each round reaching the consecutive groups its slice of the tensor
+        covers (no staging memory: serial)."""
+        nbytes = sum(int(np.prod(self.spec.shape(t))) * ELEM_BYTES for t in staged)
+        cap = self.view.hw.system.onchip_staging_kb * 1024
+        if not self.opts.staging or (nbytes and cap <= 0):
+            return self.phase("rearrange_in", serial=True)
+        rounds = min(self.til.G, ceil_div(nbytes, int(cap))) if nbytes else 1
+        return self.phase("rearrange_in", rounds=max(1, rounds))
 
     @contextlib.contextmanager
     def loop(self, var: str, count: int):
@@ -375,7 +389,7 @@ def gen_contract(spec: KernelSpec, draft: Draft, view: PimView, opts: CodegenOpt
     B.phase("setup")
     if a_role == "resident":
         _tile_write(B, "A", a_vec, ("k", pl.Tk), pl.lay, True)
-    B.phase("rearrange_in", serial=not opts.staging)
+    B.rearrange_phase(["A"] if a_role == "input" else [])
     B.emit("HOST.LAUNCH")
     if a_role == "input":
         B.emit("HOST.LOAD", tensor="A", bytes=int(np.prod(spec.shape("A"))) * ELEM_BYTES)
@@ -528,7 +542,7 @@ def gen_eltwise(spec: KernelSpec, draft: Draft, view: PimView, opts: CodegenOpti
     for s, t in enumerate(ins):
         if spec.role(t) == "resident":
             _tile_write(B, t, [("b", Tb, Tb)], ("i", Ti), lay(s), True)
-    B.phase("rearrange_in", serial=not opts.staging)
+    B.rearrange_phase([t for t in ins if spec.role(t) == "input"])
     B.emit("HOST.LAUNCH")
     for s, t in enumerate(ins):
         if spec.role(t) == "input":
@@ -615,7 +629,7 @@ def gen_attn(spec: KernelSpec, draft: Draft, view: PimView, opts: CodegenOptions
     for t, comps, perm, lay, base in writes:
         if spec.role(t) == "resident":
             _attn_write(B, t, comps, perm, lay, base)
-    B.phase("rearrange_in", serial=not opts.staging)
+    B.rearrange_phase([t for t, *_ in writes if spec.role(t) == "input"])
     B.emit("HOST.LAUNCH")
     for t, comps, perm, lay, base in writes:
         if spec.role(t) == "input":

@@ -125,7 +125,9 @@ class PimSystem:
         factory=dict, doc="further GPU rooflines that benchmarks report speedups against (e.g. the paper's platform); "
         "not used for compiling"
     )
-    onchip_staging_kb: NonNegFloat = key(0.0, doc="host on-chip memory used to stage rearranged data", unit="KiB")
+    onchip_staging_kb: NonNegFloat = key(
+        0.0, doc="host on-chip memory used to stage rearranged data (0: no staging, rearrangement is serial)", unit="KiB"
+    )
 
 
 @hw_dataclass
@@ -225,7 +227,6 @@ class PIMHardware(DescriptionRoot):
 
 # Keys a PIM file may set that the model does not read, and why.
 NOT_MODELLED: dict[str, str] = {
-    "system.onchip_staging_kb": "staging of rearranged data is not bounded",
     "dram.timing.tcl": "read latency is hidden behind the column-command pipeline",
     "dram.timing.trc": "row cycles are charged as tRAS + tRP",
     "dram.act_energy_pj": "energy is charged per command from the command set",

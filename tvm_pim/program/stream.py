@@ -49,11 +49,16 @@ class Loop:
 
 @dataclass
 class Phase:
-    """``phase <name> [serial]``: one of :data:`PHASES` and its commands."""
+    """``phase <name> [serial] [rounds=N]``: one of :data:`PHASES` and its commands.
+
+    ``rounds``: the groups work in this many consecutive batches (staging through a
+    bounded on-chip memory), each as long as its slowest group.
+    """
 
     name: str
     serial: bool = False
     body: list = field(default_factory=list)
+    rounds: int = 1
 
 
 @dataclass

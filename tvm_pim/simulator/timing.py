@@ -32,7 +32,8 @@ arithmetic (loops are multiplied out, never expanded):
   sharing the bus, and those to different bank groups overlap their
   column spacing;
 * a phase lasts as long as its slowest channel (all channels in parallel),
-  or the sum over channels for ``serial`` phases, and at least its host
+  or the sum over channels for ``serial`` phases (the sum over ``rounds``
+  batches of consecutive channels of each batch's slowest), and at least its host
   traffic divided by the host bandwidth; host actions (launch, merges) add
   the host model's time.
 
@@ -353,6 +354,9 @@ class TimingModel:
             tck = t.tck_ns
             if ph.serial:
                 dev_ns = float(per_ch.sum()) * tck
+            elif ph.rounds > 1:
+                # batches of consecutive groups, one after the other (bounded staging memory)
+                dev_ns = sum(float(c.max()) for c in np.array_split(per_ch[:max(Gst, 1)], min(ph.rounds, max(Gst, 1)))) * tck
             else:
                 dev_ns = float(per_ch.max()) * tck
             bw_ns = host_bytes / v.host_bw_gbs  # bytes / (GB/s) = ns
