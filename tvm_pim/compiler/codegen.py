@@ -245,6 +245,14 @@ class _ContractPlan:
         return f"blk:{self.ob}:{self.kc}:{self.nch}:{self.rc}:{self.R}"
 
     R: int = 0
+    mb: int = 1  # input rows (m) held in the registers at once: each column read serves all of them
+
+
+def _batch_rows(Tm: int, limit: int, want: int) -> int:
+    """Input rows a unit holds at once (batched GEMV): the smallest divisor of ``Tm`` that is at least
+    ``want`` (else the largest), never above ``limit``."""
+    divs = [d for d in range(1, max(1, min(Tm, limit)) + 1) if Tm % d == 0]
+    return next((d for d in divs if d >= want), divs[-1])
 
 
 def _chunking(P: int, regs: int, R: int) -> tuple[int, int]:
@@ -325,11 +333,19 @@ def _contract_plan(spec: KernelSpec, view: PimView, til: Tiling) -> _ContractPla
         op_role, needs_x = mode, False  # multiply by a register of ones
     else:
         op_role, needs_x = mode, True
-    kc, nch = _chunking(P, view.input_regs, R)
+    cap = view.acc_regs * (lanes if op_role == "dot" else 1)
+    # batched GEMV: the unit holds mb input rows (registers and accumulators split between them), so one
+    # read of a weight column serves every row held.  Its lanes still do one row per unit cycle, so holding
+    # rows pays only where column reads are spaced wider than the unit cycle (a power constraint): as
+    # many rows as fill that spacing; otherwise one row (fewer, longer register chunks)
+    cmd = view.cmd(view.command(op_role, "group") or view.require(op_role))
+    gap = max(cmd.latency_cycles, view.hw.dram.timing.tccd_ab if cmd.scope == "group" else 0)
+    mb = _batch_rows(Tm, min(view.input_regs, cap), ceil_div(gap, cmd.latency_cycles)) if needs_x and gap > cmd.latency_cycles else 1
+    kc, nch = _chunking(P, view.input_regs // mb, R)
+    cap //= mb
     result = "bank" if (op_role in ("mac", "acc_add") and view.command("store")) else "group"
     if result == "group" and not view.command("to_group"):
         raise UnsupportedOnDevice(f"{view.name}: no way to move results out of the cores")
-    cap = view.acc_regs * (lanes if op_role == "dot" else 1)
     if result == "bank":
         rc = Tm
         ob = min(cap, R // (kc + Tm))
@@ -341,7 +357,7 @@ def _contract_plan(spec: KernelSpec, view: PimView, til: Tiling) -> _ContractPla
     nb = ceil_div(Tn, ob)
     ucols, upr, rpu, nbp, rows_b = _pack_units(ob, kc, nch, rc, nb, R)
     pl = _ContractPlan(Tb, Tm, Tn, Tk, P, kc, nch, ob, rc, nb, nbp, ucols, upr, rpu, rows_b, op_role, needs_x, result)
-    pl.R = R
+    pl.R, pl.mb = R, mb
     cap_cols = view.hw.dram.rows_per_bank * R
     if Tb * rows_b * R > cap_cols:
         raise InfeasibleDraft(f"per-core tile needs {Tb * rows_b} rows; a bank has {view.hw.dram.rows_per_bank}")
@@ -410,28 +426,35 @@ def gen_contract(spec: KernelSpec, draft: Draft, view: PimView, opts: CodegenOpt
     else:
         st, st_cores = B.compute_cmd("to_group")
 
+    # the input rows held at once: ``mi`` alone, or rows mg*mb .. mg*mb+mb-1 (batched GEMV)
+    mis = ["mi"] if pl.mb == 1 else [f"(mg*{pl.mb}+{r})" for r in range(pl.mb)]
+
     def load_x(h_expr: str, ncols: int):
         if not pl.needs_x:
             return
         shift = f"{pl.kc * lanes}*({h_expr})" if h_expr != "0" else ""
-        comps = [("o_b+bi",), ("o_m+mi",), _rng("k", ncols * lanes, shift=shift)]
-        B.emit(xw, xw_cores, reg=0, src=_ref("x", comps))
+        for r, mi in enumerate(mis):
+            comps = [("o_b+bi",), (f"o_m+{mi}",), _rng("k", ncols * lanes, shift=shift)]
+            B.emit(xw, xw_cores, reg=r * pl.kc, src=_ref("x", comps))
 
     def flush(nv: int, blk_expr: str):
-        if pl.result == "bank":
-            # results of the block go into the result columns of its last unit (row still open)
-            unit = f"({blk_expr})*{pl.nch}+{pl.nch - 1}"
-            addr = f"bi*{pl.rows_b * R}+{_unit_addr(pl, unit)}+{pl.ob * pl.kc}+mi*{pl.ob}"
-            B.emit(st, st_cores, addr=addr, n=nv, acc=0)
-        else:
-            dst = f"(bi*{pl.Tm}+mi)*{NB}+({blk_expr})*{pl.ob}"
-            extra = {"cdiv": cdiv, "sum": 1} if cdiv > 1 else {}
-            B.emit(st, st_cores, acc=0, n=nv, dst=dst, stride=S, **extra)
+        for r, mi in enumerate(mis):
+            if pl.result == "bank":
+                # results of the block go into the result columns of its last unit (row still open)
+                unit = f"({blk_expr})*{pl.nch}+{pl.nch - 1}"
+                addr = f"bi*{pl.rows_b * R}+{_unit_addr(pl, unit)}+{pl.ob * pl.kc}+{mi}*{pl.ob}"
+                B.emit(st, st_cores, addr=addr, n=nv, acc=r * pl.ob)
+            else:
+                dst = f"(bi*{pl.Tm}+{mi})*{NB}+({blk_expr})*{pl.ob}"
+                extra = {"cdiv": cdiv, "sum": 1} if cdiv > 1 else {}
+                B.emit(st, st_cores, acc=r * pl.ob, n=nv, dst=dst, stride=S, **extra)
 
     def mac_run(addr: str, nv: int, per: int, fresh: int, acc0: int = 0):
         args = dict(addr=addr, n=nv * per, acc=acc0, per=per, pitch=pl.kc, vecs=nv, fresh=fresh)
         if pl.op_role != "acc_add":
             args["reg"] = 0
+        if pl.mb > 1:
+            args.update(rows=pl.mb, rreg=pl.kc, racc=pl.ob)
         B.emit(op, op_cores, **args)
 
     full_blocks = pl.Tn // pl.ob
@@ -484,7 +507,7 @@ def gen_contract(spec: KernelSpec, draft: Draft, view: PimView, opts: CodegenOpt
                     flush(nv, blk_expr)
 
     with B.loop("bi", pl.Tb):
-        with B.loop("mi", pl.Tm):
+        with B.loop("mi" if pl.mb == 1 else "mg", pl.Tm // pl.mb):
             if pl.nch == 1:
                 load_x("0", pl.P)
             if pl.nch == 1 and pl.ucols <= R:

@@ -145,6 +145,12 @@ class TimingModel:
             return max(lat, float(self.t.tccd_sb))
         return lat
 
+    def _compute_step(self, it: Command, cmd) -> tuple[float, int]:
+        """Issue spacing of a compute command and its energy multiple: a batched command (``rows=R``) reads
+        each column once but its lanes do R rows' operations, one unit cycle (its latency) per row."""
+        rows = int(it.args.get("rows", "1"))
+        return max(self.spacing(cmd), rows * float(cmd.latency_cycles)), rows
+
     def _domains(self, C: int) -> tuple[np.ndarray, np.ndarray, int]:
         """Pseudo-channel and activation domain (rank of a pseudo-channel) of each core, and the domain count."""
         v, g = self.view, self.hw.group
@@ -221,6 +227,7 @@ class TimingModel:
                     lat = float(cmd.latency_cycles)
                     bcast = it.cores is None
                     role = roles[0]
+                    e_rows = 1
                     if role not in DATA_ROLES and uniform(it) and not (role == "pre" and seg_dirty):
                         issues = 1 if bcast else C
                         if role == "act":
@@ -237,7 +244,7 @@ class TimingModel:
                             n_cmd = 1
                         elif role in ("mac", "dot", "acc_add", "load", "add", "mul", "store"):
                             n = int(it.args.get("n", "1"))
-                            lat = self.spacing(cmd)
+                            lat, e_rows = self._compute_step(it, cmd)
                             step = lat if bcast else max(lat, tCCDL)
                             U["bus"] += mult * issues * n * lat
                             U["chain"] += mult * n * step
@@ -266,7 +273,7 @@ class TimingModel:
                             U["chain"] += mult * lat
                             n_cmd = 1
                         counts[op] += mult * n_cmd * Gst  # one issue on every group's channel
-                        energy[op] += mult * n_cmd * Gst * cmd.energy_pj
+                        energy[op] += mult * n_cmd * Gst * cmd.energy_pj * e_rows
                         continue
                     if role != "pre" and role not in DATA_ROLES:
                         seg_dirty = True
@@ -297,7 +304,7 @@ class TimingModel:
                         continue
                     elif role in ("mac", "dot", "acc_add", "load", "add", "mul", "store"):
                         n = int(it.args.get("n", "1"))
-                        lat = self.spacing(cmd)
+                        lat, e_rows = self._compute_step(it, cmd)
                         step = lat if bcast else max(lat, float(t.tccd_l))
                         bus[gsel] += mult * issues * n * lat
                         chain[_ci(gsel, csel)] += mult * n * step
@@ -325,7 +332,7 @@ class TimingModel:
                         chain[gsel, :] += mult * lat
                         n_cmd = 1
                     counts[op] += mult * n_cmd * len(g)
-                    energy[op] += mult * n_cmd * len(g) * cmd.energy_pj
+                    energy[op] += mult * n_cmd * len(g) * cmd.energy_pj * e_rows
 
             walk(ph.body, 1, {})
             bus[:Gst] += U["bus"]
