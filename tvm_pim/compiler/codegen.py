@@ -9,8 +9,9 @@ PIM-specific code optimiser (paper 002 sec. IV-C):
   host reads each input sequentially from host layout (all channels) into
   on-chip memory (GPU shared memory) and writes the PIM tiles of all groups in
   parallel, so both the reads and the PIM writes use every channel.  The
-  on-chip memory holds ``system.onchip_staging_kb``: a larger input passes in
-  rounds, each reaching only the groups its slice covers.  Without
+  on-chip memory holds ``system.onchip_staging_kb``: the input passes in
+  double-buffered rounds of half of it (at least two), and the first round's
+  read cannot overlap any write.  Without
   it the host streams the tensor in host order and the PIM writes reach one
   channel at a time (the input phase is ``serial``; reading results back is
   parallel either way, as the paper's text describes host reads).
@@ -129,16 +130,17 @@ class _Builder:
         self._stack = [ph.body]
 
     def rearrange_phase(self, staged: list[str]):
-        """Open ``rearrange_in``.  Without staging the groups are written one after the other; with it
-        the tensors rearranged through the host's on-chip memory (``staged``) pass in rounds of at most
-        ``system.onchip_staging_kb``, each round reaching the consecutive groups its slice of the tensor
-        covers (no staging memory: serial)."""
+        """Open ``rearrange_in``.  Without staging the groups are written one after the other.  With it
+        the tensors rearranged through the host's on-chip memory (``staged``) pass in rounds, double-
+        buffered through two halves of ``system.onchip_staging_kb`` (at least two rounds, so that reading
+        the next round overlaps writing this one); every round gathers its share of every group's tiles,
+        so all groups are written in parallel.  No staging memory: serial."""
         nbytes = sum(int(np.prod(self.spec.shape(t))) * ELEM_BYTES for t in staged)
         cap = self.view.hw.system.onchip_staging_kb * 1024
         if not self.opts.staging or (nbytes and cap <= 0):
             return self.phase("rearrange_in", serial=True)
-        rounds = min(self.til.G, ceil_div(nbytes, int(cap))) if nbytes else 1
-        return self.phase("rearrange_in", rounds=max(1, rounds))
+        rounds = max(2, ceil_div(2 * nbytes, int(cap))) if nbytes else 1
+        return self.phase("rearrange_in", rounds=rounds)
 
     @contextlib.contextmanager
     def loop(self, var: str, count: int):

@@ -51,8 +51,8 @@ class Loop:
 class Phase:
     """``phase <name> [serial] [rounds=N]``: one of :data:`PHASES` and its commands.
 
-    ``rounds``: the groups work in this many consecutive batches (staging through a
-    bounded on-chip memory), each as long as its slowest group.
+    ``rounds``: the phase streams its data through the host's bounded on-chip memory in
+    this many double-buffered rounds (the first round's read overlaps no write).
     """
 
     name: str

@@ -39,8 +39,8 @@ Lines
 ``table <name> g|gc <values>``     per-group or per-(group, core) integers.
 ``phase <name> [serial] [rounds=N]``  rearrange_in, compute, rearrange_out; ``serial``
                                    means the channels of the phase do not overlap;
-                                   ``rounds=N`` that they work in N consecutive
-                                   batches of consecutive groups.
+                                   ``rounds=N`` that the data pass through the host's
+                                   staging memory in N double-buffered rounds.
 ``loop <var> <count>`` / ``end``   repetition; ``var`` counts 0..count-1.
 ``<MNEMONIC> @<groups>:<cores> key=value ...``  a command; ``<cores>`` is ``*`` for
                                    one group-level (broadcast) issue, or a set of

@@ -32,10 +32,10 @@ arithmetic (loops are multiplied out, never expanded):
   sharing the bus, and those to different bank groups overlap their
   column spacing;
 * a phase lasts as long as its slowest channel (all channels in parallel),
-  or the sum over channels for ``serial`` phases (the sum over ``rounds``
-  batches of consecutive channels of each batch's slowest), and at least its host
+  or the sum over channels for ``serial`` phases, and at least its host
   traffic divided by the host bandwidth; host actions (launch, merges) add
-  the host model's time.
+  the host model's time; a phase staged in ``rounds`` adds one round's
+  share of the shorter of the two (pipeline fill).
 
 ``setup`` (placing resident tensors) is reported apart from the latency.
 Energy is each command's ``energy_pj`` from the hardware file, per issue.
@@ -361,13 +361,13 @@ class TimingModel:
             tck = t.tck_ns
             if ph.serial:
                 dev_ns = float(per_ch.sum()) * tck
-            elif ph.rounds > 1:
-                # batches of consecutive groups, one after the other (bounded staging memory)
-                dev_ns = sum(float(c.max()) for c in np.array_split(per_ch[:max(Gst, 1)], min(ph.rounds, max(Gst, 1)))) * tck
             else:
                 dev_ns = float(per_ch.max()) * tck
             bw_ns = host_bytes / v.host_bw_gbs  # bytes / (GB/s) = ns
             phase_ns = max(dev_ns, bw_ns) + host_ns
+            if ph.rounds > 1:
+                # staging in double-buffered rounds: the first round's host read overlaps no PIM write
+                phase_ns += min(dev_ns, bw_ns) / ph.rounds
             phases[ph.name] = phase_ns
             host_bytes_total += host_bytes if ph.name != "setup" else 0.0
             if ph.name == "compute":
