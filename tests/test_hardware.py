@@ -28,7 +28,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 TARGETS = REPO / "targets"
 
 CIM_PRESETS = {"prime", "isaac", "puma", "dynaplasia", "jia21", "jain21", "miredo"}
-PIM_PRESETS = {"hbm-pim", "attacc"}
+PIM_PRESETS = {"hbm-pim", "hbm-pim-hbm3", "attacc", "attacc-unconstrained"}
 ALL_PRESETS = sorted(CIM_PRESETS | PIM_PRESETS)
 
 
@@ -223,7 +223,10 @@ def test_main_figures():
     assert att.group.softmax_unit and not hbm.group.softmax_unit
     assert att.system.host_bus_bandwidth_gbs == 670.4
     t = att.dram.timing
-    assert (t.tck_ns, t.tcl, t.trcd, t.trp, t.tccd_l) == (1.3, 19, 19, 19, 4)
+    # tCK = 1 / (5.2 GT/s / 4): the AttAcc simulator derives it from the data rate (QDR pins)
+    assert (t.tck_ns, t.tcl, t.trcd, t.trp, t.tccd_l) == (0.769, 19, 19, 19, 4)
+    assert t.tck_ns == pytest.approx(4 / 5.2, rel=1e-3) and (t.tccd_ab, t.tccd_sb) == (6, 6)
+    assert att.group.pseudo_channels == 2
     assert "MAC_AB" in att.commands and "SFM" in att.commands
 
 

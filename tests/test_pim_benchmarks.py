@@ -30,6 +30,16 @@ def test_pim_kernels_quick(tmp_path, capsys):
         assert r["space"]["after_rule3"] < r["space"]["total"]
     (step,) = res["decode"]["rows"]
     assert step["step_ns"]["dcc"] <= min(step["step_ns"]["gpu"], step["step_ns"]["attacc_full"])
+    # the labelled fallback variants never lose to the always-on-PIM ones nor to the GPU
+    for v in ("attacc_base", "attacc_full"):
+        assert step["step_ns"][f"{v}_fb"] <= min(step["step_ns"][v], step["step_ns"]["gpu"]) * (1 + 1e-12)
+    # every GPU baseline and launch overhead is reported; less launch overhead, less time on both sides
+    hl = step["by_host_launch"]
+    assert {"host@0us", "host@1.5us", "host@5us", "paper-gpu@0us", "paper-gpu@5us"} <= set(hl)
+    assert hl["host@0us"]["gpu"] < hl["host@5us"]["gpu"] and hl["host@0us"]["dcc"] < hl["host@5us"]["dcc"]
+    assert res["decode_unconstrained"]["rows"][0]["step_ns"]["dcc"] <= step["step_ns"]["dcc"] * (1 + 1e-12)
+    assert {r["device"] for r in rows} >= {"hbm-pim-hbm3", "attacc-unconstrained"}
+    assert all(set(r["speedup_by_host_launch"]) == {"host", "paper-gpu"} for r in rows)
     assert set(res["simspeed"]) == {"hbm-pim", "attacc"}
     assert len(list((tmp_path / "plots").glob("*.png"))) >= 3
     assert "wall time" in capsys.readouterr().out

@@ -232,6 +232,7 @@ def test_a_new_device_needs_only_a_hardware_file(tmp_path):
     text = text.replace('name = "attacc"', 'name = "tiny-pim"')
     text = text.replace("stacks = 5", "stacks = 1").replace("channels_per_stack = 16", "channels_per_stack = 4")
     text = text.replace("bank_groups = 16", "bank_groups = 2").replace("trcd = 19", "trcd = 25")
+    text = text.replace("ranks_per_pseudo_channel = 2", "ranks_per_pseudo_channel = 1")  # 2 bank groups: one per pCH
     f = tmp_path / "tiny-pim.toml"
     f.write_text(text)
     view = PimView(tvm_pim.load(str(f)))

@@ -8,7 +8,10 @@ PIM-specific code optimiser (paper 002 sec. IV-C):
 * **Data rearrangement through on-chip staging** (``staging=True``): the
   host reads each input sequentially from host layout (all channels) into
   on-chip memory (GPU shared memory) and writes the PIM tiles of all groups in
-  parallel, so both the reads and the PIM writes use every channel.  Without
+  parallel, so both the reads and the PIM writes use every channel.  The
+  on-chip memory holds ``system.onchip_staging_kb``: the input passes in
+  double-buffered rounds of half of it (at least two), and the first round's
+  read cannot overlap any write.  Without
   it the host streams the tensor in host order and the PIM writes reach one
   channel at a time (the input phase is ``serial``; reading results back is
   parallel either way, as the paper's text describes host reads).
@@ -121,10 +124,23 @@ class _Builder:
         self.allc = tuple(range(til.C))
         self._stack: list[list] = []
 
-    def phase(self, name: str, serial: bool = False):
-        ph = Phase(name, serial)
+    def phase(self, name: str, serial: bool = False, rounds: int = 1):
+        ph = Phase(name, serial, rounds=rounds)
         self.stream.phases.append(ph)
         self._stack = [ph.body]
+
+    def rearrange_phase(self, staged: list[str]):
+        """Open ``rearrange_in``.  Without staging the groups are written one after the other.  With it
+        the tensors rearranged through the host's on-chip memory (``staged``) pass in rounds, double-
+        buffered through two halves of ``system.onchip_staging_kb`` (at least two rounds, so that reading
+        the next round overlaps writing this one); every round gathers its share of every group's tiles,
+        so all groups are written in parallel.  No staging memory: serial."""
+        nbytes = sum(int(np.prod(self.spec.shape(t))) * ELEM_BYTES for t in staged)
+        cap = self.view.hw.system.onchip_staging_kb * 1024
+        if not self.opts.staging or (nbytes and cap <= 0):
+            return self.phase("rearrange_in", serial=True)
+        rounds = max(2, ceil_div(2 * nbytes, int(cap))) if nbytes else 1
+        return self.phase("rearrange_in", rounds=rounds)
 
     @contextlib.contextmanager
     def loop(self, var: str, count: int):
@@ -231,6 +247,14 @@ class _ContractPlan:
         return f"blk:{self.ob}:{self.kc}:{self.nch}:{self.rc}:{self.R}"
 
     R: int = 0
+    mb: int = 1  # input rows (m) held in the registers at once: each column read serves all of them
+
+
+def _batch_rows(Tm: int, limit: int, want: int) -> int:
+    """Input rows a unit holds at once (batched GEMV): the smallest divisor of ``Tm`` that is at least
+    ``want`` (else the largest), never above ``limit``."""
+    divs = [d for d in range(1, max(1, min(Tm, limit)) + 1) if Tm % d == 0]
+    return next((d for d in divs if d >= want), divs[-1])
 
 
 def _chunking(P: int, regs: int, R: int) -> tuple[int, int]:
@@ -311,11 +335,19 @@ def _contract_plan(spec: KernelSpec, view: PimView, til: Tiling) -> _ContractPla
         op_role, needs_x = mode, False  # multiply by a register of ones
     else:
         op_role, needs_x = mode, True
-    kc, nch = _chunking(P, view.input_regs, R)
+    cap = view.acc_regs * (lanes if op_role == "dot" else 1)
+    # batched GEMV: the unit holds mb input rows (registers and accumulators split between them), so one
+    # read of a weight column serves every row held.  Its lanes still do one row per unit cycle, so holding
+    # rows pays only where column reads are spaced wider than the unit cycle (a power constraint): as
+    # many rows as fill that spacing; otherwise one row (fewer, longer register chunks)
+    cmd = view.cmd(view.command(op_role, "group") or view.require(op_role))
+    gap = max(cmd.latency_cycles, view.hw.dram.timing.tccd_ab if cmd.scope == "group" else 0)
+    mb = _batch_rows(Tm, min(view.input_regs, cap), ceil_div(gap, cmd.latency_cycles)) if needs_x and gap > cmd.latency_cycles else 1
+    kc, nch = _chunking(P, view.input_regs // mb, R)
+    cap //= mb
     result = "bank" if (op_role in ("mac", "acc_add") and view.command("store")) else "group"
     if result == "group" and not view.command("to_group"):
         raise UnsupportedOnDevice(f"{view.name}: no way to move results out of the cores")
-    cap = view.acc_regs * (lanes if op_role == "dot" else 1)
     if result == "bank":
         rc = Tm
         ob = min(cap, R // (kc + Tm))
@@ -327,7 +359,7 @@ def _contract_plan(spec: KernelSpec, view: PimView, til: Tiling) -> _ContractPla
     nb = ceil_div(Tn, ob)
     ucols, upr, rpu, nbp, rows_b = _pack_units(ob, kc, nch, rc, nb, R)
     pl = _ContractPlan(Tb, Tm, Tn, Tk, P, kc, nch, ob, rc, nb, nbp, ucols, upr, rpu, rows_b, op_role, needs_x, result)
-    pl.R = R
+    pl.R, pl.mb = R, mb
     cap_cols = view.hw.dram.rows_per_bank * R
     if Tb * rows_b * R > cap_cols:
         raise InfeasibleDraft(f"per-core tile needs {Tb * rows_b} rows; a bank has {view.hw.dram.rows_per_bank}")
@@ -375,7 +407,7 @@ def gen_contract(spec: KernelSpec, draft: Draft, view: PimView, opts: CodegenOpt
     B.phase("setup")
     if a_role == "resident":
         _tile_write(B, "A", a_vec, ("k", pl.Tk), pl.lay, True)
-    B.phase("rearrange_in", serial=not opts.staging)
+    B.rearrange_phase(["A"] if a_role == "input" else [])
     B.emit("HOST.LAUNCH")
     if a_role == "input":
         B.emit("HOST.LOAD", tensor="A", bytes=int(np.prod(spec.shape("A"))) * ELEM_BYTES)
@@ -396,28 +428,35 @@ def gen_contract(spec: KernelSpec, draft: Draft, view: PimView, opts: CodegenOpt
     else:
         st, st_cores = B.compute_cmd("to_group")
 
+    # the input rows held at once: ``mi`` alone, or rows mg*mb .. mg*mb+mb-1 (batched GEMV)
+    mis = ["mi"] if pl.mb == 1 else [f"(mg*{pl.mb}+{r})" for r in range(pl.mb)]
+
     def load_x(h_expr: str, ncols: int):
         if not pl.needs_x:
             return
         shift = f"{pl.kc * lanes}*({h_expr})" if h_expr != "0" else ""
-        comps = [("o_b+bi",), ("o_m+mi",), _rng("k", ncols * lanes, shift=shift)]
-        B.emit(xw, xw_cores, reg=0, src=_ref("x", comps))
+        for r, mi in enumerate(mis):
+            comps = [("o_b+bi",), (f"o_m+{mi}",), _rng("k", ncols * lanes, shift=shift)]
+            B.emit(xw, xw_cores, reg=r * pl.kc, src=_ref("x", comps))
 
     def flush(nv: int, blk_expr: str):
-        if pl.result == "bank":
-            # results of the block go into the result columns of its last unit (row still open)
-            unit = f"({blk_expr})*{pl.nch}+{pl.nch - 1}"
-            addr = f"bi*{pl.rows_b * R}+{_unit_addr(pl, unit)}+{pl.ob * pl.kc}+mi*{pl.ob}"
-            B.emit(st, st_cores, addr=addr, n=nv, acc=0)
-        else:
-            dst = f"(bi*{pl.Tm}+mi)*{NB}+({blk_expr})*{pl.ob}"
-            extra = {"cdiv": cdiv, "sum": 1} if cdiv > 1 else {}
-            B.emit(st, st_cores, acc=0, n=nv, dst=dst, stride=S, **extra)
+        for r, mi in enumerate(mis):
+            if pl.result == "bank":
+                # results of the block go into the result columns of its last unit (row still open)
+                unit = f"({blk_expr})*{pl.nch}+{pl.nch - 1}"
+                addr = f"bi*{pl.rows_b * R}+{_unit_addr(pl, unit)}+{pl.ob * pl.kc}+{mi}*{pl.ob}"
+                B.emit(st, st_cores, addr=addr, n=nv, acc=r * pl.ob)
+            else:
+                dst = f"(bi*{pl.Tm}+{mi})*{NB}+({blk_expr})*{pl.ob}"
+                extra = {"cdiv": cdiv, "sum": 1} if cdiv > 1 else {}
+                B.emit(st, st_cores, acc=r * pl.ob, n=nv, dst=dst, stride=S, **extra)
 
     def mac_run(addr: str, nv: int, per: int, fresh: int, acc0: int = 0):
         args = dict(addr=addr, n=nv * per, acc=acc0, per=per, pitch=pl.kc, vecs=nv, fresh=fresh)
         if pl.op_role != "acc_add":
             args["reg"] = 0
+        if pl.mb > 1:
+            args.update(rows=pl.mb, rreg=pl.kc, racc=pl.ob)
         B.emit(op, op_cores, **args)
 
     full_blocks = pl.Tn // pl.ob
@@ -470,7 +509,7 @@ def gen_contract(spec: KernelSpec, draft: Draft, view: PimView, opts: CodegenOpt
                     flush(nv, blk_expr)
 
     with B.loop("bi", pl.Tb):
-        with B.loop("mi", pl.Tm):
+        with B.loop("mi" if pl.mb == 1 else "mg", pl.Tm // pl.mb):
             if pl.nch == 1:
                 load_x("0", pl.P)
             if pl.nch == 1 and pl.ucols <= R:
@@ -528,7 +567,7 @@ def gen_eltwise(spec: KernelSpec, draft: Draft, view: PimView, opts: CodegenOpti
     for s, t in enumerate(ins):
         if spec.role(t) == "resident":
             _tile_write(B, t, [("b", Tb, Tb)], ("i", Ti), lay(s), True)
-    B.phase("rearrange_in", serial=not opts.staging)
+    B.rearrange_phase([t for t in ins if spec.role(t) == "input"])
     B.emit("HOST.LAUNCH")
     for s, t in enumerate(ins):
         if spec.role(t) == "input":
@@ -615,7 +654,7 @@ def gen_attn(spec: KernelSpec, draft: Draft, view: PimView, opts: CodegenOptions
     for t, comps, perm, lay, base in writes:
         if spec.role(t) == "resident":
             _attn_write(B, t, comps, perm, lay, base)
-    B.phase("rearrange_in", serial=not opts.staging)
+    B.rearrange_phase([t for t, *_ in writes if spec.role(t) == "input"])
     B.emit("HOST.LAUNCH")
     for t, comps, perm, lay, base in writes:
         if spec.role(t) == "input":

@@ -23,6 +23,7 @@ from tvm import relax
 from tvm_cim.common.relax_utils import operator_calls, shape_of
 
 from ..compiler.kernels import KernelSpec
+from ..hardware.schema import HostModel
 from ..hardware.view import ELEM_BYTES, PimView
 
 # operators that only reinterpret a tensor: free on the host
@@ -48,18 +49,34 @@ class HostTime:
         return "memory" if self.memory_ns >= self.compute_ns else "compute"
 
 
-def roofline(view: PimView, nbytes: float, flops: float, launches: int = 1) -> HostTime:
-    """Roofline time of a host kernel moving ``nbytes`` and doing ``flops``."""
-    h = view.hw.system.host
-    mem = nbytes / view.host_bw_gbs  # bytes / (GB/s) = ns
-    comp = flops / (h.tflops_fp16 * 1e3)  # flops / (TFLOP/s) = ps -> /1e3 ns
-    launch = launches * h.launch_overhead_us * 1e3
+def roofline(view: PimView, nbytes: float, flops: float, launches: int = 1, host: HostModel | None = None,
+             launch_us: float | None = None) -> HostTime:
+    """Roofline time of a host kernel moving ``nbytes`` and doing ``flops``.
+
+    Parameters
+    ----------
+    view : PimView
+    nbytes, flops : float
+    launches : int
+        Kernel launches charged.
+    host : HostModel, optional
+        The roofline (default: ``hw.system.host``; or one of ``hw.system.baselines``), with its
+        bandwidth and compute derating (``bandwidth_utilisation``, ``compute_utilisation``).
+    launch_us : float, optional
+        Launch overhead per kernel (default: the host's ``launch_overhead_us``).
+    """
+    h = view.hw.system.host if host is None else host
+    mem = nbytes / view.host_bandwidth(h)  # bytes / (GB/s) = ns
+    comp = flops / (h.tflops_fp16 * h.compute_utilisation * 1e3)  # flops / (TFLOP/s) = ps -> /1e3 ns
+    launch = launches * (h.launch_overhead_us if launch_us is None else launch_us) * 1e3
     return HostTime(max(mem, comp) + launch, mem, comp, launch, nbytes, flops)
 
 
-def kernel_time(view: PimView, spec: KernelSpec) -> HostTime:
-    """GPU-only time of a PIM kernel (every tensor read or written once, FP16)."""
-    return roofline(view, spec.bytes(ELEM_BYTES), spec.flops())
+def kernel_time(view: PimView, spec: KernelSpec, host: HostModel | None = None,
+                launch_us: float | None = None) -> HostTime:
+    """GPU-only time of a PIM kernel (every tensor read or written once, FP16); ``host`` and
+    ``launch_us`` as in :func:`roofline`."""
+    return roofline(view, spec.bytes(ELEM_BYTES), spec.flops(), host=host, launch_us=launch_us)
 
 
 def _type_elements(ty) -> int:

@@ -79,8 +79,9 @@ def lower_bound_ns(spec: KernelSpec, view: PimView) -> float:
     """A lower bound of any draft's PIM time: launch plus every column op spread over all cores.
 
     Each resident or streamed operand element is read by some core at least once per
-    input row that uses it (GEMV re-reads the matrix for each of its ``m`` rows),
-    ``lanes`` elements per column command at the fastest column cadence.
+    input row that uses it (every GEMV input row takes its own unit cycle per weight column),
+    ``lanes`` elements per column per unit cycle (a batched GEMV's lanes still do one input row per
+    unit cycle).
     """
     d = spec.dims
     lanes = view.elems_per_column
@@ -92,7 +93,7 @@ def lower_bound_ns(spec: KernelSpec, view: PimView) -> float:
         cols = d["b"] * ceil_div(d["i"], lanes)
     else:
         cols = 2 * d["b"] * d["n"] * ceil_div(d["k"], lanes)
-    fastest = min((c.latency_cycles for c in view.hw.commands.values()
-                   if set(c.roles) & {"mac", "dot", "acc_add", "load"}), default=1)
     units = view.groups * view.cores_per_group
-    return view.hw.system.host.launch_overhead_us * 1e3 + cols / units * fastest * view.tck_ns
+    # a unit's lanes take one column per unit cycle (core.frequency_mhz, checked to within 1% of tCCD_L x tCK)
+    cycle = min(view.unit_ns, view.hw.dram.timing.tccd_l * view.tck_ns)
+    return view.hw.system.host.launch_overhead_us * 1e3 + cols / units * cycle

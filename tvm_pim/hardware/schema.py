@@ -35,6 +35,12 @@ class HostModel:
     bandwidth_gbs: PositiveFloat = key(doc="memory bandwidth", unit="GB/s")
     tflops_fp16: PositiveFloat = key(doc="peak FP16 throughput", unit="TFLOP/s")
     launch_overhead_us: NonNegFloat = key(0.0, doc="fixed cost per kernel", unit="us")
+    bandwidth_utilisation: PositiveFloat = key(
+        1.0, doc="share of bandwidth_gbs a memory-bound kernel reaches (derating; 1 = the datasheet roof)"
+    )
+    compute_utilisation: PositiveFloat = key(
+        1.0, doc="share of tflops_fp16 a compute-bound kernel reaches (derating; 1 = the datasheet roof)"
+    )
 
 
 @hw_dataclass
@@ -52,6 +58,15 @@ class DramTiming:
     tfaw: Count = key(16, doc="four-activation window", unit="tCK")
     tcl: Count = key(14, doc="read latency", unit="tCK")
     twr: Count = key(12, doc="write recovery", unit="tCK")
+    tbl: Count = key(2, doc="burst length: time one column occupies a pseudo-channel's data bus (nBL)", unit="tCK")
+    tccd_ab: Count = key(
+        0, doc="minimum spacing of consecutive group-scope (all-bank) compute commands, e.g. AttAcc's power "
+        "constraint (nCCDAB); 0 = only the command's own latency", unit="tCK"
+    )
+    tccd_sb: Count = key(
+        0, doc="minimum spacing of consecutive bank_group-scope (same-bank) compute commands (nCCDSB); "
+        "0 = only the command's own latency", unit="tCK"
+    )
 
 
 # What a PIM command does, as the bank-PIM code generator and simulator
@@ -105,8 +120,14 @@ class PimSystem:
     stacks: PositiveInt = key(doc="PIM-enabled DRAM stacks (cubes / HBMs)")
     channels_per_stack: PositiveInt = key(doc="(pseudo-)channels per stack")
     host_bus_bandwidth_gbs: PositiveFloat = key(doc="host <-> PIM memory bandwidth per stack", unit="GB/s")
-    host: HostModel = key(doc="host processor roofline")
-    onchip_staging_kb: NonNegFloat = key(0.0, doc="host on-chip memory used to stage rearranged data", unit="KiB")
+    host: HostModel = key(doc="host processor roofline (the GPU the compiler offloads from)")
+    baselines: dict[str, HostModel] = key(
+        factory=dict, doc="further GPU rooflines that benchmarks report speedups against (e.g. the paper's platform); "
+        "not used for compiling"
+    )
+    onchip_staging_kb: NonNegFloat = key(
+        0.0, doc="host on-chip memory used to stage rearranged data (0: no staging, rearrangement is serial)", unit="KiB"
+    )
 
 
 @hw_dataclass
@@ -120,6 +141,13 @@ class PimGroup:
     softmax_unit: Flag = key(False, doc="whether the group has a softmax / reduction unit (AttAcc)")
     accumulator: Flag = key(
         False, doc="whether results moved into the group buffer can be summed across its cores (AttAcc's accumulator)"
+    )
+    pseudo_channels: PositiveInt = key(
+        1, doc="pseudo-channels in a group, each with its own data bus; the bank groups are split evenly "
+        "among them (in order)"
+    )
+    ranks_per_pseudo_channel: PositiveInt = key(
+        1, doc="ranks (stack IDs) per pseudo-channel; each has its own tRRD / tFAW activation window"
     )
 
 
@@ -170,6 +198,15 @@ class PIMHardware(DescriptionRoot):
         banks = self.group.bank_groups * self.group.banks_per_bank_group
         if banks % self.core.banks_per_core:
             return [("core.banks_per_core", f"a divisor of the banks per group ({banks})", self.core.banks_per_core)]
+        domains = self.group.pseudo_channels * self.group.ranks_per_pseudo_channel
+        if self.group.bank_groups % domains:
+            return [("group.bank_groups", f"a multiple of pseudo_channels x ranks_per_pseudo_channel ({domains})",
+                     self.group.bank_groups)]
+        # the unit consumes one column per tCCD_L (its bank group's column cadence): its clock must say so
+        unit_mhz = 1e3 / (self.dram.timing.tccd_l * self.dram.timing.tck_ns)
+        if abs(self.core.frequency_mhz / unit_mhz - 1.0) > 0.01:
+            return [("core.frequency_mhz", f"1 / (tccd_l x tck_ns) = {unit_mhz:.1f} MHz within 1% (one column per "
+                     "tCCD_L)", self.core.frequency_mhz)]
         return []
 
     @property
@@ -190,9 +227,6 @@ class PIMHardware(DescriptionRoot):
 
 # Keys a PIM file may set that the model does not read, and why.
 NOT_MODELLED: dict[str, str] = {
-    "system.onchip_staging_kb": "staging of rearranged data is not bounded",
-    "dram.timing.tfaw": "activation windows are not modelled",
-    "dram.timing.trrd": "activation spacing across banks is not modelled",
     "dram.timing.tcl": "read latency is hidden behind the column-command pipeline",
     "dram.timing.trc": "row cycles are charged as tRAS + tRP",
     "dram.act_energy_pj": "energy is charged per command from the command set",

@@ -22,7 +22,7 @@ from functools import cached_property
 
 from tvm_cim.common.hardware import digest
 
-from .schema import PimCommand, PIMHardware
+from .schema import HostModel, PimCommand, PIMHardware
 
 ELEM_BYTES = 2  # FP16 everywhere on the PIM side
 
@@ -74,7 +74,25 @@ class PimView:
         The PIM stacks are the host's memory, so neither the host's own memory
         interface nor the stacks' buses can be exceeded.
         """
-        return min(self.hw.system.host.bandwidth_gbs, self.hw.system.stacks * self.hw.system.host_bus_bandwidth_gbs)
+        return self.host_bandwidth(self.hw.system.host)
+
+    def host_bandwidth(self, host: HostModel) -> float:
+        """Effective memory bandwidth of a host roofline reading the PIM stacks, GB/s.
+
+        ``min(host bandwidth, stacks x host link) x host.bandwidth_utilisation``.
+
+        Parameters
+        ----------
+        host : HostModel
+            ``hw.system.host`` or one of ``hw.system.baselines``.
+        """
+        s = self.hw.system
+        return min(host.bandwidth_gbs, s.stacks * s.host_bus_bandwidth_gbs) * host.bandwidth_utilisation
+
+    @property
+    def hosts(self) -> dict[str, HostModel]:
+        """Every GPU roofline of the description: ``'host'`` (the compiler's) and the named baselines."""
+        return {"host": self.hw.system.host, **self.hw.system.baselines}
 
     # ------------------------------------------------------------------ group level
     @property

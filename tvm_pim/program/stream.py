@@ -49,11 +49,16 @@ class Loop:
 
 @dataclass
 class Phase:
-    """``phase <name> [serial]``: one of :data:`PHASES` and its commands."""
+    """``phase <name> [serial] [rounds=N]``: one of :data:`PHASES` and its commands.
+
+    ``rounds``: the phase streams its data through the host's bounded on-chip memory in
+    this many double-buffered rounds (the first round's read overlaps no write).
+    """
 
     name: str
     serial: bool = False
     body: list = field(default_factory=list)
+    rounds: int = 1
 
 
 @dataclass

@@ -37,8 +37,10 @@ Lines
 ``memory <columns>``               columns per core the stream addresses.
 ``gbuf <entries>``                 group-buffer entries (FP16) it addresses.
 ``table <name> g|gc <values>``     per-group or per-(group, core) integers.
-``phase <name> [serial]``          rearrange_in, compute, rearrange_out; ``serial``
-                                   means the channels of the phase do not overlap.
+``phase <name> [serial] [rounds=N]``  rearrange_in, compute, rearrange_out; ``serial``
+                                   means the channels of the phase do not overlap;
+                                   ``rounds=N`` that the data pass through the host's
+                                   staging memory in N double-buffered rounds.
 ``loop <var> <count>`` / ``end``   repetition; ``var`` counts 0..count-1.
 ``<MNEMONIC> @<groups>:<cores> key=value ...``  a command; ``<cores>`` is ``*`` for
                                    one group-level (broadcast) issue, or a set of
@@ -131,7 +133,7 @@ def print_stream(s: Stream) -> str:
     for name, (kind, arr) in s.tables.items():
         lines.append(f"table {name} {kind} " + " ".join(str(int(v)) for v in np.asarray(arr).ravel()))
     for ph in s.phases:
-        lines.append(f"phase {ph.name}" + (" serial" if ph.serial else ""))
+        lines.append(f"phase {ph.name}" + (" serial" if ph.serial else "") + (f" rounds={ph.rounds}" if ph.rounds > 1 else ""))
         lines.extend(_body_lines(ph.body, 1))
     return "\n".join(lines) + "\n"
 
@@ -202,7 +204,16 @@ def parse_stream(text: str) -> Stream:
             p = rest.split()
             if not p or p[0] not in PHASES:
                 fail("phase must be one of " + ", ".join(PHASES))
-            ph = Phase(p[0], serial="serial" in p[1:])
+            rounds = [w for w in p[1:] if w.startswith("rounds=")]
+            if any(w != "serial" and not w.startswith("rounds=") for w in p[1:]):
+                fail("expected 'phase <name> [serial] [rounds=N]'")
+            try:
+                n_rounds = int(rounds[-1][7:]) if rounds else 1
+            except ValueError:
+                n_rounds = 0
+            if n_rounds < 1:
+                fail("rounds must be a positive integer")
+            ph = Phase(p[0], serial="serial" in p[1:], rounds=n_rounds)
             phases.append(ph)
             stack = [ph.body]
             continue

@@ -254,29 +254,12 @@ class FunctionalModel:
                 raise SimulationError(f"{it.op}: column {cols.max()} beyond the stream's memory {mem.shape[2]}")
             data = mem[g[:, None, None, None], cs[None, :, None, None], cols]  # (ng, nc, nv, per, lanes)
             fresh = a.get("fresh", "0") == "1"
-            if role == "acc_add":
-                terms = data
-            else:
-                r0 = int(env(a.get("reg", "0")))
-                rr = regs[np.ix_(g, cs, np.arange(r0, r0 + per))]  # (ng, nc, per, lanes)
-                terms = (data * rr[:, :, None, :, :]).astype(np.float16)
-            if role == "dot":
-                terms = terms.astype(np.float32).sum(axis=-1).astype(np.float16)  # adder tree, one rounding
-                av = acc.reshape(acc.shape[0], acc.shape[1], -1)
-                cur = av[np.ix_(g, cs, np.arange(a0, a0 + nv))]
-                init = np.zeros_like(cur) if fresh else cur
-                seq = np.concatenate([init[..., None], terms], axis=-1)
-                res = np.add.accumulate(seq, axis=-1, dtype=np.float16)[..., -1]
-                av[np.ix_(g, cs, np.arange(a0, a0 + nv))] = res
-            else:
-                av = acc.reshape(acc.shape[0], acc.shape[1], -1, lanes)
-                if a0 + nv > av.shape[2]:
-                    raise SimulationError(f"{it.op}: accumulators {a0}..{a0 + nv - 1}; the core has {av.shape[2]}")
-                cur = av[np.ix_(g, cs, np.arange(a0, a0 + nv))]  # (ng, nc, nv, lanes)
-                init = np.zeros_like(cur) if fresh else cur
-                seq = np.concatenate([init[:, :, :, None, :], terms], axis=3)
-                res = np.add.accumulate(seq, axis=3, dtype=np.float16)[:, :, :, -1, :]
-                av[np.ix_(g, cs, np.arange(a0, a0 + nv))] = res
+            # batched GEMV: each column read serves ``rows`` input rows (registers reg + r*rreg,
+            # accumulators acc + r*racc), in row order
+            rows, rreg, racc = int(a.get("rows", "1")), int(a.get("rreg", "0")), int(a.get("racc", "0"))
+            reg0 = int(env(a.get("reg", "0")))
+            for r in range(rows):
+                self._contract(it, role, data, S, g, cs, reg0 + r * rreg, a0 + r * racc, nv, fresh)
             return
         if role in ("load", "add", "mul", "store"):
             n = int(a["n"])
@@ -358,6 +341,33 @@ class FunctionalModel:
             gbuf[g[:, None], pos[:, 0, :]] = pr
             return
         raise SimulationError(f"{it.op}: role '{role}' has no functional model")
+
+    def _contract(self, it, role, data, S, g, cs, r0, a0, nv, fresh):
+        """One multiply-accumulate command on one input row: registers from ``r0``, accumulators from ``a0``."""
+        regs, acc, lanes = S["regs"], S["acc"], self.lanes
+        per = data.shape[3]
+        if role == "acc_add":
+            terms = data
+        else:
+            rr = regs[np.ix_(g, cs, np.arange(r0, r0 + per))]  # (ng, nc, per, lanes)
+            terms = (data * rr[:, :, None, :, :]).astype(np.float16)
+        if role == "dot":
+            terms = terms.astype(np.float32).sum(axis=-1).astype(np.float16)  # adder tree, one rounding
+            av = acc.reshape(acc.shape[0], acc.shape[1], -1)
+            cur = av[np.ix_(g, cs, np.arange(a0, a0 + nv))]
+            init = np.zeros_like(cur) if fresh else cur
+            seq = np.concatenate([init[..., None], terms], axis=-1)
+            res = np.add.accumulate(seq, axis=-1, dtype=np.float16)[..., -1]
+            av[np.ix_(g, cs, np.arange(a0, a0 + nv))] = res
+        else:
+            av = acc.reshape(acc.shape[0], acc.shape[1], -1, lanes)
+            if a0 + nv > av.shape[2]:
+                raise SimulationError(f"{it.op}: accumulators {a0}..{a0 + nv - 1}; the core has {av.shape[2]}")
+            cur = av[np.ix_(g, cs, np.arange(a0, a0 + nv))]  # (ng, nc, nv, lanes)
+            init = np.zeros_like(cur) if fresh else cur
+            seq = np.concatenate([init[:, :, :, None, :], terms], axis=3)
+            res = np.add.accumulate(seq, axis=3, dtype=np.float16)[:, :, :, -1, :]
+            av[np.ix_(g, cs, np.arange(a0, a0 + nv))] = res
 
     def _host_write(self, it: Command, env: Env, g, cs, bcast, stream: Stream, S):
         mem = S["mem"]

@@ -3,9 +3,20 @@
 Per PIM group (channel) and phase, with vectorised per-channel and per-core
 arithmetic (loops are multiplied out, never expanded):
 
-* every command occupies the channel's command/data bus for its
-  ``latency_cycles`` (host data transfers at least one column's transfer
-  time at the channel's share of the host bus);
+* every compute command occupies the channel's command path for its
+  issue spacing: its ``latency_cycles``, at least ``tccd_ab`` / ``tccd_sb``
+  for group / bank_group scope (a power constraint such as AttAcc's);
+* host data transfers occupy the data bus of their core's pseudo-channel
+  (``group.pseudo_channels`` buses per group) for ``max(tBL, one column at
+  the pseudo-channel's share of the host link)`` per column, transfers to
+  one rank are spaced by ``tCCD_S``; transfers spread over the channel
+  (host layout, group-buffer reads, result moves) use every bus; result
+  moves to the group buffer (``to_group``) use this data path and overlap
+  the compute commands; input-register writes and moves from the group
+  buffer feed the next compute commands and are charged on the command
+  path;
+* single-bank activations (scope ``bank``) are spaced
+  ``max(tRRD, tFAW / 4)`` in each rank of a pseudo-channel;
 * every core (its banks) accumulates its own busy time: ``ACT`` costs
   ``tRCD``, ``PRE`` costs ``tRP`` and stretches the open row to ``tRAS``,
   column commands cost their issue spacing (at least ``tCCD_L`` for one
@@ -13,15 +24,18 @@ arithmetic (loops are multiplied out, never expanded):
   their row activations, precharges and ``tWR``;
 * bank-level column commands (host transfers to one bank, per-core
   compute) also occupy their bank group's data path for ``tCCD_L`` each,
-  while the bus spaces commands to different bank groups by ``tCCD_S``;
-* a channel's time is ``max(bus, busiest core, busiest bank group)``, so
+  while transfers to different bank groups of a rank are spaced by
+  ``tCCD_S``;
+* a channel's time is ``max(command path, busiest core, busiest bank
+  group, busiest data bus, busiest rank)``, so
   bank-level commands to different cores overlap their row cycles while
   sharing the bus, and those to different bank groups overlap their
   column spacing;
 * a phase lasts as long as its slowest channel (all channels in parallel),
   or the sum over channels for ``serial`` phases, and at least its host
   traffic divided by the host bandwidth; host actions (launch, merges) add
-  the host model's time.
+  the host model's time; a phase staged in ``rounds`` adds one round's
+  share of the shorter of the two (pipeline fill).
 
 ``setup`` (placing resident tensors) is reported apart from the latency.
 Energy is each command's ``energy_pj`` from the hardware file, per issue.
@@ -47,7 +61,7 @@ from .decode import DATA_ROLES, Env, LazyEnv, SimulationError, role_of
 #: (this module, or the streams the code generator emits for a draft): the records of tuned
 #: schedule databases store simulated times and carry this number in their key
 #: (:func:`tvm_pim.search.database.record_key`), so records of an older model are ignored, not applied.
-TIMING_MODEL_VERSION = 1
+TIMING_MODEL_VERSION = 2
 
 
 @dataclass
@@ -114,8 +128,36 @@ class TimingModel:
     def __init__(self, view: PimView):
         self.view, self.hw, self.t = view, view.hw, view.hw.dram.timing
         self.lanes = view.elems_per_column
-        # a host transfer moves one column per tCCD_S at most, at the channel's share of the host bus
-        self.col_host = max(float(self.t.tccd_s), view.column_bytes / view.channel_bw_gbs / self.t.tck_ns)
+        g = self.hw.group
+        self.npch = g.pseudo_channels
+        # one column on a pseudo-channel's data bus: its burst (nBL), at least its share of the stack's host link
+        self.col_bus = max(float(self.t.tbl), view.column_bytes / (view.channel_bw_gbs / self.npch) / self.t.tck_ns)
+        # activation windows: at most one ACT per tRRD and four per tFAW in each rank of a pseudo-channel
+        self.act_step = max(float(self.t.trrd), self.t.tfaw / 4.0)
+
+    def spacing(self, cmd) -> float:
+        """Issue-to-issue time of a compute command: its latency, at least the device's power-constraint spacing
+        for its scope (``tccd_ab`` for group scope, ``tccd_sb`` for bank_group scope)."""
+        lat = float(cmd.latency_cycles)
+        if cmd.scope == "group":
+            return max(lat, float(self.t.tccd_ab))
+        if cmd.scope == "bank_group":
+            return max(lat, float(self.t.tccd_sb))
+        return lat
+
+    def _compute_step(self, it: Command, cmd) -> tuple[float, int]:
+        """Issue spacing of a compute command and its energy multiple: a batched command (``rows=R``) reads
+        each column once but its lanes do R rows' operations, one unit cycle (its latency) per row."""
+        rows = int(it.args.get("rows", "1"))
+        return max(self.spacing(cmd), rows * float(cmd.latency_cycles)), rows
+
+    def _domains(self, C: int) -> tuple[np.ndarray, np.ndarray, int]:
+        """Pseudo-channel and activation domain (rank of a pseudo-channel) of each core, and the domain count."""
+        v, g = self.view, self.hw.group
+        bg = np.arange(C) // v.cores_per_bank_group
+        per_pch = max(1, v.bank_groups // self.npch)
+        per_dom = max(1, v.bank_groups // (self.npch * g.ranks_per_pseudo_channel))
+        return bg // per_pch, bg // per_dom, self.npch * g.ranks_per_pseudo_channel
 
     def time(self, stream: Stream) -> SimResult:
         """Latency, phase times, breakdown, energy and command counts of a stream (no values).
@@ -145,12 +187,16 @@ class TimingModel:
             chain = np.zeros((Gs, C))
             seg = np.zeros((Gs, C))
             colw = np.zeros((Gs, C))  # bank-level column commands per core, each tCCD_L of its bank group
+            dcore = np.zeros((Gs, C))  # data-bus time of transfers to one core, on its pseudo-channel's bus
+            dspread = np.zeros(Gs)  # data-bus time of transfers spread over every pseudo-channel of the group
+            acts = np.zeros((Gs, C))  # single-bank activations per core (tRRD / tFAW)
             host_bytes = 0.0
             host_ns = 0.0
-            st = {"bus": bus, "chain": chain, "seg": seg, "data_bus": data_bus, "colw": colw}
+            st = {"bus": bus, "chain": chain, "seg": seg, "data_bus": data_bus, "colw": colw, "dcore": dcore,
+                  "dspread": dspread, "acts": acts}
             # commands addressing every group and core of the stream add the same time to all of them:
             # they are summed as scalars (the common case), the others per channel / core in arrays
-            U = {"bus": 0.0, "chain": 0.0, "seg": 0.0, "colw": 0.0}
+            U = {"bus": 0.0, "chain": 0.0, "seg": 0.0, "colw": 0.0, "dspread": 0.0, "acts": 0.0}
             seg_dirty = False
             Gst = stream.groups
             tRCD, tRP, tRAS, tCCDL = float(t.trcd), float(t.trp), float(t.tras), float(t.tccd_l)
@@ -181,12 +227,15 @@ class TimingModel:
                     lat = float(cmd.latency_cycles)
                     bcast = it.cores is None
                     role = roles[0]
+                    e_rows = 1
                     if role not in DATA_ROLES and uniform(it) and not (role == "pre" and seg_dirty):
                         issues = 1 if bcast else C
                         if role == "act":
                             U["chain"] += mult * max(lat, tRCD)
                             U["seg"] = 0.0
                             U["bus"] += mult * issues
+                            if not bcast and cmd.scope == "bank":
+                                U["acts"] += mult
                             n_cmd = 1
                         elif role == "pre":
                             U["chain"] += mult * (max(lat, tRP) + max(0.0, tRAS - tRCD - U["seg"]))
@@ -195,6 +244,7 @@ class TimingModel:
                             n_cmd = 1
                         elif role in ("mac", "dot", "acc_add", "load", "add", "mul", "store"):
                             n = int(it.args.get("n", "1"))
+                            lat, e_rows = self._compute_step(it, cmd)
                             step = lat if bcast else max(lat, tCCDL)
                             U["bus"] += mult * issues * n * lat
                             U["chain"] += mult * n * step
@@ -202,12 +252,18 @@ class TimingModel:
                             if not bcast:
                                 U["colw"] += mult * n * tCCDL
                             n_cmd = n * issues
-                        elif role in ("to_group", "from_group"):
-                            n = int(it.args.get("n", "1"))
-                            cols = ceil_div(n, lanes) if role == "to_group" else n
-                            U["bus"] += mult * cols * lat * (C if role == "to_group" else 1)
+                        elif role == "to_group":
+                            # results leave on the data path (pseudo-channel buses, bank-group spacing),
+                            # beside the compute path: they overlap the next commands' MACs
+                            cols = ceil_div(int(it.args.get("n", "1")), lanes)
+                            U["dspread"] += mult * cols * C * self.col_bus
+                            U["colw"] += mult * cols * tCCDL
+                            n_cmd = cols * C
+                        elif role == "from_group":
+                            cols = int(it.args.get("n", "1"))
+                            U["bus"] += mult * cols * lat
                             U["chain"] += mult * cols * lat
-                            n_cmd = cols * (C if role == "to_group" else 1)
+                            n_cmd = cols
                         elif role == "group_softmax":
                             cols = ceil_div(int(it.args["pieces"]) * int(it.args["tile"]), lanes)
                             U["bus"] += mult * cols * lat
@@ -217,7 +273,7 @@ class TimingModel:
                             U["chain"] += mult * lat
                             n_cmd = 1
                         counts[op] += mult * n_cmd * Gst  # one issue on every group's channel
-                        energy[op] += mult * n_cmd * Gst * cmd.energy_pj
+                        energy[op] += mult * n_cmd * Gst * cmd.energy_pj * e_rows
                         continue
                     if role != "pre" and role not in DATA_ROLES:
                         seg_dirty = True
@@ -228,6 +284,8 @@ class TimingModel:
                         chain[_ci(gsel, csel)] += mult * lat
                         seg[_ci(gsel, csel)] = 0.0
                         bus[gsel] += mult * issues  # one command slot
+                        if not bcast and cmd.scope == "bank":
+                            acts[_ci(gsel, csel)] += mult
                         n_cmd = 1
                     elif role == "pre":
                         lat = max(lat, float(t.trp))
@@ -246,6 +304,7 @@ class TimingModel:
                         continue
                     elif role in ("mac", "dot", "acc_add", "load", "add", "mul", "store"):
                         n = int(it.args.get("n", "1"))
+                        lat, e_rows = self._compute_step(it, cmd)
                         step = lat if bcast else max(lat, float(t.tccd_l))
                         bus[gsel] += mult * issues * n * lat
                         chain[_ci(gsel, csel)] += mult * n * step
@@ -253,12 +312,17 @@ class TimingModel:
                         if not bcast:
                             colw[_ci(gsel, csel)] += mult * n * tCCDL
                         n_cmd = n * issues
-                    elif role in ("to_group", "from_group"):
-                        n = int(it.args.get("n", "1"))
-                        cols = ceil_div(n, lanes) if role == "to_group" else n
-                        bus[gsel] += mult * cols * lat * (C if role == "to_group" else 1)
+                    elif role == "to_group":
+                        cols = ceil_div(int(it.args.get("n", "1")), lanes)
+                        nc = C if bcast else len(cs)
+                        dspread[gsel] += mult * cols * nc * self.col_bus
+                        colw[_ci(gsel, csel)] += mult * cols * tCCDL
+                        n_cmd = cols * nc
+                    elif role == "from_group":
+                        cols = int(it.args.get("n", "1"))
+                        bus[gsel] += mult * cols * lat
                         chain[_ci(gsel, csel)] += mult * cols * lat
-                        n_cmd = cols * (C if role == "to_group" else 1)
+                        n_cmd = cols
                     elif role == "group_softmax":
                         cols = ceil_div(int(it.args["pieces"]) * int(it.args["tile"]), lanes)
                         bus[gsel] += mult * cols * lat
@@ -268,18 +332,32 @@ class TimingModel:
                         chain[gsel, :] += mult * lat
                         n_cmd = 1
                     counts[op] += mult * n_cmd * len(g)
-                    energy[op] += mult * n_cmd * len(g) * cmd.energy_pj
+                    energy[op] += mult * n_cmd * len(g) * cmd.energy_pj * e_rows
 
             walk(ph.body, 1, {})
             bus[:Gst] += U["bus"]
             chain[:Gst, :] += U["chain"]
             colw[:Gst, :] += U["colw"]
+            dspread[:Gst] += U["dspread"]
+            acts[:Gst, :] += U["acts"]
             # bank-group parallelism: bank-level column commands to the banks of one bank group are
             # spaced by tCCD_L, to different bank groups by tCCD_S (the bus term)
             bg_of = np.arange(C) // v.cores_per_bank_group
             bg_busy = np.zeros((Gs, int(bg_of[-1]) + 1 if C else 1))
             np.add.at(bg_busy.T, bg_of, colw.T)
-            per_ch = np.maximum(np.maximum(bus, chain.max(axis=1)), bg_busy.max(axis=1))
+            # data path: each pseudo-channel's data bus; single-bank activations: each rank's tRRD / tFAW
+            pch_of, dom_of, ndom = self._domains(C)
+            pch_busy = np.zeros((Gs, self.npch))
+            np.add.at(pch_busy.T, pch_of, dcore.T)
+            pch_busy += (dspread / self.npch)[:, None]
+            act_busy = np.zeros((Gs, ndom))
+            np.add.at(act_busy.T, dom_of, acts.T)
+            # transfers to the banks of one rank are spaced by tCCD_S (bank groups of that rank)
+            rank_busy = np.zeros((Gs, ndom))
+            np.add.at(rank_busy.T, dom_of, dcore.T)
+            per_ch = np.maximum.reduce([bus, chain.max(axis=1), bg_busy.max(axis=1), pch_busy.max(axis=1),
+                                        act_busy.max(axis=1) * self.act_step,
+                                        rank_busy.max(axis=1) * (float(t.tccd_s) / self.col_bus)])
             tck = t.tck_ns
             if ph.serial:
                 dev_ns = float(per_ch.sum()) * tck
@@ -287,6 +365,9 @@ class TimingModel:
                 dev_ns = float(per_ch.max()) * tck
             bw_ns = host_bytes / v.host_bw_gbs  # bytes / (GB/s) = ns
             phase_ns = max(dev_ns, bw_ns) + host_ns
+            if ph.rounds > 1:
+                # staging in double-buffered rounds: the first round's host read overlaps no PIM write
+                phase_ns += min(dev_ns, bw_ns) / ph.rounds
             phases[ph.name] = phase_ns
             host_bytes_total += host_bytes if ph.name != "setup" else 0.0
             if ph.name == "compute":
@@ -321,8 +402,7 @@ class TimingModel:
         elif it.op in ("HOST.LOAD", "HOST.STORE"):
             nbytes = float(it.args["bytes"])
             cols = nbytes / v.column_bytes / Gs  # spread over every channel (host layout interleaves)
-            st["bus"][:] += mult * cols * self.col_host
-            st["data_bus"][:] += mult * cols * self.col_host
+            st["dspread"][:] += mult * cols * self.col_bus
             host_bytes += mult * nbytes
             name = "RD" if it.op == "HOST.LOAD" else "WR"
             if name in hw.commands:
@@ -341,6 +421,7 @@ class TimingModel:
         t = self.t
         lanes = self.lanes
         bus, chain, data_bus, colw = st["bus"], st["chain"], st["data_bus"], st["colw"]
+        col = self.col_bus
         env = LazyEnv(stream, g, cs if not bcast else np.arange(stream.cores)[:1])
         src = it.args.get("src") or it.args.get("dst")
         if role == "reg_write":
@@ -355,21 +436,29 @@ class TimingModel:
             regions = ceil_div(stream.cores, int(it.args.get("cdiv", "1")))
             cols = np.full((len(g), regions), ceil_div(int(np.prod(ref.box)), lanes))
             ncols = cols.sum(axis=1)
-            step = max(lat, self.col_host)
-            bus[gsel] += mult * ncols * step
-            data_bus[gsel] += mult * ncols * step
+            # the group buffer sits beside the data path: reads at the burst length, over every pseudo-channel
+            st["dspread"][gsel] += mult * ncols * col
             return int(ncols.sum())
         else:
             cols = self._box_columns(it, env, stream, len(g), 1 if bcast else len(cs))
         if bcast:
             cols = cols[:, :1]
-        step_bus = max(lat, self.col_host) if bcast else self.col_host
         per_core = cols.astype(float)
         ncols_ch = per_core.sum(axis=1)
-        bus[gsel] += mult * ncols_ch * step_bus
-        data_bus[gsel] += mult * ncols_ch * step_bus
+        if role == "reg_write":
+            # inputs of the next compute commands: the compute path waits for them (the pseudo-channels'
+            # buses carry writes to different cores in parallel)
+            step_bus = max(lat, col) if bcast else col / self.npch
+            bus[gsel] += mult * ncols_ch * step_bus
+            data_bus[gsel] += mult * ncols_ch * step_bus
+        elif bcast:
+            st["dspread"][gsel] += mult * ncols_ch * max(lat, col)
+        else:
+            st["dcore"][_ci(gsel, csel)] += mult * per_core * col
         rows = np.ceil(per_core / R) if role != "reg_write" else 0.0
-        bank = per_core * max(lat, self.col_host, float(t.tccd_l) if not bcast else 0.0) + rows * (
+        if role != "reg_write" and not bcast:
+            st["acts"][_ci(gsel, csel)] += mult * rows
+        bank = per_core * max(lat, col, float(t.tccd_l) if not bcast else 0.0) + rows * (
             t.trcd + t.trp + (t.twr if role == "host_write" else 0)
         )
         if bcast:
