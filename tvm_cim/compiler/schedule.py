@@ -123,7 +123,7 @@ def segment(regions: list[Region], hw: CIMHardware, opts: Options, est: Estimato
     segs = segmentation.greedy(regions, fp, cap)
     fits = len(segs) == 1 and sum(fp(r) for r in regions) <= cap
     if len(segs) > 1 and opts.segmentation == "refine":
-        segs = segmentation.refine(regions, est, rows, hw.chip.cores, opts.pipeline, fp, cap)
+        segs = segmentation.refine(regions, est, rows, hw.cores, opts.pipeline, fp, cap)
     return [i for i, s in enumerate(segs) for _ in s], fits
 
 
@@ -131,7 +131,7 @@ def duplicate(regions: list[Region], segment_of: list[int], resident: bool, hw: 
               est: Estimator) -> dict[str, RegionPlan]:
     """Replicas and tile rows of every region, segment by segment, with their estimated latency."""
     tile_rows = {r.name: hw.crossbar.rows for r in regions}
-    budget = hw.chip.cores
+    budget = hw.cores
     plans: dict[str, RegionPlan] = {}
     by_seg: dict[int, list[Region]] = {}
     for r, s in zip(regions, segment_of):
