@@ -19,6 +19,17 @@ from .simulator.engine import Options as SimOptions
 from .simulator.timeline import schedule_graph
 
 
+def timeline(info: CompileInfo, stats: list):
+    """One inference's timeline under the schedule's pipeline (:func:`schedule_graph`; with PIMCOMP's layer
+    grouping, :func:`tvm_cim.simulator.batch.schedule_batch` of one input)."""
+    opts = info.schedule.options if info.schedule else None
+    pipeline = bool(opts.pipeline) if opts else False
+    regions = [(s.name, s.events, s.segment) for s in stats if s.events is not None]
+    if opts is not None and opts.grouping and not pipeline:
+        return schedule_batch(regions, info.producers, False, 1, grouping=True).timeline
+    return schedule_graph(regions, info.producers, pipeline)
+
+
 def simulate_timing(info: CompileInfo):
     """Run the compiled programs on a timing-only chip (no values) and schedule the timeline.
 
@@ -35,8 +46,7 @@ def simulate_timing(info: CompileInfo):
         tensors = {d.name: np.zeros(d.shape, np.float32) for d in p.decl("input")}
         tensors.update(codegen.region_constants(r))
         stats.append(chip.run(p, tensors)[1])
-    pipeline = bool(info.schedule.options.pipeline) if info.schedule else False
-    return stats, schedule_graph([(s.name, s.events, s.segment) for s in stats], info.producers, pipeline)
+    return stats, timeline(info, stats)
 
 
 def batch_summary(info: CompileInfo, stats: list, batch: int, latency_ns: float, energy_pj: float) -> dict:
@@ -48,12 +58,13 @@ def batch_summary(info: CompileInfo, stats: list, batch: int, latency_ns: float,
     dynamic energy of one inference plus the chip's leakage over
     ``makespan / batch``.
     """
-    pipeline = bool(info.schedule.options.pipeline) if info.schedule else False
+    opts = info.schedule.options if info.schedule else None
+    pipeline = bool(opts.pipeline) if opts else False
     if batch == 1:
         interval = makespan = latency_ns
     else:
         bt = schedule_batch([(s.name, s.events, s.segment) for s in stats if s.events is not None],
-                            info.producers, pipeline, batch)
+                            info.producers, pipeline, batch, grouping=bool(opts.grouping) if opts else False)
         interval, makespan = bt.interval_ns, bt.makespan_ns
     leak = chip_leakage_mw(info.hw)
     return {
@@ -89,9 +100,7 @@ def build_report(info: CompileInfo, stats: list, hw_name: str, batch: int = 1) -
     hw = info.hw
     cyc = hw.cycle_ns
     sched = info.schedule
-    pipeline = bool(sched.options.pipeline) if sched else False
-    tl = schedule_graph([(s.name, s.events, s.segment) for s in stats if s.events is not None],
-                        info.producers, pipeline)
+    tl = timeline(info, stats)
     regions = []
     energy = defaultdict(float)
     counts: Counter = Counter()
@@ -207,6 +216,7 @@ def build_report(info: CompileInfo, stats: list, hw_name: str, batch: int = 1) -
             "regions_spilled_offchip": sum(1 for s in stats if s.spills),
         },
         "dual_mode": dual_mode_summary(info, tl, energy, counts),
+        "replication": info.replication,
         "accuracy": accuracy_summary(info.accuracy),
         "adc": {
             "bits": hw.crossbar.adc_bits,

@@ -14,7 +14,8 @@ and the throughput follows from when the inputs' last results are stored.
 Within one input a schedule keeps its own pipeline: with the inter-layer
 pipeline a region waits only for the part of its producers' outputs it
 reads; without it, a region starts when its producers and the region before
-it (program order) are done, as in a single inference.  A region whose
+it (program order) are done, as in a single inference; with PIMCOMP's layer
+grouping, when its producers are done (independent layers run at once).  A region whose
 crossbars are written during the inference (weights rewritten, or the
 run-time operand of a ``dmatmul``) also waits for its own copy of the
 previous input, so the write never overtakes the reads of the earlier
@@ -86,7 +87,7 @@ def _gated(ev: Events) -> Events:
 
 
 def schedule_batch(regions: list[tuple[str, Events, int]], producers: dict[str, list[str]], pipeline: bool,
-                   batch: int) -> BatchTimeline:
+                   batch: int, grouping: bool = False) -> BatchTimeline:
     """Schedule ``batch`` inferences of the same regions on one timeline.
 
     Parameters
@@ -100,6 +101,10 @@ def schedule_batch(regions: list[tuple[str, Events, int]], producers: dict[str, 
         The schedule's inter-layer pipeline within one input.
     batch : int
         Inputs (>= 1).
+    grouping : bool
+        Without the pipeline: a region waits for its producers' whole outputs
+        only, not for the region before it, so independent layers of one
+        input run at once (PIMCOMP's layer grouping, Alg. 1).
 
     Returns
     -------
@@ -119,9 +124,9 @@ def schedule_batch(regions: list[tuple[str, Events, int]], producers: dict[str, 
     for b in range(batch):
         prev = None
         for name, ev, seg in regions:
-            tag = f"{name}#{b}"
-            p = [f"{q}#{b}" for q in producers.get(name, []) if q in names]
-            if not pipeline and prev is not None:
+            tag = f"{name}#{b}" if batch > 1 else name
+            p = [f"{q}#{b}" if batch > 1 else q for q in producers.get(name, []) if q in names]
+            if not pipeline and not grouping and prev is not None:
                 p.append(prev)  # without the inter-layer pipeline: after the region before it
             if name in rewrites and b > 0:
                 p.append(f"{name}#{b - 1}")  # its crossbars are rewritten: after the previous input's reads
