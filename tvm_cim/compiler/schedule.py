@@ -193,19 +193,21 @@ def pimcomp_replication(seg: list[Region], est: Estimator, tile_rows: dict, hw: 
             plans = {r.name: make_plan(r, est, int(d), tile_rows[r.name], 0, resident, latency=False)
                      for r, d in zip(seg, reps)}
             return est.graph_ns(seg, plans, True, producers)[0]
+        search = fitness
     else:
-        fitness = prob.cycle_ns
-    out, best = replication.ga(prob, fitness, generations=opts.ga_generations, population=opts.ga_population,
-                               time_limit=opts.ga_time_limit, seed=opts.ga_seed)
-    dp = replication.dp_same_problem(prob, fitness) if compare_dp else None
+        fitness, search = prob.cycle_ns, prob.cycle_search
+    dp = replication.dp_same_problem(prob, fitness) if compare_dp or opts.ga_seed_dp else None
+    seeds = [dp.detail["genome"]] if opts.ga_seed_dp and dp.detail["genome"] is not None else None
+    out, best = replication.ga(prob, search, generations=opts.ga_generations, population=opts.ga_population,
+                               time_limit=opts.ga_time_limit, seed=opts.ga_seed, seeds=seeds, report=fitness)
     lay = replication.layout(prob, best)
     info = {
         "segment": s_idx,
         "objective": "one input's latency (element pipeline)" if opts.pipeline else "pipeline cycle",
-        "ga": {"fitness_ns": out.fitness, "seconds": out.seconds, **{k: v for k, v in out.detail.items()
-                                                                    if k != "history"}},
-        "dp": ({"fitness_ns": dp.fitness, "seconds": dp.seconds, "replicas": dp.replicas, **dp.detail}
-               if dp else None),
+        "ga": {"fitness_ns": out.fitness, "seconds": out.seconds, "seeded_with_dp": seeds is not None,
+               **{k: v for k, v in out.detail.items() if k != "history"}},
+        "dp": ({"fitness_ns": dp.fitness, "seconds": dp.seconds, "replicas": dp.replicas,
+                "packs": dp.detail["packs"]} if dp else None),
         "layers": {r.name: {"unfolding": unfold.choose(r, opts.unfolding).name if opts.unfolding != "im2col"
                             else "(IK2,O,1)", "tile_rows": tile_rows[r.name], "array_groups": int(prob.ags[i]),
                             "replicas": out.replicas[i], "cores": lay.get(i, [])}

@@ -80,6 +80,9 @@ class Options:
         PIMCOMP's genetic algorithm (``duplication='ga'``,
         :mod:`~tvm_cim.compiler.strategies.replication`): generations,
         population, seconds per segment, seed.
+    ga_seed_dp : bool
+        Put our DP's replication (packed first-fit) into the GA's first
+        population (ours; the paper starts from one replica per layer).
     """
 
     segmentation: str = "greedy"
@@ -96,6 +99,7 @@ class Options:
     ga_population: int = 200
     ga_time_limit: float = 10.0
     ga_seed: int = 0
+    ga_seed_dp: bool = True
 
     def as_attrs(self) -> dict:
         """The options as plain values (module attributes, reports)."""

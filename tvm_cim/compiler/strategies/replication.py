@@ -14,7 +14,8 @@ of every core.
   slowest layer until a random share in [0.1, 0.9] of the crossbars is free.
 * **Mutations** (the code's five operators, rate 0.2 each, every result
   legal): increase or decrease a layer's replication (paper mutation I; by
-  one replica or up to half of them, :func:`_step`),
+  one replica or up to as many as it has, :func:`_step`; half of them
+  directed to the slowest layer or away from layers with slack, ours),
   split a gene onto another core, gather a small gene onto a core already
   holding its layer, exchange two genes between cores (paper mutation II).
   No crossover (neither the paper nor the code has one).
@@ -105,6 +106,12 @@ class Problem:
     def cycle_ns(self, reps) -> float:
         """The high-throughput objective: the slowest layer at its replicas, or the shared units."""
         return max(self.shared_ns, max(float(lt[min(int(d), len(lt)) - 1]) for lt, d in zip(self.lat, reps)))
+
+    def cycle_search(self, reps) -> float:
+        """:meth:`cycle_ns` with a tie-breaker the GA climbs on: plus a millionth of the layers' latencies'
+        8-norm, so speeding up any of the slowest layers improves the fitness before the slowest one moves."""
+        lat = np.array([float(lt[min(int(d), len(lt)) - 1]) for lt, d in zip(self.lat, reps)])
+        return self.cycle_ns(reps) + 1e-6 * float(np.sum((lat / lat.max()) ** 8) ** 0.125 * lat.max())
 
 
 def problem(seg: list[Region], est: Estimator, tile_rows: dict, hw: CIMHardware, resident: bool = True) -> Problem:
@@ -266,13 +273,38 @@ def random_genome(p: Problem, rng: random.Random, fill: bool = True) -> np.ndarr
 
 
 def _step(rng: random.Random, reps: int) -> int:
-    """Replicas a mutation adds or removes: 1, or up to half the layer's replicas (larger jumps for layers
-    with many replicas; the paper does not fix the step)."""
-    return rng.randint(1, max(1, reps // 2))
+    """Replicas a mutation adds or removes: from 1 up to the layer's replicas (larger jumps for layers with
+    many replicas, whose latency falls in steps; the paper does not fix the step)."""
+    return rng.randint(1, max(1, reps))
+
+
+def _directed(p: Problem, h: np.ndarray, reps: np.ndarray, kind: str, rng: random.Random) -> tuple | None:
+    """A gene of the slowest layer that can grow (``increase``), or of a layer that stays faster than the
+    slowest one with one replica fewer, drawn in proportion to the crossbars it frees (``decrease``): the
+    directed half of the replication mutations."""
+    lat = np.array([float(lt[d - 1]) for lt, d in zip(p.lat, reps)])
+    if kind == "increase":
+        grow = np.where(reps < p.max_reps, lat, -1.0)
+        layer = int(np.argmax(grow))
+        if grow[layer] < 0:
+            return None
+    else:
+        ok = [i for i, (lt, d) in enumerate(zip(p.lat, reps)) if d > 1 and lt[d - 2] < lat.max()]
+        if not ok:
+            return None
+        layer = rng.choices(ok, [float(p.replica_xbs()[i]) for i in ok])[0]
+    cells = np.argwhere((h > 0) & (h // BASE == layer))
+    return tuple(cells[0]) if len(cells) else None
 
 
 def mutate(p: Problem, g: np.ndarray, rng: random.Random) -> np.ndarray:
-    """One of the five legal mutations (a new genome; the parent when none applies after retries)."""
+    """One of the five legal mutations (a new genome; the parent when none applies after retries).
+
+    Half of the replication mutations are directed (ours; the paper picks a
+    random gene): an increase goes to the slowest layer, a decrease to a
+    layer that stays faster than it without the replicas removed, so that
+    crossbars move towards the bottleneck when the chip is full.
+    """
     kinds, weights = zip(*RATES.items())
     for _ in range(RETRIES):
         h = g.copy()
@@ -281,8 +313,12 @@ def mutate(p: Problem, g: np.ndarray, rng: random.Random) -> np.ndarray:
         if not genes:
             return g
         c, s = genes[rng.randrange(len(genes))]
-        layer = int(h[c, s] // BASE)
         reps = decode(p, h)
+        if kind in ("increase", "decrease") and rng.random() < 0.5:
+            cell = _directed(p, h, reps, kind, rng)
+            if cell is not None:
+                c, s = int(cell[0]), int(cell[1])
+        layer = int(h[c, s] // BASE)
         order = list(range(p.cores))
         rng.shuffle(order)
         if kind == "increase":
@@ -356,7 +392,7 @@ class Outcome:
 
 def ga(p: Problem, fitness: Callable[[np.ndarray], float], *, generations: int = 100, population: int = 200,
        time_limit: float | None = 10.0, seed: int = 0, progress: bool = True, stagnation: int = 25,
-       seeds: list | None = None) -> tuple[Outcome, np.ndarray]:
+       seeds: list | None = None, report: Callable[[np.ndarray], float] | None = None) -> tuple[Outcome, np.ndarray]:
     """PIMCOMP's GA on the shared driver.
 
     Parameters
@@ -375,6 +411,9 @@ def ga(p: Problem, fitness: Callable[[np.ndarray], float], *, generations: int =
         Stop after this many generations without improvement.
     seeds : list of numpy.ndarray, optional
         Genomes for the first population.
+    report : callable, optional
+        The objective the outcome states (``fitness`` when it is a search
+        surrogate, e.g. :meth:`Problem.cycle_search`); default ``fitness``.
 
     Returns
     -------
@@ -395,7 +434,7 @@ def ga(p: Problem, fitness: Callable[[np.ndarray], float], *, generations: int =
                  population=population, generations=generations, seed=seed, time_limit=time_limit,
                  stagnation=stagnation, progress=progress, desc="PIMCOMP GA", seeds=seeds)
     reps = decode(p, res.best)
-    return Outcome([int(d) for d in reps], res.fitness, res.seconds, {
+    return Outcome([int(d) for d in reps], float(report(reps)) if report else res.fitness, res.seconds, {
         "generations": res.generations, "stopped": res.stopped, "history": [float(h) for h in res.history],
         "evaluations": len(cache), "population": population, "seed": seed}), res.best
 
@@ -412,8 +451,14 @@ def dp_same_problem(p: Problem, fitness: Callable[[np.ndarray], float]) -> Outco
     reps = knapsack(p.lat, cost, p.cores * p.per_core, "max")
     bott = max(float(lt[d - 1]) for lt, d in zip(p.lat, reps))
     reps = [int(np.argmax(lt <= bott * (1 + 1e-9))) + 1 for lt in p.lat]  # balanced to the bottleneck
-    g = np.zeros((p.cores, p.slots), dtype=np.int64)
-    packs = all(_place(p, g, li, int(p.units[li]) * reps[li], range(p.cores))
-                for li in sorted(range(p.n), key=lambda i: -p.unit_xbs[i]))
+    g = pack(p, reps)
     secs = time.perf_counter() - t0
-    return Outcome(reps, float(fitness(np.array(reps))), secs, {"packs": bool(packs)})
+    return Outcome(reps, float(fitness(np.array(reps))), secs, {"packs": g is not None, "genome": g})
+
+
+def pack(p: Problem, reps) -> np.ndarray | None:
+    """A genome holding ``reps`` replicas of every layer, packed first-fit (largest units first), or None."""
+    g = np.zeros((p.cores, p.slots), dtype=np.int64)
+    ok = all(_place(p, g, li, int(p.units[li]) * int(reps[li]), range(p.cores))
+             for li in sorted(range(p.n), key=lambda i: -p.unit_xbs[i]))
+    return g if ok else None
