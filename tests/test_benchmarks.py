@@ -80,3 +80,13 @@ def test_cmswitch_quick(tmp_path):
     assert row["segments"] > 1 and set(row["time_share"]) == {"switch", "rewrite", "write_back"}
     assert res["summary"]["geomean_vs_cim_mlc"] > 0
     assert (tmp_path / "cmswitch_speedup.png").exists() and (tmp_path / "cmswitch_modes.png").exists()
+
+
+def test_pimcomp_quick(tmp_path):
+    res, out = bench("pimcomp.py", "--quick", "--models", "vgg8", "--batch", "2", "--ga-time", "1", "--plots", tmp_path,
+                     tmp=tmp_path)
+    pt = res["points"]["vgg8@pimcomp-a"]
+    assert set(pt["strategies"]) == {"none", "puma", "greedy", "cim-mlc", "pimcomp-ht", "pimcomp-ll"}
+    assert set(pt["ga_vs_dp"]) == {"pimcomp-ht", "pimcomp-ll"} and "GA vs DP" in out
+    assert all(r["throughput_per_s"] > 0 and r["latency_ns"] > 0 for r in pt["strategies"].values())
+    assert all(p.endswith(".png") for p in res["plots"])

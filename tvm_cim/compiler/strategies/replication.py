@@ -189,9 +189,17 @@ def legal(p: Problem, g: np.ndarray) -> bool:
     return True
 
 
-def _place(p: Problem, g: np.ndarray, layer: int, units: int, order) -> bool:
-    """Put ``units`` units of ``layer`` first-fit on the cores in ``order`` (in place); False if they do not fit."""
-    free = free_xbs(p, g)
+def _order(rng: random.Random, n: int) -> list[int]:
+    """A random order of ``n`` cores drawn from ``rng`` (one draw, then numpy)."""
+    return np.random.default_rng(rng.getrandbits(63)).permutation(n).tolist()
+
+
+def _place(p: Problem, g: np.ndarray, layer: int, units: int, order, free: np.ndarray | None = None) -> bool:
+    """Put ``units`` units of ``layer`` first-fit on the cores in ``order`` (in place); False if they do not fit.
+
+    ``free``: the free crossbars per core, when the caller keeps them (updated in place on success).
+    """
+    free = free_xbs(p, g) if free is None else free
     u = int(p.unit_xbs[layer])
     plan = []
     for c in order:
@@ -217,6 +225,7 @@ def _place(p: Problem, g: np.ndarray, layer: int, units: int, order) -> bool:
         return False
     for c, s, k in plan:
         g[c, s] = layer * BASE + (g[c, s] % BASE) + k
+        free[c] -= k * u
     return True
 
 
@@ -245,27 +254,26 @@ def random_genome(p: Problem, rng: random.Random, fill: bool = True) -> np.ndarr
     ValueError
         One replica of every layer does not fit the cores.
     """
+    sizes = p.replica_xbs()
     for _ in range(RETRIES):
         g = np.zeros((p.cores, p.slots), dtype=np.int64)
-        order = list(range(p.cores))
-        rng.shuffle(order)
-        if all(_place(p, g, li, int(p.units[li]), order) for li in sorted(range(p.n), key=lambda i: -p.replica_xbs()[i])):
+        order = _order(rng, p.cores)
+        free = np.full(p.cores, p.per_core, dtype=np.int64)
+        if all(_place(p, g, li, int(p.units[li]), order, free) for li in sorted(range(p.n), key=lambda i: -sizes[i])):
             break
     else:
         raise ValueError("one replica of every layer does not fit the cores' crossbars")
     if fill:
         margin = rng.uniform(0.1, 0.9) * p.cores * p.per_core
         reps = decode(p, g)
-        while free_xbs(p, g).sum() > margin:
+        while free.sum() > margin:
             cand = [i for i in range(p.n) if reps[i] < p.max_reps[i]]
             if not cand:
                 break
             li = max(cand, key=lambda i: p.lat[i][reps[i] - 1])
-            order = list(range(p.cores))
-            rng.shuffle(order)
             k = max(1, min(int(reps[li]) // 2, int(p.max_reps[li] - reps[li])))  # in doublings, then one by one
-            if not _place(p, g, li, int(p.units[li]) * k, order):
-                if k == 1 or not _place(p, g, li, int(p.units[li]), order):
+            if not _place(p, g, li, int(p.units[li]) * k, order, free):
+                if k == 1 or not _place(p, g, li, int(p.units[li]), order, free):
                     break
                 k = 1
             reps[li] += k
@@ -319,8 +327,7 @@ def mutate(p: Problem, g: np.ndarray, rng: random.Random) -> np.ndarray:
             if cell is not None:
                 c, s = int(cell[0]), int(cell[1])
         layer = int(h[c, s] // BASE)
-        order = list(range(p.cores))
-        rng.shuffle(order)
+        order = _order(rng, p.cores)
         if kind == "increase":
             k = min(_step(rng, int(reps[layer])), int(p.max_reps[layer] - reps[layer]))
             if k <= 0:
