@@ -210,3 +210,47 @@ def test_estimator_problem_on_a_real_layer():
     # an AG wider than a core is cut into units that fit one
     assert p.unit_xbs[0] <= hw.core.crossbars
     assert p.units[0] * p.unit_xbs[0] >= len(est.tile_list(r, hw.crossbar.rows))
+
+
+# --------------------------------------------------------------------------- pseudo-instructions (Table III)
+@pytest.mark.parametrize("strategy", ["pimcomp-ll", "cim-mlc", "none"])
+def test_pseudo_instructions_round_trip_and_pair(strategy):
+    from tvm_cim.program import pimcomp_isa as ISA
+
+    mod = import_onnx(zoo.build_model("vgg8", image_size=8), "v8")[0]
+    hw = tvm_cim.load("pimcomp-a")
+    opts = strategies.get(strategy).options(hw)
+    if opts.duplication == "ga":
+        opts = R(opts, ga_time_limit=1.0, ga_generations=3)
+    _, info = tvm_cim.offload(mod, hw, strategy=strategy, options=opts)
+    for prog in info.programs:
+        isa = ISA.lower(prog, hw.core.crossbars, hw.cores)
+        text = ISA.print_isa(isa)
+        back = ISA.parse_isa(text)
+        assert back.code == isa.code and back.skipped == isa.skipped and ISA.print_isa(back) == text
+        ISA.check(isa)
+        # one mvm per crossbar read, one send and one recv per scatter, one vec per ALU operation
+        kinds = prog.count_ops()
+        c = isa.counts()
+        assert c.get("mvm", 0) == sum(v for k, v in kinds.items() if k.startswith("CIM.read_"))
+        assert c.get("send", 0) == c.get("recv", 0) == kinds.get("DMOV.scatter", 0)
+        assert c.get("store", 0) == kinds.get("DMOV.store", 0)
+        alu = ("DCOM.quantize", "DCOM.im2col", "DCOM.colsum", "DCOM.reduce", "DCOM.dequantize")
+        assert c.get("vec", 0) == sum(kinds.get(k, 0) for k in alu)
+        # every mvm runs on the core holding its crossbars
+        assert all(core < hw.cores for core, code in isa.code.items() for i in code if i.name == "mvm")
+
+
+def test_pseudo_instruction_errors():
+    from tvm_cim.program import pimcomp_isa as ISA
+
+    isa = ISA.IsaProgram("t", 2)
+    isa.emit(2, "send", 0, "x[0:4]", 16)
+    with pytest.raises(ValueError, match="do not match"):
+        ISA.check(isa)
+    isa.emit(0, "recv", 2, "x[0:4]", 16)
+    ISA.check(isa)
+    with pytest.raises(ValueError, match="line 3"):
+        ISA.parse_isa('isa "t" cores=2\ncore 0 {\n  bogus(1)\n}\n')
+    with pytest.raises(ValueError, match="takes 4 operands"):
+        ISA.Instr("mvm", (1, 2))
