@@ -68,9 +68,18 @@ def model_kwargs(name: str, quick: bool, image: int | None) -> dict:
     return kw
 
 
+# ablations of the PIMCOMP strategies: name -> (strategy, option overrides)
+ABLATIONS = {
+    "pimcomp-ht/im2col": ("pimcomp-ht", {"unfolding": "im2col"}),
+    "pimcomp-ht/ga-alone": ("pimcomp-ht", {"ga_seed_dp": False}),
+    "pimcomp-ll/ga-alone": ("pimcomp-ll", {"ga_seed_dp": False}),
+}
+
+
 def run_point(mod, hw, strategy: str, batch: int, ga_time: float) -> tuple[dict, dict]:
     """Compile and simulate one (model, chip, strategy): latency, throughput, energy, compile time, GA/DP."""
-    opts = strategies.get(strategy).options(hw)
+    strategy, extra = ABLATIONS.get(strategy, (strategy, {}))
+    opts = R(strategies.get(strategy).options(hw), **extra)
     if opts.duplication == "ga":
         opts = R(opts, ga_time_limit=ga_time)
     t0 = time.perf_counter()
@@ -109,6 +118,8 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=None, help="HT batch (default 16; the paper uses 128)")
     ap.add_argument("--image", type=int, default=None, help="image size of resnet34 and googlenet")
     ap.add_argument("--ga-time", type=float, default=None, help="GA time limit per model, seconds (default 10)")
+    ap.add_argument("--ablations", action="store_true",
+                    help="also pimcomp-ht with im2col unfolding, and both strategies with the GA alone (no DP seed)")
     ap.add_argument("--json", help="write every figure here")
     ap.add_argument("--plots", help="directory for plots")
     args = ap.parse_args(argv)
@@ -120,7 +131,7 @@ def main(argv=None) -> int:
         print("--batch must be >= 2 (throughput is the interval between results)", file=sys.stderr)
         return 2
     res: dict = {"batch": batch, "ga_time_limit_s": ga_time, "paper": PAPER, "points": {}}
-    strats = BASELINES + ["pimcomp-ht", "pimcomp-ll"]
+    strats = BASELINES + ["pimcomp-ht", "pimcomp-ll"] + (list(ABLATIONS) if args.ablations else [])
     for hw_name in hws:
         hw = tvm_cim.load(hw_name)
         for name in models:
@@ -168,6 +179,13 @@ def main(argv=None) -> int:
             print(f"  {key:22s} {s:11s} GA {g['ga_ns'] / 1e3:10.2f} us in {g['ga_s']:5.1f} s ({g['ga_generations']} gen, "
                   f"{g['ga_stopped']})   DP {g['dp_ns'] / 1e3:10.2f} us in {g['dp_s']:5.2f} s   GA/DP "
                   f"{g['ga_ns'] / g['dp_ns']:.3f}")
+    if args.ablations:
+        print("\n[5] Ablations (geometric means over the points)")
+        for a, (base, _) in ABLATIONS.items():
+            th = geomean([ratio(p, a, base, "throughput_per_s") for p in pts])
+            la = geomean([ratio(p, a, base, "latency_ns", inverse=True) for p in pts])
+            en = geomean([ratio(p, a, base, "energy_per_input_pj", inverse=True) for p in pts])
+            print(f"  {a:20s} vs {base}: throughput x{th:.3f}, latency gain x{la:.3f}, energy gain x{en:.3f}")
     print("\n[4] Compile time (s, calibration included)")
     for key, p in res["points"].items():
         print(f"  {key:22s} " + "  ".join(f"{s} {r['compile_s']:.1f}" for s, r in p["strategies"].items()))

@@ -139,15 +139,16 @@ def duplicate(regions: list[Region], segment_of: list[int], resident: bool, hw: 
     (:func:`pimcomp_replication`).
     """
     tile_rows = {r.name: hw.crossbar.rows for r in regions}
-    if opts.unfolding in ("ht", "ll"):
-        for r in regions:
-            tile_rows[r.name] = unfold.tile_rows(r, unfold.choose(r, opts.unfolding), hw.crossbar.rows)
     budget = hw.cores
     plans: dict[str, RegionPlan] = {}
     by_seg: dict[int, list[Region]] = {}
     for r, s in zip(regions, segment_of):
         by_seg.setdefault(s, []).append(r)
     for s_idx, seg in by_seg.items():
+        if opts.unfolding in ("ht", "ll"):  # PIMCOMP's formats, where the segment still fits the chip with them
+            trial = {r.name: unfold.tile_rows(r, unfold.choose(r, opts.unfolding), hw.crossbar.rows) for r in seg}
+            if sum(footprint(r, est, trial[r.name]) for r in seg) <= hw.total_crossbars:
+                tile_rows.update(trial)
         costs = [est.plan_cores(r, tile_rows[r.name]) for r in seg]
         if sum(costs) > budget:  # a single region larger than the chip: passes, no duplication
             reps = [1] * len(seg)
@@ -208,12 +209,20 @@ def pimcomp_replication(seg: list[Region], est: Estimator, tile_rows: dict, hw: 
                **{k: v for k, v in out.detail.items() if k != "history"}},
         "dp": ({"fitness_ns": dp.fitness, "seconds": dp.seconds, "replicas": dp.replicas,
                 "packs": dp.detail["packs"]} if dp else None),
-        "layers": {r.name: {"unfolding": unfold.choose(r, opts.unfolding).name if opts.unfolding != "im2col"
-                            else "(IK2,O,1)", "tile_rows": tile_rows[r.name], "array_groups": int(prob.ags[i]),
+        "layers": {r.name: {"unfolding": _unfolding_name(r, opts, tile_rows[r.name], hw), "tile_rows": tile_rows[r.name], "array_groups": int(prob.ags[i]),
                             "replicas": out.replicas[i], "cores": lay.get(i, [])}
                    for i, r in enumerate(seg)},
     }
     return out.replicas, info
+
+
+def _unfolding_name(r: Region, opts: Options, rows: int, hw: CIMHardware) -> str:
+    """The Table IV format a region runs in (the chosen one, unless its segment did not fit with it)."""
+    if opts.unfolding in ("ht", "ll"):
+        f = unfold.choose(r, opts.unfolding)
+        if unfold.tile_rows(r, f, hw.crossbar.rows) == rows:
+            return f.name
+    return "(IK2,O,1)"
 
 
 def allocate_modes(regions: list[Region], segment_of: list[int], resident: bool, est: Estimator,
