@@ -90,3 +90,13 @@ def test_scale_quick(tmp_path):
     assert run["metaops"] > 0 and run["peak_rss_mb"] > 0 and run["timing_only_cpu_s"] > 0
     assert set(run["phases"]) >= {"Calibrate", "GenerateMetaOps", "LowerToRuntime"}
     assert res["bitwise"][0]["hw"] == "isaac" and "Compile time against the number of layers" in out
+
+
+def test_pimcomp_quick(tmp_path):
+    res, out = bench("pimcomp.py", "--quick", "--models", "vgg8", "--batch", "2", "--ga-time", "1", "--plots", tmp_path,
+                     tmp=tmp_path)
+    pt = res["points"]["vgg8@pimcomp-a"]
+    assert set(pt["strategies"]) == {"none", "puma", "greedy", "cim-mlc", "pimcomp-ht", "pimcomp-ll"}
+    assert set(pt["ga_vs_dp"]) == {"pimcomp-ht", "pimcomp-ll"} and "GA vs DP" in out
+    assert all(r["throughput_per_s"] > 0 and r["latency_ns"] > 0 for r in pt["strategies"].values())
+    assert all(p.endswith(".png") for p in res["plots"])

@@ -27,7 +27,7 @@ from tvm_pim.hardware.schema import PIMHardware
 REPO = pathlib.Path(__file__).resolve().parents[1]
 TARGETS = REPO / "targets"
 
-CIM_PRESETS = {"prime", "isaac", "puma", "dynaplasia", "jia21", "jain21", "miredo"}
+CIM_PRESETS = {"prime", "isaac", "puma", "dynaplasia", "jia21", "jain21", "miredo", "pimcomp-a", "pimcomp-b", "pimcomp-c"}
 PIM_PRESETS = {"hbm-pim", "hbm-pim-hbm3", "attacc", "attacc-unconstrained"}
 ALL_PRESETS = sorted(CIM_PRESETS | PIM_PRESETS)
 
@@ -586,6 +586,37 @@ def test_every_preset_key_is_read_or_listed_as_not_modelled(name):
 def test_schema_listing_says_what_is_not_modelled():
     text = loader.describe_schema("cim")
     assert "Not modelled" in text and "crossbar.device.endurance_writes" in text
+
+
+@pytest.mark.parametrize("name, chips, cores, xbs, size, mib", [
+    ("pimcomp-a", 1, 168, 96, (128, 128), 63), ("pimcomp-b", 1, 138, 128, (128, 128), 69),
+    ("pimcomp-c", 16, 4, 8, (512, 1024), 64)])
+def test_pimcomp_presets_follow_table_5(name, chips, cores, xbs, size, mib):
+    """PIMCOMP Table V: chips x cores x physical arrays of 2-bit cells; the capacity it states; 1 GHz, 16-bit."""
+    hw = loader.load(name, kind="cim")
+    assert (hw.system.chips, hw.chip.cores, hw.core.crossbars) == (chips, cores, xbs)
+    assert (hw.crossbar.rows, hw.crossbar.cols, hw.crossbar.cell_bits) == (*size, 2)
+    assert hw.cores == chips * cores and hw.total_crossbars == chips * cores * xbs
+    cap_mib = hw.total_crossbars * size[0] * size[1] * 2 / 8 / 2**20
+    assert round(cap_mib) == mib  # Table V: 63 / 69 / 64 MB
+    assert hw.chip.frequency_mhz == 1000.0 and hw.crossbar.weight_bits == 16
+    # a 16-bit weight takes 8 two-bit cells: one logical array = 8 physical ones (Table V counts physical)
+    assert hw.cols_per_weight(16) == 8
+
+
+def test_several_chips_are_used_by_the_cost_model():
+    """Arch-C's chips: more crossbars, pooled global-buffer port, inputs over the slower inter-chip link."""
+    from tvm_cim.hardware import cost
+
+    c = loader.load("pimcomp-c", kind="cim")
+    one = dataclasses.replace(c, system=dataclasses.replace(c.system, chips=1))
+    assert c.total_crossbars == 16 * one.total_crossbars
+    # 1 MB of input codes: the inter-chip link (51 b/cycle) is slower than the NoC link (64 b/cycle)
+    assert cost.scatter(c, 1 << 20)[0] == pytest.approx(math.ceil(8 * (1 << 20) / 51))
+    assert cost.scatter(one, 1 << 20)[0] == pytest.approx(math.ceil(8 * (1 << 20) / 64))
+    assert cost.scatter(c, 1000)[1] > cost.scatter(one, 1000)[1]  # link energy
+    assert cost.load_store(c, 1 << 20, False)[0] == pytest.approx(math.ceil(8 * (1 << 20) / (16 * 512)))
+    assert cost.leakage_mw(c) == pytest.approx(16 * cost.leakage_mw(one))
 
 
 def test_dynaplasia_dual_mode_figures_follow_table_2():

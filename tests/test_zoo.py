@@ -30,6 +30,8 @@ SMALL = {
     "resnet101": dict(image_size=32),
     "vgg16": dict(image_size=32, fc_hidden=256),
     "vgg19": dict(image_size=32, fc_hidden=64),
+    "vgg8": dict(image_size=28, num_classes=10),
+    "googlenet": dict(image_size=32),
     "alexnet": dict(image_size=64, fc_hidden=64),
     "zfnet": dict(image_size=64, fc_hidden=64),
     "mobilenetv2": dict(image_size=64),
@@ -85,6 +87,28 @@ def test_registry_lists_all_models():
     assert list(zoo.MODELS) == list(SMALL)
     for builder in zoo.MODELS.values():
         assert builder.__doc__ and "Parameters" in builder.__doc__
+
+
+def test_googlenet_modules_have_the_papers_parameters():
+    """Szegedy et al. 2015 Table 1: weights per inception module (K = 1024), from its params column.
+
+    The column disagrees with the table's own filter counts for 4c (463K; the filters give 497.5K) and
+    5a (1072K; 1018K), which the builder follows; those two are left out."""
+    table1 = {"3a": 159, "3b": 380, "4a": 364, "4b": 437, "4d": 580, "4e": 840, "5b": 1388}
+    w = weights(small("googlenet"))
+    for mod, k in table1.items():
+        n = sum(a.size for name, a in w.items() if name.startswith(f"inception{mod}.") and name.endswith(".weight"))
+        assert abs(n / 1024 - k) <= 0.02 * k, (mod, n / 1024, k)
+
+
+def test_vgg8_layers():
+    """Six 3x3 convolutions 128-128-256-256-512-512 on 1x28x28, FC 512*3*3 -> 1024 -> 10."""
+    w = weights(small("vgg8"))
+    convs = [a.shape for name, a in w.items() if name.endswith(".weight") and a.ndim == 4]
+    assert convs == [(128, 1, 3, 3), (128, 128, 3, 3), (256, 128, 3, 3), (256, 256, 3, 3),
+                     (512, 256, 3, 3), (512, 512, 3, 3)]
+    fcs = [a.shape for name, a in w.items() if name.endswith(".weight") and a.ndim == 2]
+    assert fcs == [(1024, 512 * 3 * 3), (10, 1024)]
 
 
 def test_unknown_name_raises_listing_known_names():

@@ -35,9 +35,11 @@ def cmd_run(args) -> int:
     load_hardware(args.hw, "cim")  # validate early: bad hardware exits 2 before any work
     if args.max_error is not None and not args.max_error >= 0:
         raise UserError(f"--max-error must be >= 0, got {args.max_error}")
+    if args.batch < 1:
+        raise UserError(f"--batch must be >= 1, got {args.batch}")
     rep, outs, model = evaluate(args.model, args.hw, args.strategy, seed=args.seed, calib_samples=args.calib_samples,
                                 inputs_path=args.inputs, bitwise=args.bitwise, timing_only=args.timing_only,
-                                max_error=args.max_error, nonideal=_nonideal(args.nonideal))
+                                max_error=args.max_error, nonideal=_nonideal(args.nonideal), batch=args.batch)
     if args.emit:
         Path(args.emit).write_text(last_compile_info().program_text())
     if args.timing_only and args.outputs:
@@ -96,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--emit", help="write the meta-operator program text here")
     r.add_argument("--strategy", default=strategies.DEFAULT, choices=strategies.names(),
                    help="scheduling: " + "; ".join(f"{s.name}: {s.doc}" for s in strategies.all_strategies()))
+    r.add_argument("--batch", type=int, default=1,
+                   help="inputs run through the compiled pipeline on one timeline: the report gives latency_ns "
+                   "(one input, first in to last out) and throughput_per_s (steady state over the batch)")
     r.add_argument("--calib-samples", type=int, default=1, help="seeded calibration samples (default 1)")
     r.add_argument("--max-error", type=float, default=None,
                    help="error budget: largest 1 - cosine against the float reference on the calibration samples; "

@@ -34,7 +34,7 @@ CIM_ONNX_OPS = {"Conv": ("relax.nn.conv2d",), "Gemm": ("relax.matmul", "relax.li
 
 def evaluate(spec: str, hw, strategy: str, *, seed: int = 0, calib_samples: int = 1, inputs_path: str | None = None,
              bitwise: bool = False, timing_only: bool = False, hw_name: str | None = None,
-             max_error: float | None = None, nonideal=None) -> tuple[dict, list, object]:
+             max_error: float | None = None, nonideal=None, batch: int = 1) -> tuple[dict, list, object]:
     """Compile a model for a chip, simulate it and report.
 
     Parameters
@@ -61,6 +61,9 @@ def evaluate(spec: str, hw, strategy: str, *, seed: int = 0, calib_samples: int 
     nonideal : tvm_cim.hardware.crossbar.Nonideal, optional
         Seeded device non-idealities the simulator applies (the compiler maps for the ideal device);
         reported under ``nonideal``.
+    batch : int
+        Inputs run through the compiled pipeline on one timeline: the report's
+        ``throughput_per_s`` and ``batch`` section (``latency_ns`` stays that of one input).
 
     Returns
     -------
@@ -69,6 +72,8 @@ def evaluate(spec: str, hw, strategy: str, *, seed: int = 0, calib_samples: int 
         Empty with ``timing_only``.
     model : onnx.ModelProto
     """
+    if int(batch) < 1:
+        raise ValueError(f"batch must be >= 1, got {batch}")
     t0, c0 = time.perf_counter(), time.process_time()
     model = load_onnx(spec, seed=seed)
     mod, shapes, dtypes = import_onnx(model, spec)
@@ -96,7 +101,7 @@ def evaluate(spec: str, hw, strategy: str, *, seed: int = 0, calib_samples: int 
     if not timing_only:
         ref = reference_outputs(mod, inputs, order)
     t4, c4 = time.perf_counter(), time.process_time()
-    rep = R.build_report(info, stats, hw_name or (hw if isinstance(hw, str) else info.hw.name))
+    rep = R.build_report(info, stats, hw_name or (hw if isinstance(hw, str) else info.hw.name), batch=int(batch))
     rep["model"] = spec
     if timing_only:
         rep["simulation"] = "timing only: values not computed, no comparison with the reference"

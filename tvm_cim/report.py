@@ -14,9 +14,21 @@ from .compiler.mapping import precision
 from .compiler.transform import CompileInfo
 from .hardware import crossbar as xbar
 from .hardware.cost import leakage_mw as chip_leakage_mw
+from .simulator.batch import schedule_batch
 from .simulator.engine import Chip
 from .simulator.engine import Options as SimOptions
 from .simulator.timeline import schedule_graph
+
+
+def timeline(info: CompileInfo, stats: list):
+    """One inference's timeline under the schedule's pipeline (:func:`schedule_graph`; with PIMCOMP's layer
+    grouping, :func:`tvm_cim.simulator.batch.schedule_batch` of one input)."""
+    opts = info.schedule.options if info.schedule else None
+    pipeline = bool(opts.pipeline) if opts else False
+    regions = [(s.name, s.events, s.segment) for s in stats if s.events is not None]
+    if opts is not None and opts.grouping and not pipeline:
+        return schedule_batch(regions, info.producers, False, 1, grouping=True).timeline
+    return schedule_graph(regions, info.producers, pipeline)
 
 
 def simulate_timing(info: CompileInfo):
@@ -36,12 +48,41 @@ def simulate_timing(info: CompileInfo):
         tensors = {d.name: np.zeros(d.shape, np.float32) for d in p.decl("input")}
         tensors.update(codegen.region_constants(r))
         stats.append(chip.run(p, tensors)[1])
-    pipeline = bool(info.schedule.options.pipeline) if info.schedule else False
-    return stats, schedule_graph([(s.name, s.events, s.segment) for s in stats], info.producers, pipeline)
+    return stats, timeline(info, stats)
 
 
-def build_report(info: CompileInfo, stats: list, hw_name: str) -> dict:
-    """Aggregate the per-region statistics of one inference.
+def batch_summary(info: CompileInfo, stats: list, batch: int, latency_ns: float, energy_pj: float) -> dict:
+    """``batch`` inputs through the compiled schedule on one timeline (:mod:`tvm_cim.simulator.batch`).
+
+    ``throughput_per_s`` is the steady state: one result per interval between
+    the first and the last input's results; ``batch_throughput_per_s``
+    includes the fill and drain of the pipeline.  Energy per input: the
+    dynamic energy of one inference plus the chip's leakage over
+    ``makespan / batch``.
+    """
+    opts = info.schedule.options if info.schedule else None
+    pipeline = bool(opts.pipeline) if opts else False
+    if batch == 1:
+        interval = makespan = latency_ns
+    else:
+        bt = schedule_batch([(s.name, s.events, s.segment) for s in stats if s.events is not None],
+                            info.producers, pipeline, batch, grouping=bool(opts.grouping) if opts else False)
+        interval, makespan = bt.interval_ns, bt.makespan_ns
+    leak = chip_leakage_mw(info.hw)
+    return {
+        "inputs": batch,
+        "makespan_ns": makespan,
+        "interval_ns": interval,
+        "throughput_per_s": 1e9 / interval if interval else 0.0,
+        "batch_throughput_per_s": 1e9 * batch / makespan if makespan else 0.0,
+        "energy_per_input_pj": energy_pj + leak * makespan / batch,
+        "scope": "inputs overlap wherever the resources allow (sample pipeline), each keeping the schedule's own "
+                 "pipeline; throughput_per_s from the interval between the first and the last result",
+    }
+
+
+def build_report(info: CompileInfo, stats: list, hw_name: str, batch: int = 1) -> dict:
+    """Aggregate the per-region statistics of one inference (and of ``batch`` inputs through the pipeline).
 
     Parameters
     ----------
@@ -50,6 +91,8 @@ def build_report(info: CompileInfo, stats: list, hw_name: str) -> dict:
     stats : list of RegionStats
         One entry per region executed (from :func:`tvm_cim.runtime.collect`).
     hw_name : str
+    batch : int
+        Inputs run through the pipeline for ``throughput_per_s`` (``batch`` section).
 
     Returns
     -------
@@ -59,9 +102,7 @@ def build_report(info: CompileInfo, stats: list, hw_name: str) -> dict:
     hw = info.hw
     cyc = hw.cycle_ns
     sched = info.schedule
-    pipeline = bool(sched.options.pipeline) if sched else False
-    tl = schedule_graph([(s.name, s.events, s.segment) for s in stats if s.events is not None],
-                        info.producers, pipeline)
+    tl = timeline(info, stats)
     regions = []
     energy = defaultdict(float)
     counts: Counter = Counter()
@@ -116,6 +157,7 @@ def build_report(info: CompileInfo, stats: list, hw_name: str) -> dict:
     latency_ns = tl.latency_ns
     energy["leakage"] = chip_leakage_mw(hw) * latency_ns  # of the whole chip over the inference
     run_energy_total = float(sum(v for k, v in energy.items() if not k.startswith("setup_")))
+    batch_rep = batch_summary(info, stats, batch, latency_ns, run_energy_total - energy["leakage"])
     # utilisation
     used_cells = alloc_cells = 0
     xbs_used: set[int] = set()
@@ -135,6 +177,8 @@ def build_report(info: CompileInfo, stats: list, hw_name: str) -> dict:
         "computing_mode": hw.chip.computing_mode,
         "latency_ns": latency_ns,
         "latency_cycles": latency_ns / cyc,
+        "throughput_per_s": batch_rep["throughput_per_s"],
+        "batch": batch_rep,
         "energy_pj": run_energy_total,
         "energy_breakdown_pj": {k: float(v) for k, v in sorted(energy.items()) if not k.startswith("setup_")},
         "average_power_mw": run_energy_total / latency_ns if latency_ns else 0.0,
@@ -174,6 +218,7 @@ def build_report(info: CompileInfo, stats: list, hw_name: str) -> dict:
             "regions_spilled_offchip": sum(1 for s in stats if s.spills),
         },
         "dual_mode": dual_mode_summary(info, tl, energy, counts),
+        "replication": info.replication,
         "accuracy": accuracy_summary(info.accuracy),
         "adc": {
             "bits": hw.crossbar.adc_bits,
@@ -249,6 +294,10 @@ def summary(rep: dict, top: int = 8) -> str:
     lines.append(
         f"latency       {_si(rep['latency_ns'] * 1e-9, 's')}  ({rep['latency_cycles']:.4g} cycles)"
     )
+    b = rep.get("batch")
+    if b:
+        lines.append(f"throughput    {b['throughput_per_s']:.4g} inferences/s over a batch of {b['inputs']} "
+                     f"(batch of {b['inputs']} in {_si(b['makespan_ns'] * 1e-9, 's')})")
     sc = rep.get("schedule", {})
     if sc.get("estimate_ns"):
         lines.append(

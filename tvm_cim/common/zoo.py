@@ -85,6 +85,8 @@ __all__ = [
     "resnet101",
     "vgg16",
     "vgg19",
+    "vgg8",
+    "googlenet",
     "alexnet",
     "zfnet",
     "vit_base",
@@ -535,6 +537,122 @@ def _vgg(name, cfg, label, seed, batch, image_size, num_classes, in_channels, fc
     x = g.op("Flatten", [x], "flatten", axis=1)
     _classifier_head(g, x, cin * h * w, fc_hidden, num_classes)
     return g.build((batch, num_classes), f"{name} ({label}), seed={seed}")
+
+
+_VGG8_CFG = (128, 128, "M", 256, 256, "M", 512, 512, "M")
+
+
+def vgg8(seed: int = 0, batch: int = 1, image_size: int | Sequence[int] = 28,
+         num_classes: int = 10, in_channels: int = 1, fc_hidden: int = 1024) -> onnx.ModelProto:
+    """VGG-8: six 3x3 convolutions in three VGG stages and two fully connected layers, MNIST-sized.
+
+    PIMCOMP (paper 004, sec. VIII-A) evaluates "vgg8 trained on MNIST" and
+    cites Simonyan and Zisserman, who define no 8-layer configuration; the
+    configuration here is the widely used VGG-8 of DNN+NeuroSim
+    (128-128-M-256-256-M-512-512-M, FC 1024, FC classes), on 28x28 single-channel
+    inputs.  This is an assumption (the paper's own layer table is not published).
+
+    Parameters
+    ----------
+    seed : int, optional
+        Seed of the weights.
+    batch : int, optional
+    image_size : int or (int, int), optional
+        Input height and width (at least 8; the three 2x2 pools floor).
+    num_classes, in_channels, fc_hidden : int, optional
+
+    Returns
+    -------
+    onnx.ModelProto
+        Graph with input ``"input"`` ``(batch, in_channels, H, W)`` and output
+        ``"output"`` ``(batch, num_classes)``.
+    """
+    h, w = _pair(image_size)
+    _check_positive(batch=batch, image_height=h, image_width=w, num_classes=num_classes,
+                    in_channels=in_channels, fc_hidden=fc_hidden)
+    if h < 8 or w < 8:
+        raise ValueError(f"vgg8 needs an image size of at least 8x8, got {h}x{w}")
+    g = _GraphBuilder("vgg8", seed)
+    x = g.add_input("input", (batch, in_channels, h, w))
+    cin = in_channels
+    for idx, item in enumerate(_VGG8_CFG):
+        if item == "M":
+            x = g.op("MaxPool", [x], f"features.{idx}", kernel_shape=[2, 2], strides=[2, 2])
+            h, w = h // 2, w // 2
+        else:
+            x = _relu(g, _conv(g, x, cin, item, 3, f"features.{idx}", pad=1, bias=True), f"features.{idx}.relu")
+            cin = item
+    x = g.op("Flatten", [x], "flatten", axis=1)
+    x = _relu(g, _classifier(g, x, cin * h * w, fc_hidden, "classifier.0", gain=2.0, out=None), "classifier.1")
+    _classifier(g, x, fc_hidden, num_classes, "classifier.2")
+    return g.build((batch, num_classes), f"vgg8 (DNN+NeuroSim configuration), seed={seed}")
+
+
+# (1x1, 3x3 reduce, 3x3, 5x5 reduce, 5x5, pool projection) of each inception module, Szegedy et al. Table 1
+_GOOGLENET_CFG = (
+    ("3a", (64, 96, 128, 16, 32, 32)), ("3b", (128, 128, 192, 32, 96, 64)), "M",
+    ("4a", (192, 96, 208, 16, 48, 64)), ("4b", (160, 112, 224, 24, 64, 64)), ("4c", (128, 128, 256, 24, 64, 64)),
+    ("4d", (112, 144, 288, 32, 64, 64)), ("4e", (256, 160, 320, 32, 128, 128)), "M",
+    ("5a", (256, 160, 320, 32, 128, 128)), ("5b", (384, 192, 384, 48, 128, 128)),
+)
+
+
+def _inception(g, x, cin, cfg, name):
+    c1, r3, c3, r5, c5, pp = cfg
+    b1 = _relu(g, _conv(g, x, cin, c1, 1, f"{name}.b1", bias=True), f"{name}.b1.relu")
+    b2 = _relu(g, _conv(g, x, cin, r3, 1, f"{name}.b2.0", bias=True), f"{name}.b2.0.relu")
+    b2 = _relu(g, _conv(g, b2, r3, c3, 3, f"{name}.b2.1", pad=1, bias=True), f"{name}.b2.1.relu")
+    b3 = _relu(g, _conv(g, x, cin, r5, 1, f"{name}.b3.0", bias=True), f"{name}.b3.0.relu")
+    b3 = _relu(g, _conv(g, b3, r5, c5, 5, f"{name}.b3.1", pad=2, bias=True), f"{name}.b3.1.relu")
+    b4 = g.op("MaxPool", [x], f"{name}.b4.pool", kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1])
+    b4 = _relu(g, _conv(g, b4, cin, pp, 1, f"{name}.b4.1", bias=True), f"{name}.b4.1.relu")
+    return g.op("Concat", [b1, b2, b3, b4], f"{name}.concat", axis=1), c1 + c3 + c5 + pp
+
+
+def googlenet(seed: int = 0, batch: int = 1, image_size: int | Sequence[int] = 224,
+              num_classes: int = 1000, in_channels: int = 3) -> onnx.ModelProto:
+    """GoogLeNet (Inception v1, Szegedy et al. 2015, Table 1) without the auxiliary classifiers.
+
+    Inception modules with 1x1, 3x3 and 5x5 branches and a pooled projection
+    (the paper's 5x5, not torchvision's 3x3), ReLU after every convolution,
+    no LRN (it is not a crossbar operation and would run on the host), max
+    pools 3x3/2 padded by 1 (the paper's sizes 112-56-28-14-7 at 224),
+    global average pooling and one fully connected layer.
+
+    Parameters
+    ----------
+    seed : int, optional
+    batch : int, optional
+    image_size : int or (int, int), optional
+        At least 32x32.
+    num_classes, in_channels : int, optional
+
+    Returns
+    -------
+    onnx.ModelProto
+        Graph with input ``"input"`` and output ``"output"`` ``(batch, num_classes)``.
+    """
+    h, w = _pair(image_size)
+    _check_positive(batch=batch, image_height=h, image_width=w, num_classes=num_classes, in_channels=in_channels)
+    if h < 32 or w < 32:
+        raise ValueError(f"googlenet needs an image size of at least 32x32, got {h}x{w}")
+    g = _GraphBuilder("googlenet", seed)
+    x = g.add_input("input", (batch, in_channels, h, w))
+    pool = {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}
+    x = _relu(g, _conv(g, x, in_channels, 64, 7, "conv1", stride=2, pad=3, bias=True), "conv1.relu")
+    x = g.op("MaxPool", [x], "pool1", **pool)
+    x = _relu(g, _conv(g, x, 64, 64, 1, "conv2", bias=True), "conv2.relu")
+    x = _relu(g, _conv(g, x, 64, 192, 3, "conv3", pad=1, bias=True), "conv3.relu")
+    x = g.op("MaxPool", [x], "pool2", **pool)
+    cin = 192
+    for i, item in enumerate(_GOOGLENET_CFG):
+        if item == "M":
+            x = g.op("MaxPool", [x], f"pool{3 + i}", **pool)
+        else:
+            x, cin = _inception(g, x, cin, item[1], f"inception{item[0]}")
+    x = _gap_flatten(g, x)
+    _classifier(g, x, cin, num_classes, "fc")
+    return g.build((batch, num_classes), f"googlenet (Szegedy et al. 2015, Table 1), seed={seed}")
 
 
 # ---------------------------------------------------------------------------
@@ -1179,6 +1297,8 @@ MODELS: dict[str, Callable[..., onnx.ModelProto]] = {
     "resnet101": resnet101,
     "vgg16": vgg16,
     "vgg19": vgg19,
+    "vgg8": vgg8,
+    "googlenet": googlenet,
     "alexnet": alexnet,
     "zfnet": zfnet,
     "mobilenetv2": mobilenetv2,

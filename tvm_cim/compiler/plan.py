@@ -52,7 +52,7 @@ def chunk_count(r: Region, replicas: int) -> int:
 
 def spill_level(r: Region, hw: CIMHardware, wbits: int, ibits: int) -> str:
     """Where the region's activations live: ``global`` buffer, or ``offchip`` when its working set does not fit."""
-    return "offchip" if r.spills(hw.chip.global_buffer.capacity_kb * 1024, ibits, wbits) else "global"
+    return "offchip" if r.spills(hw.chip.global_buffer.capacity_kb * 1024 * hw.system.chips, ibits, wbits) else "global"
 
 
 @dataclass(frozen=True)

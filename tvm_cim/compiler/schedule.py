@@ -25,10 +25,11 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from ..hardware.schema import CIMHardware
+from . import unfold
 from .estimate import Estimator
 from .plan import passes_of
 from .region import DMATMUL, Region
-from .strategies import Options, duplication, get, modes, segmentation
+from .strategies import Options, duplication, get, modes, replication, segmentation
 
 
 @dataclass
@@ -123,20 +124,31 @@ def segment(regions: list[Region], hw: CIMHardware, opts: Options, est: Estimato
     segs = segmentation.greedy(regions, fp, cap)
     fits = len(segs) == 1 and sum(fp(r) for r in regions) <= cap
     if len(segs) > 1 and opts.segmentation == "refine":
-        segs = segmentation.refine(regions, est, rows, hw.chip.cores, opts.pipeline, fp, cap)
+        segs = segmentation.refine(regions, est, rows, hw.cores, opts.pipeline, fp, cap)
     return [i for i, s in enumerate(segs) for _ in s], fits
 
 
 def duplicate(regions: list[Region], segment_of: list[int], resident: bool, hw: CIMHardware, opts: Options,
-              est: Estimator) -> dict[str, RegionPlan]:
-    """Replicas and tile rows of every region, segment by segment, with their estimated latency."""
+              est: Estimator, producers: dict[str, list[str]] | None = None,
+              summary: list | None = None) -> dict[str, RegionPlan]:
+    """Replicas and tile rows of every region, segment by segment, with their estimated latency.
+
+    ``producers`` (region -> regions feeding it) is what PIMCOMP's low-latency
+    GA needs for its fitness; ``summary``, when given, receives per segment
+    what the GA found and our DP on the same problem
+    (:func:`pimcomp_replication`).
+    """
     tile_rows = {r.name: hw.crossbar.rows for r in regions}
-    budget = hw.chip.cores
+    budget = hw.cores
     plans: dict[str, RegionPlan] = {}
     by_seg: dict[int, list[Region]] = {}
     for r, s in zip(regions, segment_of):
         by_seg.setdefault(s, []).append(r)
     for s_idx, seg in by_seg.items():
+        if opts.unfolding in ("ht", "ll"):  # PIMCOMP's formats, where the segment still fits the chip with them
+            trial = {r.name: unfold.tile_rows(r, unfold.choose(r, opts.unfolding), hw.crossbar.rows) for r in seg}
+            if sum(footprint(r, est, trial[r.name]) for r in seg) <= hw.total_crossbars:
+                tile_rows.update(trial)
         costs = [est.plan_cores(r, tile_rows[r.name]) for r in seg]
         if sum(costs) > budget:  # a single region larger than the chip: passes, no duplication
             reps = [1] * len(seg)
@@ -144,6 +156,10 @@ def duplicate(regions: list[Region], segment_of: list[int], resident: bool, hw: 
             reps = duplication.dp(seg, est, tile_rows, costs, budget, resident, opts.pipeline)
         elif opts.duplication == "greedy":
             reps = duplication.greedy(seg, est, tile_rows, costs, budget)
+        elif opts.duplication == "ga":
+            reps, info = pimcomp_replication(seg, est, tile_rows, hw, opts, resident, s_idx, producers)
+            if summary is not None:
+                summary.append(info)
         else:
             reps = [1] * len(seg)
         if opts.crossbar_dup:
@@ -153,6 +169,60 @@ def duplicate(regions: list[Region], segment_of: list[int], resident: bool, hw: 
         for r, c, d in zip(seg, costs, reps):
             plans[r.name] = make_plan(r, est, d, tile_rows[r.name], s_idx, resident, cores=c)
     return plans
+
+
+def pimcomp_replication(seg: list[Region], est: Estimator, tile_rows: dict, hw: CIMHardware, opts: Options,
+                        resident: bool, s_idx: int = 0, producers: dict[str, list[str]] | None = None,
+                        compare_dp: bool = True) -> tuple[list[int], dict]:
+    """PIMCOMP's GA replication of one segment (:mod:`~tvm_cim.compiler.strategies.replication`).
+
+    The fitness is the shared estimate: the pipeline cycle for high
+    throughput (``opts.pipeline`` off), one input's latency through the
+    element pipeline for low latency.  With ``compare_dp`` our duplication DP
+    gets the same problem and both are scored by the same fitness.
+
+    Returns
+    -------
+    replicas : list of int
+    summary : dict
+        Per-layer unfolding, replicas and core layout, the GA's and the DP's
+        fitness and time.
+    """
+    prob = replication.problem(seg, est, tile_rows, hw, resident)
+    if opts.pipeline:
+        def fitness(reps):
+            plans = {r.name: make_plan(r, est, int(d), tile_rows[r.name], 0, resident, latency=False)
+                     for r, d in zip(seg, reps)}
+            return est.graph_ns(seg, plans, True, producers)[0]
+        search = fitness
+    else:
+        fitness, search = prob.cycle_ns, prob.cycle_search
+    dp = replication.dp_same_problem(prob, fitness) if compare_dp or opts.ga_seed_dp else None
+    seeds = [dp.detail["genome"]] if opts.ga_seed_dp and dp.detail["genome"] is not None else None
+    out, best = replication.ga(prob, search, generations=opts.ga_generations, population=opts.ga_population,
+                               time_limit=opts.ga_time_limit, seed=opts.ga_seed, seeds=seeds, report=fitness)
+    lay = replication.layout(prob, best)
+    info = {
+        "segment": s_idx,
+        "objective": "one input's latency (element pipeline)" if opts.pipeline else "pipeline cycle",
+        "ga": {"fitness_ns": out.fitness, "seconds": out.seconds, "seeded_with_dp": seeds is not None,
+               **{k: v for k, v in out.detail.items() if k != "history"}},
+        "dp": ({"fitness_ns": dp.fitness, "seconds": dp.seconds, "replicas": dp.replicas,
+                "packs": dp.detail["packs"]} if dp else None),
+        "layers": {r.name: {"unfolding": _unfolding_name(r, opts, tile_rows[r.name], hw), "tile_rows": tile_rows[r.name], "array_groups": int(prob.ags[i]),
+                            "replicas": out.replicas[i], "cores": lay.get(i, [])}
+                   for i, r in enumerate(seg)},
+    }
+    return out.replicas, info
+
+
+def _unfolding_name(r: Region, opts: Options, rows: int, hw: CIMHardware) -> str:
+    """The Table IV format a region runs in (the chosen one, unless its segment did not fit with it)."""
+    if opts.unfolding in ("ht", "ll"):
+        f = unfold.choose(r, opts.unfolding)
+        if unfold.tile_rows(r, f, hw.crossbar.rows) == rows:
+            return f.name
+    return "(IK2,O,1)"
 
 
 def allocate_modes(regions: list[Region], segment_of: list[int], resident: bool, est: Estimator,
@@ -264,7 +334,7 @@ def schedule(regions: list[Region], hw: CIMHardware, strategy: str = "cim-mlc",
     opts = options or get(strategy).options(hw)
     est = Estimator(hw, wbits, ibits, mvm_pipeline=opts.mvm_pipeline, offchip_in_order=opts.modes == "dual")
     segment_of, resident = segment(regions, hw, opts, est, producers)
-    plans = duplicate(regions, segment_of, resident, hw, opts, est)
+    plans = duplicate(regions, segment_of, resident, hw, opts, est, producers)
     if opts.modes == "dual":
         plans, _ = allocate_modes(regions, segment_of, resident, est, producers)
     sched = Schedule(strategy, opts, plans, segments=max(segment_of, default=0) + 1)

@@ -190,6 +190,8 @@ class CompileInfo:
         The error budget and what ``MapCrossbars`` chose per region (:func:`accuracy_of`).
     modes : list of dict
         Per segment, the array modes ``AllocateArrayModes`` chose (empty when every array computes).
+    replication : list of dict
+        Per segment, PIMCOMP's GA replication and our DP on the same problem (``pimcomp-*`` strategies).
     """
 
     hw: CIMHardware
@@ -202,6 +204,7 @@ class CompileInfo:
     producers: dict[str, list[str]] = field(default_factory=dict)
     accuracy: dict = field(default_factory=dict)
     modes: list = field(default_factory=list)
+    replication: list = field(default_factory=list)
 
     def program_text(self) -> str:
         """The network and every program, as ``--emit`` writes them."""
@@ -625,10 +628,12 @@ class DuplicateWeights:
         regions = [region_of(f) for _, f in fs]
         seg_of = [int(_need(f, "segment", "Segment")) for _, f in fs]
         resident = all(bool(_need(f, "resident", "Segment")) for _, f in fs)
-        plans = schedule.duplicate(regions, seg_of, resident, hw, opts, est)
-        return _with_attrs(mod, {g: {"replicas": plans[r.name].replicas, "tile_rows": plans[r.name].tile_rows,
-                                     "passes": plans[r.name].passes}
-                                 for (g, _), r in zip(fs, regions)})
+        summary: list = []
+        plans = schedule.duplicate(regions, seg_of, resident, hw, opts, est, producers_of(mod), summary)
+        mod = _with_attrs(mod, {g: {"replicas": plans[r.name].replicas, "tile_rows": plans[r.name].tile_rows,
+                                    "passes": plans[r.name].passes}
+                                for (g, _), r in zip(fs, regions)})
+        return mod.with_attr(A + "replication", json.dumps(summary)) if summary else mod
 
 
 @tvm.transform.module_pass(opt_level=0, name="AllocateArrayModes")
@@ -688,6 +693,13 @@ class AllocateArrayModes:
                 kv["switch_in_run"] = len(summary) > 1  # one segment: switched once, with the weights
             updates[g] = kv
         return _with_attrs(mod, updates).with_attr(A + "modes", json.dumps(summary))
+
+
+def replication_of(mod: tvm.IRModule) -> list[dict]:
+    """Per segment, what PIMCOMP's GA chose (``DuplicateWeights`` with ``duplication='ga'``) and our DP on the
+    same problem; empty for other strategies."""
+    attrs = mod.attrs
+    return json.loads(str(attrs[A + "replication"])) if attrs is not None and A + "replication" in attrs else []
 
 
 def modes_of(mod: tvm.IRModule) -> list[dict]:
@@ -942,6 +954,9 @@ class LowerToRuntime:
         info.programs, info.chip_map, info.schedule = programs, cmap, sched
         info.network = parse_network(str(mod.attrs[A + "network"]))
         info.modes = modes_of(mod)
+        info.replication = replication_of(mod)
+        for seg in info.replication:
+            seg["layers"] = {uid_names.get(n, n): v for n, v in seg["layers"].items()}
         for seg in info.modes:
             seg["regions"] = [uid_names.get(n, n) for n in seg["regions"]]
         mod = lower_composites(mod, lowered)

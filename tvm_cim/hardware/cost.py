@@ -120,7 +120,8 @@ def alu(hw: CIMHardware, op: str, elements, core_level: bool):
     unit = hw.core.alu if core_level else hw.chip.alu
     per = hw.ops.get(ALU_COST_OF.get(op, op))
     lat = per.latency_cycles if per else 1.0
-    ns = _ceil(np.asarray(elements) / unit.ops_per_cycle) * lat * hw.cycle_ns
+    width = unit.ops_per_cycle if core_level else unit.ops_per_cycle * hw.system.chips  # chip ALUs pooled
+    ns = _ceil(np.asarray(elements) / width) * lat * hw.cycle_ns
     ns = np.where(np.asarray(elements) > 0, ns, 0.0) if isinstance(elements, np.ndarray) else (ns if elements else 0.0)
     e = elements * (per.energy_pj if per else unit.energy_pj_per_op)
     return ns, e
@@ -128,13 +129,16 @@ def alu(hw: CIMHardware, op: str, elements, core_level: bool):
 
 # --------------------------------------------------------------------------- data movement
 def link_bits(hw: CIMHardware) -> int:
-    """Bits per cycle a core receives: the smaller of its NoC link and its local buffer port."""
-    return min(hw.chip.noc.link_bandwidth_bits, hw.core.local_buffer.bandwidth_bits)
+    """Bits per cycle a core receives: the smaller of its NoC link and its local buffer port, and, on an
+    accelerator of several chips, of the inter-chip link its input crosses (``system``)."""
+    bits = min(hw.chip.noc.link_bandwidth_bits, hw.core.local_buffer.bandwidth_bits)
+    return min(bits, hw.system.link_bandwidth_bits) if hw.system.chips > 1 else bits
 
 
 def buffer_bits(hw: CIMHardware, offchip: bool) -> int:
-    """Bits per cycle of a load / store: the global-buffer port, or off-chip memory through it."""
-    gb = hw.chip.global_buffer.bandwidth_bits
+    """Bits per cycle of a load / store: the global-buffer port (pooled over the chips of the
+    accelerator), or off-chip memory through it."""
+    gb = hw.chip.global_buffer.bandwidth_bits * hw.system.chips
     return min(gb, hw.chip.offchip_bandwidth_bits) if offchip else gb
 
 
@@ -163,8 +167,11 @@ def scatter(hw: CIMHardware, nbytes):
     ns, energy_pj
     """
     ns = _ceil(np.asarray(nbytes) * 8 / link_bits(hw)) * hw.cycle_ns
-    e = nbytes * 8 * (hw.chip.noc.energy_pj_per_bit_hop + hw.core.local_buffer.write_energy_pj_per_bit
-                      + hw.chip.global_buffer.read_energy_pj_per_bit)
+    per_bit = (hw.chip.noc.energy_pj_per_bit_hop + hw.core.local_buffer.write_energy_pj_per_bit
+               + hw.chip.global_buffer.read_energy_pj_per_bit)
+    if hw.system.chips > 1:
+        per_bit += hw.system.link_energy_pj_per_bit
+    e = nbytes * 8 * per_bit
     return ns, e
 
 
@@ -182,8 +189,8 @@ def fetch(hw: CIMHardware, nbytes):
 
 # --------------------------------------------------------------------------- static power
 def leakage_mw(hw: CIMHardware) -> float:
-    """Static power of the whole chip (mW; times ns gives pJ)."""
-    return (
+    """Static power of the whole accelerator, every chip (mW; times ns gives pJ)."""
+    return hw.system.chips * (
         hw.chip.leakage_mw
         + hw.chip.global_buffer.leakage_mw
         + hw.chip.alu.leakage_mw

@@ -229,6 +229,26 @@ class Chip:
 
 
 @hw_dataclass
+class System:
+    """The accelerator above the chip tier (PIMCOMP Table II): identical chips joined by inter-chip links.
+
+    With one chip (the default) nothing changes.  With several, every chip
+    has the ``[chip]`` resources (cores, global buffer, ALU); the cores of
+    all chips are one pool for the compiler, the chips' global buffers and
+    chip ALUs are pooled (a load or store uses the port of the chip holding
+    the data, so the pooled port moves ``chips x bandwidth_bits`` per cycle;
+    the chip-level digital work is spread likewise), and a
+    core's input crosses an inter-chip link (most of it is held by another
+    chip's global buffer), so its scatter runs at the smaller of its NoC
+    link and the inter-chip link and pays the link's energy.
+    """
+
+    chips: PositiveInt = key(1, doc="identical chips of the accelerator")
+    link_bandwidth_bits: PositiveInt = key(64, doc="inter-chip link width per cycle", unit="bit/cycle")
+    link_energy_pj_per_bit: NonNegFloat = key(0.0, doc="inter-chip transfer energy", unit="pJ/bit")
+
+
+@hw_dataclass
 class CIMHardware:
     """A computing-in-memory crossbar chip (CIM-MLC three-tier abstraction)."""
 
@@ -237,6 +257,7 @@ class CIMHardware:
     core: Core
     crossbar: Crossbar
     dual_mode: DualMode = key(factory=DualMode, doc="CMSwitch dual-mode arrays")
+    system: System = key(factory=System, doc="chips of the accelerator and the links between them (PIMCOMP)")
     dataflow: Dataflow = key(factory=Dataflow, doc="MIREDO's per-layer dataflow view (memory levels, spatial axes)")
     ops: dict[Literal[CIM_OPS], OpCost] = key(  # type: ignore[valid-type]
         factory=dict,
@@ -284,9 +305,14 @@ class CIMHardware:
         return self.meta.name
 
     @property
+    def cores(self) -> int:
+        """Cores of the whole accelerator (every chip)."""
+        return self.system.chips * self.chip.cores
+
+    @property
     def total_crossbars(self) -> int:
-        """Crossbars on the whole chip."""
-        return self.chip.cores * self.core.crossbars
+        """Crossbars of the whole accelerator (every core of every chip)."""
+        return self.cores * self.core.crossbars
 
     @property
     def cycle_ns(self) -> float:

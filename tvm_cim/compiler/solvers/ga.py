@@ -83,7 +83,7 @@ def evolve(init: Callable[[random.Random], Any], mutate: Callable[[Any, random.R
     seed : int
         Seed of every random choice.
     time_limit : float, optional
-        Seconds; the best so far is returned when it is reached.
+        Seconds; the best so far is returned when it is reached (it also cuts the first population short).
     stagnation : int
         Stop after this many generations without improvement.
     progress : bool
@@ -98,10 +98,14 @@ def evolve(init: Callable[[random.Random], Any], mutate: Callable[[Any, random.R
     rng = random.Random(seed)
     t0 = time.perf_counter()
     pop = [Individual(g) for g in (seeds or [])][:population]
-    while len(pop) < population:
-        pop.append(Individual(init(rng)))
     for ind in pop:
         ind.fitness.values = (float(fitness(ind.genome)),)
+    while len(pop) < population:  # a time limit also bounds the first population (at least one new genome)
+        if time_limit is not None and len(pop) > len(seeds or []) and time.perf_counter() - t0 > time_limit:
+            break
+        ind = Individual(init(rng))
+        ind.fitness.values = (float(fitness(ind.genome)),)
+        pop.append(ind)
     stats = tools.Statistics(lambda ind: ind.fitness.values[0])
     stats.register("min", np.min)
     stats.register("mean", np.mean)

@@ -57,8 +57,9 @@ class Options:
         table, MIREDO's per-layer loop nest chosen by MIP
         (:mod:`tvm_cim.compiler.dataflow`; the program carries it as
         ``CIM.loopnest`` and the simulator executes it).
-    duplication : {'none', 'dp', 'greedy'}
-        Graph-level operator duplication over cores.
+    duplication : {'none', 'dp', 'greedy', 'ga'}
+        Graph-level operator duplication over cores; ``ga``: PIMCOMP's
+        replication and array-group layout over crossbars by genetic algorithm.
     pipeline : bool
         Inter-layer pipeline (consumers start on partial producer output).
     crossbar_dup : bool
@@ -67,6 +68,21 @@ class Options:
         MVM-grained pipeline: crossbars start when their own input slice arrives.
     remap : bool
         Wordline-level row remapping.
+    unfolding : {'im2col', 'ht', 'll'}
+        How convolution weights are unfolded into array groups: the usual
+        im2col, or PIMCOMP's per-layer choice among the formats of Table IV
+        for high throughput or low latency (:mod:`tvm_cim.compiler.unfold`).
+    grouping : bool
+        PIMCOMP's layer grouping (Alg. 1) without the inter-layer pipeline: a
+        region waits for its producers' whole outputs only, so independent
+        layers run at once (otherwise also for the region before it).
+    ga_generations, ga_population, ga_time_limit, ga_seed
+        PIMCOMP's genetic algorithm (``duplication='ga'``,
+        :mod:`~tvm_cim.compiler.strategies.replication`): generations,
+        population, seconds per segment, seed.
+    ga_seed_dp : bool
+        Put our DP's replication (packed first-fit) into the GA's first
+        population (ours; the paper starts from one replica per layer).
     """
 
     segmentation: str = "greedy"
@@ -77,6 +93,13 @@ class Options:
     crossbar_dup: bool = False
     mvm_pipeline: bool = False
     remap: bool = False
+    unfolding: str = "im2col"
+    grouping: bool = False
+    ga_generations: int = 100
+    ga_population: int = 200
+    ga_time_limit: float = 10.0
+    ga_seed: int = 0
+    ga_seed_dp: bool = True
 
     def as_attrs(self) -> dict:
         """The options as plain values (module attributes, reports)."""
@@ -89,7 +112,8 @@ class Options:
         for f in fields(Options):
             if f.name in attrs:
                 v = attrs[f.name]
-                kw[f.name] = bool(v) if isinstance(f.default, bool) else str(v)
+                kw[f.name] = bool(v) if isinstance(f.default, bool) else type(f.default)(
+                    v.value if hasattr(v, "value") else v) if isinstance(f.default, (int, float)) else str(v)
         return Options(**kw)
 
 
@@ -184,3 +208,18 @@ def _cmswitch(hw: CIMHardware) -> Options:
 register(Strategy("cmswitch", "CMSwitch's dual-mode method: segmentation by DP with switch and rewrite costs, "
                   "per segment a MIP allocating arrays to compute (with duplication) and to memory for "
                   "operators' outputs, CM.switch between segments", _cmswitch))
+
+
+def _pimcomp(hw: CIMHardware, mode: str) -> Options:
+    xbar = hw.chip.computing_mode in ("crossbar", "wordline")
+    if mode == "ht":
+        return Options(duplication="ga", unfolding="ht", grouping=True)
+    return Options(duplication="ga", unfolding="ll", pipeline=True, mvm_pipeline=xbar)
+
+
+register(Strategy("pimcomp-ht", "PIMCOMP high throughput: Table IV unfolding per layer (least load), replication and "
+                  "array-group layout by GA on the pipeline cycle, batch pipeline with layer grouping (Alg. 1)",
+                  lambda hw: _pimcomp(hw, "ht")))
+register(Strategy("pimcomp-ll", "PIMCOMP low latency: Table IV unfolding per layer (least extra memory), replication "
+                  "and array-group layout by GA on one input's latency, element pipeline across layers (Alg. 2)",
+                  lambda hw: _pimcomp(hw, "ll")))

@@ -1,0 +1,256 @@
+"""PIMCOMP (paper 004): unfolding formats, GA replication and layout, the pimcomp-ht / pimcomp-ll strategies."""
+
+import dataclasses
+import itertools
+import math
+import random
+
+import numpy as np
+import pytest
+
+import tvm_cim
+from tvm_cim.common import zoo
+from tvm_cim.common.onnx_io import import_onnx
+from tvm_cim.compiler import strategies, unfold
+from tvm_cim.compiler.estimate import Estimator
+from tvm_cim.compiler.mapping import tile_matrix
+from tvm_cim.compiler.region import CONV2D, Region
+from tvm_cim.compiler.strategies import replication as RP
+from tvm_cim.report import simulate_timing
+
+R = dataclasses.replace
+
+
+def conv(i, o, k, f_out, stride=1, pad=None):
+    pad = (k // 2) if pad is None else pad
+    f_in = (f_out - 1) * stride + k - 2 * pad
+    return Region(f"c{i}_{o}_{k}", CONV2D, [(1, i, f_in, f_in)], (1, o, f_out, f_out),
+                  w_int=np.ones((i * k * k, o), np.int8),
+                  conv={"kernel": (k, k), "strides": (stride, stride), "padding": (pad, pad, pad, pad),
+                        "dilation": (1, 1), "groups": 1})
+
+
+# --------------------------------------------------------------------------- unfolding (Table IV)
+@pytest.mark.parametrize("i,o,k,f", [(3, 64, 3, 32), (64, 128, 3, 16), (256, 256, 3, 8), (64, 64, 1, 8), (3, 64, 7, 112)])
+def test_formats_cover_the_weights(i, o, k, f):
+    r = conv(i, o, k, f)
+    fm = unfold.formats(r)
+    assert [x.name for x in fm] == list(unfold.FORMATS)
+    for x in fm:
+        assert x.H * x.W * x.P == i * o * k * k
+        assert x.H % i == 0  # no factor of O in the accumulated direction
+
+
+def test_choice_follows_the_paper_on_a_worked_layer():
+    """I=64, O=128, K=3, 32x32 output of a padded 34x34 input, worked by hand from Table IV:
+    cycles F_out^2 = 1024 for (I,O,K2), (IK,O,K), (IK2,O,1); loads 34*32*3*64 = 208896 for the first two,
+    32^2*9*64 = 589824 for im2col; extra memory 576+1152, 576+384, 576+128."""
+    r = conv(64, 128, 3, 32)
+    fm = {x.name: x for x in unfold.formats(r)}
+    assert (fm["(I,O,K2)"].cycles, fm["(I,OK2,1)"].cycles, fm["(IK,OK,1)"].cycles) == (1024, 34 * 34, 34 * 32)
+    assert fm["(I,O,K2)"].load == fm["(IK,O,K)"].load == 208896 and fm["(IK2,O,1)"].load == 589824
+    assert (fm["(I,O,K2)"].memory, fm["(IK,O,K)"].memory, fm["(IK2,O,1)"].memory) == (1728, 960, 704)
+    assert unfold.choose(r, "ht").name == "(IK,O,K)"  # least load, then least memory
+    assert unfold.choose(r, "ll").name == "(IK2,O,1)"  # least additional memory
+    with pytest.raises(ValueError, match="ht"):
+        unfold.choose(r, "fast")
+
+
+@pytest.mark.parametrize("i,k,fmt", [(64, 3, "(I,O,K2)"), (64, 3, "(IK,O,K)"), (3, 3, "(IK,O,K)"),
+                                     (256, 3, "(I,O,K2)"), (64, 3, "(IK2,O,1)")])
+def test_tile_rows_give_the_array_groups_of_the_format(i, k, fmt):
+    """The crossbar tiles the mapper cuts with the format's tile rows form P x ceil(H / rows) row blocks."""
+    hw = tvm_cim.load("pimcomp-a")
+    r = conv(i, 32, k, 8)
+    f = next(x for x in unfold.formats(r) if x.name == fmt)
+    tr = unfold.tile_rows(r, f, hw.crossbar.rows)
+    tiles = tile_matrix(i * k * k, 32, hw, tile_rows=tr)
+    assert len({t.k0 for t in tiles}) == f.array_groups(hw.crossbar.rows)
+
+
+# --------------------------------------------------------------------------- GA on a small problem
+def toy(cores=4, per_core=8):
+    """Three layers, synthetic latency curves work / replicas (the estimate is not needed to test the search)."""
+    work = [90.0, 40.0, 25.0]
+    units, uxbs = np.array([1, 2, 1]), np.array([3, 2, 4])
+    max_reps = np.array([8, 8, 8])
+    lat = [np.array([w / d for d in range(1, m + 1)]) for w, m in zip(work, max_reps)]
+    return RP.Problem(units, uxbs, units.copy(), max_reps, cores, per_core, 3, lat, 0.0)
+
+
+def brute_force(p):
+    """Best cycle over every replica vector that packs onto the cores (exhaustive packing search)."""
+    best = math.inf
+    for reps in itertools.product(*(range(1, m + 1) for m in p.max_reps)):
+        if sum(int(u * x * d) for u, x, d in zip(p.units, p.unit_xbs, reps)) > p.cores * p.per_core:
+            continue
+        if _packs(p, reps):
+            best = min(best, p.cycle_ns(reps))
+    return best
+
+
+def _packs(p, reps):
+    items = sorted([int(x) for li, d in enumerate(reps) for x in [p.unit_xbs[li]] * int(p.units[li] * d)], reverse=True)
+    free = [p.per_core] * p.cores
+
+    def place(j):
+        if j == len(items):
+            return True
+        seen = set()
+        for c in range(p.cores):
+            if free[c] >= items[j] and free[c] not in seen:
+                seen.add(free[c])
+                free[c] -= items[j]
+                if place(j + 1):
+                    return True
+                free[c] += items[j]
+        return False
+
+    return place(0)
+
+
+def independent_legal(p, g):
+    """Capacity and whole replicas, recomputed from the gene values."""
+    used = [0] * p.cores
+    total = [0] * p.n
+    for c in range(p.cores):
+        for v in g[c]:
+            if v:
+                lay, cnt = divmod(int(v), RP.BASE)
+                used[c] += cnt * int(p.unit_xbs[lay])
+                total[lay] += cnt
+    return all(u <= p.per_core for u in used) and all(t >= u and t % u == 0 for t, u in zip(total, p.units))
+
+
+def test_every_genome_is_legal():
+    p = toy()
+    rng = random.Random(3)
+    for _ in range(50):
+        g = RP.random_genome(p, rng)
+        assert independent_legal(p, g) and RP.legal(p, g)
+        for _ in range(40):
+            g = RP.mutate(p, g, rng)
+            assert independent_legal(p, g) and RP.legal(p, g)
+
+
+def test_ga_finds_the_brute_force_optimum_and_never_gets_worse():
+    p = toy()
+    out, best = RP.ga(p, p.cycle_ns, generations=60, population=60, time_limit=None, seed=1, progress=False)
+    assert out.fitness == pytest.approx(brute_force(p))
+    h = out.detail["history"]
+    assert all(b <= a for a, b in zip(h, h[1:]))
+    assert RP.legal(p, best) and list(RP.decode(p, best)) == out.replicas
+    again, _ = RP.ga(p, p.cycle_ns, generations=60, population=60, time_limit=None, seed=1, progress=False)
+    assert again.replicas == out.replicas  # seeded
+
+
+def test_dp_on_the_same_problem():
+    p = toy()
+    dp = RP.dp_same_problem(p, p.cycle_ns)
+    assert dp.detail["packs"]
+    assert dp.fitness == pytest.approx(brute_force(p))
+
+
+def test_one_replica_that_does_not_fit_is_reported():
+    p = toy(cores=1, per_core=4)
+    with pytest.raises(ValueError, match="do(es)? not fit"):
+        RP.random_genome(p, random.Random(0))
+
+
+# --------------------------------------------------------------------------- strategies
+def test_registered_with_their_pieces():
+    hw = tvm_cim.load("pimcomp-a")
+    ht, ll = strategies.get("pimcomp-ht").options(hw), strategies.get("pimcomp-ll").options(hw)
+    assert (ht.duplication, ht.unfolding, ht.grouping, ht.pipeline) == ("ga", "ht", True, False)
+    assert (ll.duplication, ll.unfolding, ll.pipeline, ll.mvm_pipeline) == ("ga", "ll", True, True)
+    o = R(ht, ga_time_limit=2.5, ga_generations=7, ga_seed=3)
+    assert strategies.Options.from_attrs(o.as_attrs()) == o
+
+
+@pytest.fixture(scope="module")
+def resnet():
+    return import_onnx(zoo.build_model("resnet18", image_size=32), "r18")[0]
+
+
+@pytest.mark.parametrize("strategy", ["pimcomp-ht", "pimcomp-ll"])
+def test_strategy_compiles_and_reports_ga_against_dp(resnet, strategy):
+    hw = tvm_cim.load("pimcomp-a")
+    opts = R(strategies.get(strategy).options(hw), ga_time_limit=3.0, ga_generations=20)
+    _, info = tvm_cim.offload(resnet, hw, strategy=strategy, options=opts)
+    rep = info.replication[0]
+    assert set(rep["layers"]) == {r.name for r in info.regions}
+    # the replicas the GA chose are the ones placed
+    for r in info.regions:
+        assert len(info.chip_map.placements[r.name].replicas) == rep["layers"][r.name]["replicas"]
+    assert rep["ga"]["fitness_ns"] > 0 and rep["dp"]["fitness_ns"] > 0
+    if strategy == "pimcomp-ht":  # both minimise the pipeline cycle, which the DP solves exactly
+        assert rep["ga"]["fitness_ns"] >= rep["dp"]["fitness_ns"] * (1 - 1e-9)
+    stats, tl = simulate_timing(info)
+    assert tl.latency_ns > 0
+
+
+def test_layer_grouping_runs_independent_layers_at_once(resnet):
+    """Without the pipeline, grouping lets a residual branch overlap the main path; never slower than serial."""
+    hw = tvm_cim.load("pimcomp-a")
+    opts = R(strategies.get("pimcomp-ht").options(hw), ga_time_limit=2.0, ga_generations=10)
+    _, info = tvm_cim.offload(resnet, hw, strategy="pimcomp-ht", options=opts)
+    stats, grouped = simulate_timing(info)
+    info.schedule.options = R(opts, grouping=False)
+    _, serial = simulate_timing(info)
+    assert grouped.latency_ns <= serial.latency_ns + 1e-6
+    spans = grouped.region_span
+    assert any(spans[b][0] < spans[a][1] for a, b in zip(spans, list(spans)[1:]))  # some overlap
+
+
+def test_estimator_problem_on_a_real_layer():
+    hw = tvm_cim.load("pimcomp-c")
+    r = conv(256, 512, 3, 4)
+    est = Estimator(hw, 8, 8)
+    p = RP.problem([r], est, {r.name: hw.crossbar.rows}, hw)
+    # an AG wider than a core is cut into units that fit one
+    assert p.unit_xbs[0] <= hw.core.crossbars
+    assert p.units[0] * p.unit_xbs[0] >= len(est.tile_list(r, hw.crossbar.rows))
+
+
+# --------------------------------------------------------------------------- pseudo-instructions (Table III)
+@pytest.mark.parametrize("strategy", ["pimcomp-ll", "cim-mlc", "none"])
+def test_pseudo_instructions_round_trip_and_pair(strategy):
+    from tvm_cim.program import pimcomp_isa as ISA
+
+    mod = import_onnx(zoo.build_model("vgg8", image_size=8), "v8")[0]
+    hw = tvm_cim.load("pimcomp-a")
+    opts = strategies.get(strategy).options(hw)
+    if opts.duplication == "ga":
+        opts = R(opts, ga_time_limit=1.0, ga_generations=3)
+    _, info = tvm_cim.offload(mod, hw, strategy=strategy, options=opts)
+    for prog in info.programs:
+        isa = ISA.lower(prog, hw.core.crossbars, hw.cores)
+        text = ISA.print_isa(isa)
+        back = ISA.parse_isa(text)
+        assert back.code == isa.code and back.skipped == isa.skipped and ISA.print_isa(back) == text
+        ISA.check(isa)
+        # one mvm per crossbar read, one send and one recv per scatter, one vec per ALU operation
+        kinds = prog.count_ops()
+        c = isa.counts()
+        assert c.get("mvm", 0) == sum(v for k, v in kinds.items() if k.startswith("CIM.read_"))
+        assert c.get("send", 0) == c.get("recv", 0) == kinds.get("DMOV.scatter", 0)
+        assert c.get("store", 0) == kinds.get("DMOV.store", 0)
+        alu = ("DCOM.quantize", "DCOM.im2col", "DCOM.colsum", "DCOM.reduce", "DCOM.dequantize")
+        assert c.get("vec", 0) == sum(kinds.get(k, 0) for k in alu)
+        # every mvm runs on the core holding its crossbars
+        assert all(core < hw.cores for core, code in isa.code.items() for i in code if i.name == "mvm")
+
+
+def test_pseudo_instruction_errors():
+    from tvm_cim.program import pimcomp_isa as ISA
+
+    isa = ISA.IsaProgram("t", 2)
+    isa.emit(2, "send", 0, "x[0:4]", 16)
+    with pytest.raises(ValueError, match="do not match"):
+        ISA.check(isa)
+    isa.emit(0, "recv", 2, "x[0:4]", 16)
+    ISA.check(isa)
+    with pytest.raises(ValueError, match="line 3"):
+        ISA.parse_isa('isa "t" cores=2\ncore 0 {\n  bogus(1)\n}\n')
+    with pytest.raises(ValueError, match="takes 4 operands"):
+        ISA.Instr("mvm", (1, 2))
