@@ -356,3 +356,39 @@ def test_allocation_is_visible_as_function_attributes(small):
                                      T.DuplicateWeights(hw)])
     before = seq2(mod)
     assert T.AllocateArrayModes(hw)(before).same_as(before)
+
+
+@pytest.mark.parametrize("strategy", ["cim-mlc", "cmswitch"])
+def test_one_layer_times_layer_count_equals_the_whole_model(strategy):
+    """How the benchmark times the LLMs (one layer, latency x layer count) against the whole small model.
+
+    The layer's weights (3.1 M) exceed the chip (Dynaplasia: 1.2 M), so they
+    stream: every segment rewrites its arrays and segments run one after
+    another.  A layer's last operator (FFN down projection) and the next
+    layer's first (the query projection) do not fit the chip together, so
+    no segment spans a layer boundary, and the mode switches between layers
+    are those of one layer run repeatedly (its first segment switches from
+    its last one's modes): the L-layer model takes L times one layer,
+    exactly.  The LLMs' boundary operators each exceed the chip alone.
+    Where the two boundary operators fit together (hidden 384, FFN 1536
+    here), ``cim-mlc``'s segmentation joins them and the whole model is
+    0.6% faster than L x one layer; where one layer fits the chip, its
+    weights stay resident and L x one layer would miss the rewrites.
+    """
+    from tvm_cim.common import zoo
+    from tvm_cim.common.onnx_io import import_onnx
+    from tvm_cim.report import simulate_timing
+
+    hw = _dyn()
+    kw = dict(seq_len=8, hidden=512, heads=4, ffn=2048)
+    lat = {}
+    for n in (1, 3):
+        mod = import_onnx(zoo.build_model("bert_layer", seed=0, layers=n, **kw), "bert")[0]
+        _, info = tvm_cim.offload(mod, hw, strategy=strategy)
+        assert info.chip_map.segments > 1  # weights streamed, not resident
+        down, query = info.regions[-1], info.regions[0]  # a layer's last and first operators
+        assert down.mkn[1:] == (kw["ffn"], kw["hidden"]) and query.mkn[1:] == (kw["hidden"], kw["hidden"])
+        pl = info.chip_map.placements
+        assert len(pl[down.name].tiles) + len(pl[query.name].tiles) > hw.total_crossbars
+        lat[n] = simulate_timing(info)[1].latency_ns
+    assert lat[3] == pytest.approx(3 * lat[1], rel=1e-12)

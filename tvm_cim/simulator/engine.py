@@ -217,7 +217,7 @@ class Chip:
         stats.events = ev
         if not self.options.functional:
             out = prog.decl("output")[0]
-            env["out"] = np.zeros(out.shape, np.float32)
+            env["out"] = np.broadcast_to(np.float32(0), out.shape)  # timing only: no values
         tl = schedule_graph([(prog.name, ev, 0)], {}, pipeline=True)
         stats.latency_ns = tl.latency_ns
         for k, e in self._energy.items():
