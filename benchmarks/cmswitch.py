@@ -203,8 +203,8 @@ def exp_prime(nets: dict) -> dict:
 def exp_seq_sweep(hw, quick: bool, names: list[str], seqs: list[int]) -> list[dict]:
     """Fig. 16: each transformer layer at every sequence length, cmswitch over cim-mlc."""
     rows = []
-    for name in names:
-        for seq in tqdm(seqs, desc=f"sequence-length sweep ({name})"):
+    for seq in seqs:  # every model at one length before the next length
+        for name in tqdm(names, desc=f"sequence-length sweep (seq {seq})"):
             zname, kw, layers = transformer_models(quick, seq)[name]
             t0 = time.perf_counter()
             mod = relax_module(zname, **kw)
