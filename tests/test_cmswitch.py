@@ -392,3 +392,74 @@ def test_one_layer_times_layer_count_equals_the_whole_model(strategy):
         assert len(pl[down.name].tiles) + len(pl[query.name].tiles) > hw.total_crossbars
         lat[n] = simulate_timing(info)[1].latency_ns
     assert lat[3] == pytest.approx(3 * lat[1], rel=1e-12)
+
+
+def _keys_in_place(hw, keep=True, inplace=True, mem=95):
+    """K = x Wk stored into memory-mode array ``mem``; Q K^T with K^T's tile in that array (switched TOC)."""
+    from tvm_cim.compiler.region import DMATMUL
+
+    rng = np.random.default_rng(7)
+    s, hidden, d, m = 8, 10, 30, 6
+    wk = rng.integers(-3, 4, size=(hidden, d)).astype(np.int8)
+    kr = Region("kproj", MATMUL, [(s, hidden)], (s, d), x_scale=1.0, x_zero=0, w_int=wk,
+                w_scale=np.ones(d, np.float32))
+    xk = rng.integers(0, 4, size=(s, hidden)).astype(np.float32)
+    kprog, _ = _program(hw, kr)
+    kprog = R(_with_memory_store(kprog, (mem,)), name="net.kproj")
+    qr = Region("qk", DMATMUL, [(1, m, d), (1, d, s)], (1, m, s), x_scale=1.0, x_zero=0, y_scale=1.0)
+    q = rng.integers(0, 256, size=(1, m, d)).astype(np.float32)
+    qprog, _ = _program(hw, qr)
+    xb = [o["xb"] for o in qprog.ops("run") if o.opcode == "CIM.write_xb"]
+    assert len(xb) == 1  # one tile: 30 rows x 8 keys
+
+    def moved(o):
+        if not hasattr(o, "opcode"):  # parallel{} blocks hold reads only
+            return o
+        if o.opcode == "CIM.bind_vxb":
+            return op("CIM.bind_vxb", vxb=o["vxb"], xbs=(mem,), rows=o["rows"], cols=o["cols"])
+        if o.opcode == "CIM.write_xb":
+            return op("CIM.write_xb", **(dict(o.args) | {"xb": mem} | ({"inplace": True} if inplace else {})))
+        return o
+
+    run = [op("CM.switch", type="TOC", xbs=(mem,), **({"keep": True} if keep else {}))]
+    run += [moved(o) for o in qprog.run if not (getattr(o, "kind", "") == "DMOV.load" and o["src"].name == "y")]
+    qprog = verify(R(qprog, name="net.qk", setup=tuple(moved(o) for o in qprog.setup), run=tuple(run)),
+                   hw.total_crossbars)
+    return kr, kprog, xk, qr, qprog, q
+
+
+def test_keys_in_place_are_exact_and_written_once():
+    """Keys stored by the K projection into a memory-mode array, switched TOC with keep=True and used as the
+    QK^T tile in place: the scores equal plain integer numpy, and the keys are written (and charged) once."""
+    hw = _dyn()
+    kr, kprog, xk, qr, qprog, q = _keys_in_place(hw)
+    assert parse_program(print_program(qprog)) == qprog
+    chip = Chip(hw)
+    kenv, kstats = chip.run(kprog, {"x": xk, **codegen.region_constants(kr)})
+    keys = kenv["out"]
+    np.testing.assert_array_equal(keys, xk.astype(np.int64) @ kr.w_int.astype(np.int64))
+    env, stats = chip.run(qprog, {"x": q, "y": keys.T[None].copy()})
+    ref = q.astype(np.int64) @ (xk.astype(np.int64) @ kr.w_int.astype(np.int64)).T[None]
+    np.testing.assert_array_equal(env["acc"], ref)
+    # the keys were charged once, as memory-mode stores; the in-place tile costs neither time nor energy
+    assert kstats.energy_pj["xbmem"] == pytest.approx(keys.size * 8 * hw.dual_mode.memory_write_energy_pj_per_bit)
+    assert stats.energy_pj.get("write", 0.0) == 0.0 and stats.energy_pj.get("setup_write", 0.0) == 0.0
+    ev = stats.events
+    w = [i for i, k in enumerate(ev.kind) if k == "CIM.write_xb"]
+    assert len(w) == 1 and ev.dur[w[0]] == 0.0
+    # the same QK^T writing its tile normally is charged for it (and loads K from the global buffer)
+    _, _, _, _, normal, _ = _keys_in_place(hw, keep=False, inplace=False)
+    chip2 = Chip(hw)
+    chip2.run(kprog, {"x": xk, **codegen.region_constants(kr)})
+    _, s2 = chip2.run(normal, {"x": q, "y": keys.T[None].copy()})
+    assert s2.energy_pj["write"] > 0 and s2.latency_ns > stats.latency_ns
+
+
+def test_in_place_tile_needs_the_kept_data():
+    hw = _dyn()
+    kr, kprog, xk, qr, qprog, q = _keys_in_place(hw, keep=False)  # TOC without keep: the keys are lost
+    chip = Chip(hw)
+    keys = chip.run(kprog, {"x": xk, **codegen.region_constants(kr)})[0]["out"]
+    for functional in (True, False):
+        with pytest.raises(SimulationError, match="in-place tile"):
+            Chip(hw, Options(functional=functional)).run(qprog, {"x": q, "y": keys.T[None].copy()})
