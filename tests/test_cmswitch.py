@@ -171,7 +171,8 @@ def _random_ops(rng, n):
                     max_replicas=int(rng.integers(1, 4)), in_ns_mem=float(rng.uniform(0, 200)),
                     out_ns_mem=float(rng.uniform(0, 200)), in_ns_port=float(rng.uniform(0, 60)),
                     out_ns_port=float(rng.uniform(0, 60)), prep_ns=float(rng.uniform(0, 20)),
-                    memory_need=int(rng.integers(0, 3)), producer=(i - 1 if i and rng.random() < 0.7 else None))
+                    memory_need=int(rng.integers(0, 3)), producer=(i - 1 if i and rng.random() < 0.7 else None),
+                    live=bool(rng.random() < 0.4), wb_ns_mem=float(rng.uniform(0, 200)))
             for i in range(n)]
 
 
@@ -203,6 +204,57 @@ def test_allocation_uses_memory_when_bandwidth_bound_and_not_when_compute_bound(
     cb = [R(io[0], compute_ns=1000.0, out_ns_port=1.0), R(io[1], compute_ns=1000.0, in_ns_port=1.0)]
     a = allocate(cb, 16, 16)
     assert a.memory == [0, 0] and sum(a.replicas) == 16
+
+
+def test_allocation_sees_write_backs_of_live_data():
+    """An output a later segment needs is written back through the shared port (T^wb): keeping it in memory
+    mode no longer saves its stores there, only its in-segment consumer's loads."""
+    from tvm_cim.compiler.solvers.arrays import OpTerms, allocate, latency_of
+
+    io = [OpTerms(tiles=1, compute_ns=10.0, max_replicas=8, out_ns_mem=400.0, out_ns_port=200.0, memory_need=1),
+          OpTerms(tiles=1, compute_ns=10.0, max_replicas=8, in_ns_mem=400.0, in_ns_port=200.0, producer=0)]
+    live = [R(io[0], live=True, wb_ns_mem=400.0), io[1]]
+    assert latency_of(io, [1, 1], [0, 0]) == latency_of(live, [1, 1], [0, 0]) == 400.0  # both through the port
+    assert latency_of(io, [1, 1], [4, 0]) == 200.0  # consumed in place: arrays (400 + 400) / 4, port idle
+    assert latency_of(live, [1, 1], [4, 0]) == 300.0  # written back: 200 through the port; arrays 1200/4
+    a, b = allocate(io, 16, 16), allocate(live, 16, 16)
+    assert b.latency_ns > a.latency_ns and b.memory[0] >= 1
+    # a live output whose write-back costs more than the loads it saves stays in the global buffer
+    heavy = [R(live[0], wb_ns_mem=1e5), R(io[1], in_ns_port=1.0)]
+    assert allocate(heavy, 16, 16).memory == [0, 0]
+
+
+def test_write_back_is_on_the_timeline_and_in_energy():
+    """DMOV.writeback reads the memory-mode arrays and writes the global buffer, after every store into them;
+    it needs them to hold data; the results are unchanged."""
+    hw = _dyn()
+    r, x, w = _matmul()
+    prog, _ = _program(hw, r)
+    mem = (94, 95)
+    p2 = _with_memory_store(prog, mem)
+    nbytes = 6 * 30
+    wb = op("DMOV", op="writeback", src=tvm_cim.program.Ref("yf"), level="global", bytes=nbytes, xbs=mem)
+    p3 = verify(R(p2, run=p2.run[:-1] + (wb,) + p2.run[-1:]), hw.total_crossbars)
+    assert parse_program(print_program(p3)) == p3
+    env, stats = _run(hw, p3, r, x)
+    np.testing.assert_array_equal(env["acc"][0], x.astype(np.int64) @ w.astype(np.int64))
+    ev = stats.events
+    i = ev.kind.index("DMOV.writeback")
+    # two arrays at 32 b/cycle = 8 bytes/cycle, the global buffer at 64 b/cycle = 8 bytes/cycle: 23 cycles of 5 ns
+    assert ev.dur[i] == pytest.approx(math.ceil(nbytes / 8) * 5.0)
+    assert set(ev.res[i]) == {"xb:94", "xb:95", "gbuf"}
+    stores = [j for j, k in enumerate(ev.kind) if k == "DMOV.store"]
+    assert set(stores) <= set(ev.deps[i])  # after every store into the arrays
+    gb = hw.chip.global_buffer
+    e = nbytes * 8 * (hw.dual_mode.memory_read_energy_pj_per_bit + gb.read_energy_pj_per_bit
+                      + gb.write_energy_pj_per_bit)
+    assert stats.energy_pj["writeback"] == pytest.approx(e)
+    # verifier and simulator checks
+    with pytest.raises(ProgramError, match="writeback"):
+        verify(R(p2, run=p2.run[:-1] + (R(wb, args=tuple((k, "xbmem" if k == "level" else v) for k, v in wb.args)),)
+                 + p2.run[-1:]), hw.total_crossbars)
+    with pytest.raises(SimulationError, match="hold no data"):
+        _run(hw, R(prog, run=(op("CM.switch", type="TOM", xbs=mem), wb) + prog.run), r, x)
 
 
 def test_segment_dp_with_mip_costs_equals_brute_force():

@@ -208,8 +208,10 @@ def dual_mode_summary(info: CompileInfo, tl, energy: dict, counts) -> dict:
         "time_share": share,
         "switch_energy_pj": float(energy.get("switch", 0.0)),
         "memory_mode_energy_pj": float(energy.get("xbmem", 0.0)),
-        "note": "write-backs are zero by construction: a region keeps its output in memory-mode arrays only "
-                "when every consumer is in its segment (the data is consumed in place)",
+        "write_back_energy_pj": float(energy.get("writeback", 0.0)),
+        "note": "write-backs: outputs kept in memory-mode arrays whose consumers include a later segment are "
+                "written back (DMOV.writeback) at the end of their region; outputs consumed only inside their "
+                "segment are consumed in place",
     }
 
 

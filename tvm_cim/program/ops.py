@@ -120,6 +120,10 @@ define("DMOV.store", "buffer", "store region output to the global buffer, off-ch
        _SUB, _o("src", REF), _VECS, _LEVEL, _FRAC, _BYTES, _MEMXBS)
 define("DMOV.scatter", "link", "send input codes over a core's link to a virtual crossbar (or one row block)",
        _SUB, _o("src", REF), _VECS, _o("vxb", INT), _LEVEL, _BYTES, _BLOCK)
+define("DMOV.writeback", "buffer", "write live data back from memory-mode arrays that switch to compute mode "
+       "(a segment boundary, CMSwitch T^wb) to the global buffer or off-chip memory",
+       _SUB, _o("src", REF), _o("level", STR, doc="'global' or 'offchip': where the data goes"), _BYTES,
+       _o("xbs", TUPLE, doc="the memory-mode arrays holding the data"))
 define("DMOV.fetch", "offchip", "bring constant weights over the off-chip interface (before they are written)",
        _SUB, _o("src", REF), _LEVEL, _BYTES)
 # ---------------------------------------------------------------------------- digital computation

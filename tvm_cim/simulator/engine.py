@@ -280,7 +280,8 @@ class Chip:
                 continue
             if s.kind not in OPS:
                 raise SimulationError(f"program '{self.prog.name}': unknown meta-operator {s.kind}")
-            if s.opcode == "CM.switch" or (s.opcode == "DMOV" and s.get("level") == "xbmem"):
+            if s.opcode == "CM.switch" or (s.opcode == "DMOV" and (s.get("level") == "xbmem"
+                                                                    or s.get("op") == "writeback")):
                 self._dual_mode(s)
             elif s.opcode.startswith("CIM.") and s.opcode not in ("CIM.bind_vxb", "CIM.loopnest"):
                 self._check_compute_mode(s)
@@ -651,6 +652,18 @@ class Chip:
             i = ev.add(dur, tuple(f"link:{c}" for c in cores[:1]), self._deps(src, v, False), e, False, "DMOV.scatter")
             blk = o.get("block")
             self._mark(f"{src}@{o['vxb']}" + (f":{blk.start}" if blk is not None else ""), v, i, True)
+            return
+        if sub == "writeback":  # live data out of memory-mode arrays (CMSwitch T^wb), after what it holds
+            xbs = tuple(o["xbs"])
+            offchip = o["level"] == "offchip"
+            dur, energy = cost.writeback(hw, nbytes, len(xbs), offchip)
+            self._energy["writeback"] += float(sum(energy.values()))  # its own line of the breakdown
+            res = tuple(f"xb:{x}" for x in xbs) + (("gbuf", "offchip") if offchip else ("gbuf",))
+            deps = [d for x in xbs for d in self._deps(f"xb:{x}", Range(0, 1), write=True)]
+            i = ev.add(dur, res, deps + self._deps(src, Range(0, self.M), False), float(sum(energy.values())),
+                       False, "DMOV.writeback")
+            for x in xbs:
+                self._mark(f"xb:{x}", Range(0, 1), i, True)
             return
         if sub == "fetch":  # constant weights from off-chip memory into the global buffer
             dur, e = cost.fetch(hw, nbytes)
