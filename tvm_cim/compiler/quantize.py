@@ -75,11 +75,14 @@ class Observation:
 
 
 def forget_calibrations() -> None:
-    """Drop every kept calibration (observations, their llvm builds and samples, region descriptions).
+    """Drop every kept calibration (observations, their llvm builds and samples, region descriptions)
+    and the buffers the Relax VM's pooled allocator keeps for reuse.
 
-    For long sweeps over large models: a module compiled before loses its
-    calibration record (``observation`` returns None) and is calibrated again
-    if it is compiled again.
+    For long sweeps over large models: the float runs of calibration leave
+    their largest intermediates (attention scores: heads x seq^2 floats) in
+    the VM's memory pool, which never shrinks otherwise.  A module compiled
+    before loses its calibration record (``observation`` returns None) and
+    is calibrated again if it is compiled again.  Call it with no VM running.
     """
     with _LOCK:
         _CACHE.clear()
@@ -87,6 +90,7 @@ def forget_calibrations() -> None:
         _OBSERVED.clear()
         _SAMPLED.clear()
         _FLOAT_REGIONS.clear()
+    tvm.get_global_func("vm.builtin.memory_manager.clear")()
 
 
 def observation(token: str) -> Observation | None:
