@@ -368,9 +368,15 @@ def main() -> int:
                     help="the transformer layers among --models at these sequence lengths (Fig. 16)")
     ap.add_argument("--no-fig14", action="store_true", help="skip the Fig. 14 table (with --seq-sweep)")
     ap.add_argument("--no-sweep", action="store_true", help="skip the sensitivity sweeps and the prime run")
+    ap.add_argument("--merge", nargs="+", metavar="JSON",
+                    help="only combine the --json files of earlier runs (say one process per model, so that no "
+                         "run holds several LLM layers) and print their tables")
     ap.add_argument("--json", help="write all figures to this file")
     ap.add_argument("--plots", default=".", help="folder for the PNG plots")
     args = ap.parse_args()
+    if args.merge:
+        res = merge([json.loads(Path(f).read_text()) for f in args.merge])
+        return report(res, args)
     nets = models(args.quick)
     if args.models:
         unknown = sorted(set(args.models) - set(nets))
@@ -382,15 +388,7 @@ def main() -> int:
                  "models": {k: {"zoo": z, "args": kw, "layers": n} for k, (z, kw, n) in nets.items()}}
     if not args.no_fig14:
         res["fig14"] = exp_main(nets, hw)
-        rows = res["fig14"].values()
-        sp = [row["cim-mlc"]["latency_ns"] / row["cmswitch"]["latency_ns"] for row in rows]
-        nm = [row["cim-mlc"]["latency_ns"] / row["cmswitch-no-memory"]["latency_ns"] for row in rows]
-        gain = [row["cmswitch-no-memory"]["latency_ns"] / row["cmswitch"]["latency_ns"] for row in rows]
-        res["summary"] = {"geomean_vs_cim_mlc": geomean(sp), "arith_mean_vs_cim_mlc": float(np.mean(sp)),
-                          "max_vs_cim_mlc": float(max(sp)),
-                          "geomean_no_memory_vs_cim_mlc": geomean(nm), "geomean_memory_gain": geomean(gain),
-                          "compile_ratio": {n: row["cmswitch"]["compile_s"] / row["cim-mlc"]["compile_s"]
-                                            for n, row in res["fig14"].items()}}
+        res["summary"] = summarise(res["fig14"])
     if args.seq_sweep:
         names = [n for n in transformer_models(args.quick) if n in nets]
         res["seq_sweep"] = exp_seq_sweep(hw, args.quick, names, args.seq_sweep)
@@ -400,6 +398,41 @@ def main() -> int:
                                              [5.0, 50.0] if args.quick else [1.0, 5.0, 20.0, 80.0])
         if "bert_large_layer" in nets:
             res["prime"] = exp_prime(nets)
+    return report(res, args)
+
+
+def summarise(fig14: dict) -> dict:
+    """Geometric and arithmetic means, maximum, the ablation's shares and the compile-time ratios."""
+    rows = fig14.values()
+    sp = [row["cim-mlc"]["latency_ns"] / row["cmswitch"]["latency_ns"] for row in rows]
+    nm = [row["cim-mlc"]["latency_ns"] / row["cmswitch-no-memory"]["latency_ns"] for row in rows]
+    gain = [row["cmswitch-no-memory"]["latency_ns"] / row["cmswitch"]["latency_ns"] for row in rows]
+    return {"geomean_vs_cim_mlc": geomean(sp), "arith_mean_vs_cim_mlc": float(np.mean(sp)),
+            "max_vs_cim_mlc": float(max(sp)),
+            "geomean_no_memory_vs_cim_mlc": geomean(nm), "geomean_memory_gain": geomean(gain),
+            "compile_ratio": {n: row["cmswitch"]["compile_s"] / row["cim-mlc"]["compile_s"]
+                              for n, row in fig14.items()}}
+
+
+def merge(parts: list[dict]) -> dict:
+    """One result from several runs' JSON (models, Fig. 14 rows, sweeps); later files win on conflicts."""
+    res: dict = {"hw": parts[0]["hw"], "quick": parts[0]["quick"], "paper": PAPER, "models": {}}
+    for p in parts:
+        res["models"].update(p.get("models", {}))
+        if "fig14" in p:
+            res.setdefault("fig14", {}).update(p["fig14"])
+        for k in ("sensitivity", "prime"):
+            if k in p:
+                res[k] = p[k]
+        if "seq_sweep" in p:
+            res.setdefault("seq_sweep", []).extend(p["seq_sweep"])
+    if "fig14" in res:
+        res["summary"] = summarise(res["fig14"])
+    return res
+
+
+def report(res: dict, args) -> int:
+    """Print the tables, save the plots and (``--json``) the figures."""
     print_tables(res)
     out_dir = Path(args.plots)
     out_dir.mkdir(parents=True, exist_ok=True)
