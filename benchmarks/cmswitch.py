@@ -1,43 +1,54 @@
 """Dual-mode CIM experiments (CMSwitch, paper 000 sec. 5) on the ``dynaplasia`` preset.
 
 1. Fig. 14: latency speedup of ``cmswitch`` over ``cim-mlc``, ``puma`` and
-   ``none`` for MobileNetV2, ResNet-18, VGG-16 (ImageNet size) and one
-   BERT-large encoder layer (sequence 64; the whole model is 24 such layers
-   run one after another, so its speedup is the layer's); geometric mean
-   and maximum over ``cim-mlc`` (paper: 1.31x average, 2.03x maximum); an
-   ablation runs ``cmswitch`` with no switchable array (its segmentation and
-   duplication alone) to separate what memory mode adds; the estimate's
-   error against the simulator for both methods.
+   ``none`` on the paper's seven models: MobileNetV2, ResNet-18, VGG-16
+   (ImageNet size), BERT-large, LLaMA2-7B, OPT-6.7B and OPT-13B (prefill of
+   64 tokens, batch 1); geometric mean and maximum over ``cim-mlc`` (paper:
+   1.31x average, 2.03x maximum); an ablation runs ``cmswitch`` with no
+   switchable array (its segmentation and duplication alone) to separate
+   what memory mode adds; the estimate's error against the simulator.
 2. Switch overhead: time share of mode switches, weight rewrites (fetch +
    programming) and write-backs in ``cmswitch``'s run (paper: switches
    3-5%).
-3. Fig. 15: arrays in compute and memory mode per segment (VGG-16).
+3. Fig. 15: arrays in compute and memory mode per segment.
 4. Compile time of ``cmswitch`` against ``cim-mlc`` (paper: 2.8-6.3x),
    calibration excluded (warm).
 5. Sensitivity: speedup over ``cim-mlc`` on ResNet-18 as the off-chip
-   bandwidth grows (Table 2 does not give it; the preset assumes 64 b/cycle).
-6. Scalability: the BERT layer on the ``prime`` preset (paper sec. 5.5: 1.48x).
-7. With ``--llm``: one decoder layer of LLaMA2-7B, OPT-6.7B and OPT-13B
-   (prefill of 64 tokens) in the Fig. 14 table; ``--seq-sweep`` runs the
-   LLaMA2-7B layer at other sequence lengths (Fig. 16).
+   bandwidth grows and as the array write latency grows (Table 2 gives
+   neither; the preset assumes 64 b/cycle and 5 ns per row).
+6. Scalability: the BERT-large layer on the ``prime`` preset (paper sec. 5.5: 1.48x).
+7. ``--seq-sweep``: the four transformers at other sequence lengths (Fig. 16).
+
+Transformers are timed as one layer (weights of that layer only: 12.6 M to
+315 M) with the whole model's latency the layer's times the layer count
+(24, 32, 32, 40), so the speedup is the layer's.  This is exact here:
+every layer streams its weights (one layer exceeds the chip's 1.2 M),
+segments run one after another, and a layer's last operator and the next
+layer's first each exceed the chip, so no segment spans a layer boundary
+(``tests/test_cmswitch.py::test_one_layer_times_layer_count_equals_the_whole_model``
+checks it on a small 3-layer model; the benchmark checks the layer streams).
+OPT layers use ``bert_layer`` with OPT's sizes: the crossbar regions (Q, K,
+V, QK^T, AV, output projection, two FFN matrices) are the same; LayerNorm
+placement and the activation run on the host, which is not timed.
 
 Latency comes from the simulator's resource timeline in timing-only mode
 (values are not computed; bit-exactness of ``cmswitch`` against the other
 strategies is covered by ``tests/test_cmswitch.py``).  Prints tables, saves
 plots, ``--json`` writes every figure.
 
-    python benchmarks/cmswitch.py                 # full size (ImageNet 224, BERT-large seq 64)
-    python benchmarks/cmswitch.py --quick         # 32x32 images, a small BERT layer (a minute or two)
-    python benchmarks/cmswitch.py --llm --models llama2_7b_layer opt_6.7b_layer opt_13b_layer \
-        --no-sweep --seq-sweep 64 256     # the LLM layers (seq 1024 and 2048 were killed here, memory)
+    python benchmarks/cmswitch.py                 # full size (ImageNet 224, transformers at seq 64)
+    python benchmarks/cmswitch.py --quick         # 32x32 images, small transformer layers
+    python benchmarks/cmswitch.py --models llama2_7b_layer --no-sweep --seq-sweep 64 256 1024 2048
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import json
 import math
+import resource
 import sys
 import time
 from pathlib import Path
@@ -50,6 +61,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import tvm_cim  # noqa: E402
 from tvm_cim.common import zoo  # noqa: E402
 from tvm_cim.common.onnx_io import import_onnx  # noqa: E402
+from tvm_cim.compiler import quantize  # noqa: E402
 from tvm_cim.compiler.transform import offload  # noqa: E402
 from tvm_cim.report import build_report, simulate_timing  # noqa: E402
 
@@ -67,18 +79,18 @@ _MODS: dict = {}
 LLM_SEQ = 64
 
 
-def llm_models(quick: bool, seq: int = LLM_SEQ) -> dict:
-    """The paper's generative models, one decoder layer each (prefill of ``seq`` tokens, batch 1).
+def transformer_models(quick: bool, seq: int = LLM_SEQ) -> dict:
+    """The paper's transformers, one layer each (prefill of ``seq`` tokens, batch 1) and their layer count.
 
-    Weights are materialised for one layer; the model is that layer repeated (32 or 40 times), run
-    one after another, so its latency is the layer's times the layer count and its speedup the
-    layer's.  OPT layers use ``bert_layer`` with OPT's sizes: the crossbar regions (QKV, QK^T, AV,
-    output projection, two FFN matrices) are the same; LayerNorm placement and the activation run
-    on the host, which is not timed.
+    Name -> (zoo model, its arguments, layers of the whole model).
     """
     if quick:
-        return {"llama2_7b_layer": ("llama_layer", dict(seq_len=16, hidden=256, heads=4, ffn=688), 32)}
+        return {
+            "bert_large_layer": ("bert_layer", dict(seq_len=seq, hidden=512, heads=4, ffn=2048), 24),
+            "llama2_7b_layer": ("llama_layer", dict(seq_len=seq, hidden=512, heads=4, ffn=1376), 32),
+        }
     return {
+        "bert_large_layer": ("bert_layer", dict(seq_len=seq, hidden=1024, heads=16, ffn=4096), 24),
         "llama2_7b_layer": ("llama_layer", dict(seq_len=seq, hidden=4096, heads=32, ffn=11008), 32),
         "opt_6.7b_layer": ("bert_layer", dict(seq_len=seq, hidden=4096, heads=32, ffn=16384), 32),
         "opt_13b_layer": ("bert_layer", dict(seq_len=seq, hidden=5120, heads=40, ffn=20480), 40),
@@ -86,16 +98,20 @@ def llm_models(quick: bool, seq: int = LLM_SEQ) -> dict:
 
 
 def models(quick: bool) -> dict:
-    """Name -> (zoo model, its arguments, layers the reported model repeats)."""
+    """Name -> (zoo model, its arguments, layers the reported model repeats): the paper's seven."""
     img = 32 if quick else 224
-    bert = dict(seq_len=16, hidden=128, heads=4, ffn=512) if quick else dict(seq_len=64, hidden=1024, heads=16,
-                                                                            ffn=4096)
     return {
         "mobilenetv2": ("mobilenetv2", dict(image_size=img), 1),
         "resnet18": ("resnet18", dict(image_size=img), 1),
         "vgg16": ("vgg16", dict(image_size=img), 1),
-        "bert_large_layer": ("bert_layer", bert, 24),
-    }
+    } | transformer_models(quick, 16 if quick else LLM_SEQ)
+
+
+def forget() -> None:
+    """Drop the models and calibrations kept so far (one LLM layer's weights and llvm build are GBs)."""
+    _MODS.clear()
+    quantize.forget_calibrations()
+    gc.collect()
 
 
 def relax_module(name: str, **kw):
@@ -105,19 +121,28 @@ def relax_module(name: str, **kw):
     return _MODS[key]
 
 
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process so far."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def measure(mod, hw, strategy: str) -> dict:
     """Compile, run on a timing-only chip, report latency, overhead shares and the allocation."""
     t0 = time.perf_counter()
     _, info = offload(mod, hw, strategy=strategy)
     compile_s = time.perf_counter() - t0
+    t1 = time.perf_counter()
     stats, tl = simulate_timing(info)
+    sim_s = time.perf_counter() - t1
     rep = build_report(info, stats, hw.name)
     dm = rep["dual_mode"]
     return {
         "latency_ns": tl.latency_ns,
         "estimate_ns": info.schedule.estimate_ns,
         "segments": info.schedule.segments,
+        "streamed": not all(p.resident for p in info.schedule.plans.values()),
         "compile_s": compile_s,
+        "simulate_s": sim_s,
         "energy_pj": rep["energy_pj"],
         "time_share": dm["time_share"],
         "switches": dm["switches"],
@@ -134,27 +159,35 @@ def exp_main(nets: dict, hw) -> dict:
     res = {}
     jobs = [(n, s) for n in nets for s in STRATEGIES]
     for net, s in tqdm(jobs, desc="fig14 strategies on dynaplasia"):
-        zname, kw, _ = nets[net]
+        zname, kw, layers = nets[net]
         mod = relax_module(zname, **kw)
         if s == STRATEGIES[0]:
             offload(mod, hw, strategy="none")  # warm the calibration cache: compile times exclude it
-        res.setdefault(net, {})[s] = measure(mod, hw, s)
+        row = res.setdefault(net, {})
+        row[s] = measure(mod, hw, s)
+        if layers > 1 and not row[s]["streamed"]:
+            raise RuntimeError(f"{net}: one layer fits the chip; latency x {layers} layers would miss the rewrites")
         if s == "cmswitch":  # ablation: the same DP and MIP with no array allowed to switch to memory mode
-            res[net]["cmswitch-no-memory"] = measure(mod, R(hw, dual_mode=R(hw.dual_mode, switchable_arrays=0)), s)
+            row["cmswitch-no-memory"] = measure(mod, R(hw, dual_mode=R(hw.dual_mode, switchable_arrays=0)), s)
         if s == STRATEGIES[-1]:
-            _MODS.clear()  # one model's weights at a time (LLM layers hold over a GB)
+            forget()  # one model's weights at a time (LLM layers hold GBs)
+            row["peak_rss_mb"] = peak_rss_mb()
     return res
 
 
-def exp_sensitivity(hw, kw: dict, bws: list[int]) -> list[dict]:
+def exp_sensitivity(hw, kw: dict, bws: list[int], writes: list[float]) -> dict:
+    """ResNet-18: cmswitch over cim-mlc as the off-chip bandwidth and the array write latency change."""
     mod = relax_module("resnet18", **kw)
-    rows = []
-    for bw in tqdm(bws, desc="off-chip bandwidth sweep"):
-        h = R(hw, chip=R(hw.chip, offchip_bandwidth_bits=bw))
+    out = {"offchip": [], "write": []}
+    points = [("offchip", bw, R(hw, chip=R(hw.chip, offchip_bandwidth_bits=bw))) for bw in bws]
+    points += [("write", w, R(hw, crossbar=R(hw.crossbar, device=R(hw.crossbar.device, write_latency_ns=w))))
+               for w in writes]
+    for kind, x, h in tqdm(points, desc="off-chip bandwidth / write latency sweep"):
         a, b = measure(mod, h, "cim-mlc"), measure(mod, h, "cmswitch")
-        rows.append({"offchip_bits": bw, "cim-mlc_ns": a["latency_ns"], "cmswitch_ns": b["latency_ns"],
-                     "speedup": a["latency_ns"] / b["latency_ns"], "rewrite_share": b["time_share"]["rewrite"]})
-    return rows
+        out[kind].append({"value": x, "cim-mlc_ns": a["latency_ns"], "cmswitch_ns": b["latency_ns"],
+                          "speedup": a["latency_ns"] / b["latency_ns"], "rewrite_share": b["time_share"]["rewrite"]})
+    forget()
+    return out
 
 
 def exp_prime(nets: dict) -> dict:
@@ -162,26 +195,57 @@ def exp_prime(nets: dict) -> dict:
     zname, kw, _ = nets["bert_large_layer"]
     mod = relax_module(zname, **kw)
     a, b = measure(mod, prime, "cim-mlc"), measure(mod, prime, "cmswitch")
-    return {"cim-mlc_ns": a["latency_ns"], "cmswitch_ns": b["latency_ns"], "speedup": a["latency_ns"] / b["latency_ns"]}
+    forget()
+    return {"cim-mlc_ns": a["latency_ns"], "cmswitch_ns": b["latency_ns"], "speedup": a["latency_ns"] / b["latency_ns"],
+            "streamed": b["streamed"]}
+
+
+def exp_seq_sweep(hw, quick: bool, names: list[str], seqs: list[int]) -> list[dict]:
+    """Fig. 16: each transformer layer at every sequence length, cmswitch over cim-mlc."""
+    rows = []
+    for seq in seqs:  # every model at one length before the next length
+        for name in tqdm(names, desc=f"sequence-length sweep (seq {seq})"):
+            zname, kw, layers = transformer_models(quick, seq)[name]
+            t0 = time.perf_counter()
+            mod = relax_module(zname, **kw)
+            a, b = measure(mod, hw, "cim-mlc"), measure(mod, hw, "cmswitch")
+            forget()
+            rows.append({"model": name, "seq": seq, "cim-mlc_ns": a["latency_ns"], "cmswitch_ns": b["latency_ns"],
+                         "speedup": a["latency_ns"] / b["latency_ns"],
+                         "memory_share": float(np.mean([m["memory_arrays"] / hw.total_crossbars for m in b["modes"]])),
+                         "wall_s": time.perf_counter() - t0, "peak_rss_mb": peak_rss_mb(),
+                         "compile_s": {"cim-mlc": a["compile_s"], "cmswitch": b["compile_s"]},
+                         "simulate_s": {"cim-mlc": a["simulate_s"], "cmswitch": b["simulate_s"]}})
+            print(f"  {name} seq {seq}: speedup {rows[-1]['speedup']:.3f}x, {rows[-1]['wall_s']:.0f} s, "
+                  f"peak {rows[-1]['peak_rss_mb']:.0f} MB", flush=True)
+    return rows
 
 
 def print_tables(res: dict) -> None:
+    if "fig14" in res:
+        print_fig14(res)
+    print_sweeps(res)
+
+
+def print_fig14(res: dict) -> None:
     main = res["fig14"]
-    print("\n[1] Fig. 14: latency on dynaplasia (timing-only simulator), speedup of cmswitch over each strategy")
+    print("\n[1] Fig. 14: latency on dynaplasia (timing-only simulator; transformers: one layer x layer count), "
+          "speedup of cmswitch over each strategy")
     print(f"{'model':18s} " + " ".join(f"{s:>12s}" for s in STRATEGIES) + "   vs none  vs puma  vs cim-mlc  paper")
     for net, row in main.items():
-        lat = {s: row[s]["latency_ns"] for s in STRATEGIES}
+        layers = res["models"][net]["layers"]
+        lat = {s: row[s]["latency_ns"] * layers for s in STRATEGIES}
         sp = {s: lat[s] / lat["cmswitch"] for s in STRATEGIES}
         lo, hi = PAPER["fig14_ranges"].get(net, (float("nan"),) * 2)
         print(f"{net:18s} " + " ".join(f"{lat[s] / 1e6:10.3f}ms" for s in STRATEGIES)
               + f"   {sp['none']:6.2f}x {sp['puma']:6.2f}x {sp['cim-mlc']:8.3f}x   {lo:.2f}-{hi:.2f}x")
     s = res["summary"]
-    print(f"geomean over cim-mlc {s['geomean_vs_cim_mlc']:.3f}x, max {s['max_vs_cim_mlc']:.3f}x "
+    print(f"geomean over cim-mlc {s['geomean_vs_cim_mlc']:.3f}x (arithmetic mean {s['arith_mean_vs_cim_mlc']:.3f}x), max {s['max_vs_cim_mlc']:.3f}x "
           f"(paper {PAPER['geomean_vs_cim_mlc']}x / {PAPER['max_vs_cim_mlc']}x)")
     print("ablation: cmswitch with no switchable array (its DP segmentation and MIP duplication only)")
     for net, row in main.items():
         a, b, c = (row[k]["latency_ns"] for k in ("cim-mlc", "cmswitch-no-memory", "cmswitch"))
-        print(f"{net:18s} no-memory {b / 1e6:10.3f}ms  speedup over cim-mlc {a / b:6.3f}x; "
+        print(f"{net:18s} no-memory {b * res['models'][net]['layers'] / 1e6:10.3f}ms  speedup over cim-mlc {a / b:6.3f}x; "
               f"memory mode adds {b / c:6.3f}x")
     print(f"geomean: segmentation + duplication {s['geomean_no_memory_vs_cim_mlc']:.3f}x, "
           f"memory mode on top {s['geomean_memory_gain']:.3f}x")
@@ -206,16 +270,24 @@ def print_tables(res: dict) -> None:
         worst = max((m["solve_s"] for m in row["cmswitch"]["modes"]), default=0.0)
         print(f"{net:18s} cim-mlc {a:7.2f} s  cmswitch {b:7.2f} s  ratio {b / a:5.2f}x  "
               f"(slowest MIP solve {worst * 1e3:.1f} ms; paper 2.8-6.3x)")
+
+
+def print_sweeps(res: dict) -> None:
     if "sensitivity" in res:
-        print("\n[5] ResNet-18: cmswitch over cim-mlc as off-chip bandwidth grows")
-        for r in res["sensitivity"]:
-            print(f"  {r['offchip_bits']:6d} b/cycle  speedup {r['speedup']:.3f}x  "
+        print("\n[5] ResNet-18: cmswitch over cim-mlc as the off-chip bandwidth / the array row-write latency change")
+        for r in res["sensitivity"]["offchip"]:
+            print(f"  off-chip {r['value']:6d} b/cycle  speedup {r['speedup']:.3f}x  "
+                  f"(rewrite share of cmswitch's run {100 * r['rewrite_share']:.1f}%)")
+        for r in res["sensitivity"]["write"]:
+            print(f"  row write {r['value']:6.1f} ns      speedup {r['speedup']:.3f}x  "
                   f"(rewrite share of cmswitch's run {100 * r['rewrite_share']:.1f}%)")
     if "seq_sweep" in res:
-        print("\n[7] Fig. 16: LLaMA2-7B layer, cmswitch over cim-mlc by sequence length (paper 1.25x -> 1.08x)")
+        print("\n[7] Fig. 16: transformer layers, cmswitch over cim-mlc by sequence length "
+              "(paper: BERT 1.19->1.0x, LLaMA2-7B 1.25->1.08x, OPT-6.7B 1.50->1.23x, OPT-13B 1.76->1.32x)")
         for r in res["seq_sweep"]:
-            print(f"  seq {r['seq']:5d}  cim-mlc {r['cim-mlc_ns'] / 1e6:9.3f} ms  cmswitch {r['cmswitch_ns'] / 1e6:9.3f} ms"
-                  f"  speedup {r['speedup']:.3f}x  mean memory-mode share {100 * r['memory_share']:.1f}%")
+            print(f"  {r['model']:16s} seq {r['seq']:5d}  cim-mlc {r['cim-mlc_ns'] / 1e6:9.3f} ms  cmswitch "
+                  f"{r['cmswitch_ns'] / 1e6:9.3f} ms  speedup {r['speedup']:.3f}x  memory-mode share "
+                  f"{100 * r['memory_share']:.1f}%  ({r['wall_s']:.0f} s, peak {r['peak_rss_mb']:.0f} MB)")
     if "prime" in res:
         p = res["prime"]
         print(f"\n[6] prime, BERT layer: cim-mlc {p['cim-mlc_ns'] / 1e6:.3f} ms, cmswitch {p['cmswitch_ns'] / 1e6:.3f} ms, "
@@ -229,6 +301,8 @@ def plots(res: dict, out_dir: Path) -> list[str]:
     from matplotlib.figure import Figure
 
     files = []
+    if "fig14" not in res:
+        return files
     main = res["fig14"]
     nets = list(main)
     fig = Figure(figsize=(8, 4))
@@ -268,16 +342,18 @@ def plots(res: dict, out_dir: Path) -> list[str]:
     fig.savefig(f, dpi=120)
     files.append(str(f))
     if "sensitivity" in res:
-        fig = Figure(figsize=(5, 3.5))
-        ax = fig.subplots()
-        rows = res["sensitivity"]
-        ax.plot([r["offchip_bits"] for r in rows], [r["speedup"] for r in rows], marker="o")
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("off-chip bandwidth (bit/cycle)")
-        ax.set_ylabel("cmswitch / cim-mlc speedup")
-        ax.set_title("ResNet-18 on dynaplasia")
+        fig = Figure(figsize=(9, 3.5))
+        axs = fig.subplots(1, 2)
+        for ax, kind, label in ((axs[0], "offchip", "off-chip bandwidth (bit/cycle)"),
+                                (axs[1], "write", "row write latency (ns)")):
+            rows = res["sensitivity"][kind]
+            ax.plot([r["value"] for r in rows], [r["speedup"] for r in rows], marker="o")
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel(label)
+            ax.set_ylabel("cmswitch / cim-mlc speedup")
+        fig.suptitle("ResNet-18 on dynaplasia")
         fig.tight_layout()
-        f = out_dir / "cmswitch_offchip_sweep.png"
+        f = out_dir / "cmswitch_sensitivity.png"
         fig.savefig(f, dpi=120)
         files.append(str(f))
     return files
@@ -285,19 +361,23 @@ def plots(res: dict, out_dir: Path) -> list[str]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="32x32 images, a small BERT layer, fewer sweep points")
+    ap.add_argument("--quick", action="store_true", help="32x32 images, small transformer layers, fewer sweep points")
     ap.add_argument("--models", nargs="*", help="subset of: mobilenetv2 resnet18 vgg16 bert_large_layer "
-                    "(and, with --llm, llama2_7b_layer opt_6.7b_layer opt_13b_layer)")
-    ap.add_argument("--llm", action="store_true", help="add one decoder layer of LLaMA2-7B, OPT-6.7B, OPT-13B")
+                    "llama2_7b_layer opt_6.7b_layer opt_13b_layer (default: all seven)")
     ap.add_argument("--seq-sweep", nargs="*", type=int, metavar="SEQ",
-                    help="LLaMA2-7B layer: cmswitch over cim-mlc at these sequence lengths (Fig. 16)")
-    ap.add_argument("--no-sweep", action="store_true", help="skip the off-chip bandwidth sweep and the prime run")
+                    help="the transformer layers among --models at these sequence lengths (Fig. 16)")
+    ap.add_argument("--no-fig14", action="store_true", help="skip the Fig. 14 table (with --seq-sweep)")
+    ap.add_argument("--no-sweep", action="store_true", help="skip the sensitivity sweeps and the prime run")
+    ap.add_argument("--merge", nargs="+", metavar="JSON",
+                    help="only combine the --json files of earlier runs (say one process per model, so that no "
+                         "run holds several LLM layers) and print their tables")
     ap.add_argument("--json", help="write all figures to this file")
     ap.add_argument("--plots", default=".", help="folder for the PNG plots")
     args = ap.parse_args()
+    if args.merge:
+        res = merge([json.loads(Path(f).read_text()) for f in args.merge])
+        return report(res, args)
     nets = models(args.quick)
-    if args.llm:
-        nets.update(llm_models(args.quick))
     if args.models:
         unknown = sorted(set(args.models) - set(nets))
         if unknown:
@@ -306,32 +386,53 @@ def main() -> int:
     hw = tvm_cim.load("dynaplasia")
     res: dict = {"hw": hw.name, "quick": args.quick, "paper": PAPER,
                  "models": {k: {"zoo": z, "args": kw, "layers": n} for k, (z, kw, n) in nets.items()}}
-    res["fig14"] = exp_main(nets, hw)
-    sp = [row["cim-mlc"]["latency_ns"] / row["cmswitch"]["latency_ns"] for row in res["fig14"].values()]
-    nm = [row["cim-mlc"]["latency_ns"] / row["cmswitch-no-memory"]["latency_ns"] for row in res["fig14"].values()]
-    gain = [row["cmswitch-no-memory"]["latency_ns"] / row["cmswitch"]["latency_ns"] for row in res["fig14"].values()]
-    res["summary"] = {"geomean_vs_cim_mlc": geomean(sp), "max_vs_cim_mlc": float(max(sp)),
-                      "geomean_no_memory_vs_cim_mlc": geomean(nm), "geomean_memory_gain": geomean(gain),
-                      "compile_ratio": {n: row["cmswitch"]["compile_s"] / row["cim-mlc"]["compile_s"]
-                                        for n, row in res["fig14"].items()}}
+    if not args.no_fig14:
+        res["fig14"] = exp_main(nets, hw)
+        res["summary"] = summarise(res["fig14"])
     if args.seq_sweep:
-        rows = []
-        for seq in tqdm(args.seq_sweep, desc="sequence-length sweep (LLaMA2-7B layer)"):
-            zname, kw, _ = llm_models(args.quick, seq)["llama2_7b_layer"]
-            kw = dict(kw, seq_len=seq)
-            mod = relax_module(zname, **kw)
-            a, b = measure(mod, hw, "cim-mlc"), measure(mod, hw, "cmswitch")
-            rows.append({"seq": seq, "cim-mlc_ns": a["latency_ns"], "cmswitch_ns": b["latency_ns"],
-                         "speedup": a["latency_ns"] / b["latency_ns"],
-                         "memory_share": float(np.mean([m["memory_arrays"] / hw.total_crossbars
-                                                        for m in b["modes"]]))})
-            _MODS.clear()  # one LLM layer's weights at a time
-        res["seq_sweep"] = rows
+        names = [n for n in transformer_models(args.quick) if n in nets]
+        res["seq_sweep"] = exp_seq_sweep(hw, args.quick, names, args.seq_sweep)
     if not args.no_sweep:
         kw = {"image_size": 32 if args.quick else 224}
-        res["sensitivity"] = exp_sensitivity(hw, kw, [64, 512] if args.quick else [64, 256, 1024, 4096, 16384])
+        res["sensitivity"] = exp_sensitivity(hw, kw, [64, 512] if args.quick else [16, 64, 256, 1024, 4096],
+                                             [5.0, 50.0] if args.quick else [1.0, 5.0, 20.0, 80.0])
         if "bert_large_layer" in nets:
             res["prime"] = exp_prime(nets)
+    return report(res, args)
+
+
+def summarise(fig14: dict) -> dict:
+    """Geometric and arithmetic means, maximum, the ablation's shares and the compile-time ratios."""
+    rows = fig14.values()
+    sp = [row["cim-mlc"]["latency_ns"] / row["cmswitch"]["latency_ns"] for row in rows]
+    nm = [row["cim-mlc"]["latency_ns"] / row["cmswitch-no-memory"]["latency_ns"] for row in rows]
+    gain = [row["cmswitch-no-memory"]["latency_ns"] / row["cmswitch"]["latency_ns"] for row in rows]
+    return {"geomean_vs_cim_mlc": geomean(sp), "arith_mean_vs_cim_mlc": float(np.mean(sp)),
+            "max_vs_cim_mlc": float(max(sp)),
+            "geomean_no_memory_vs_cim_mlc": geomean(nm), "geomean_memory_gain": geomean(gain),
+            "compile_ratio": {n: row["cmswitch"]["compile_s"] / row["cim-mlc"]["compile_s"]
+                              for n, row in fig14.items()}}
+
+
+def merge(parts: list[dict]) -> dict:
+    """One result from several runs' JSON (models, Fig. 14 rows, sweeps); later files win on conflicts."""
+    res: dict = {"hw": parts[0]["hw"], "quick": parts[0]["quick"], "paper": PAPER, "models": {}}
+    for p in parts:
+        res["models"].update(p.get("models", {}))
+        if "fig14" in p:
+            res.setdefault("fig14", {}).update(p["fig14"])
+        for k in ("sensitivity", "prime"):
+            if k in p:
+                res[k] = p[k]
+        if "seq_sweep" in p:
+            res.setdefault("seq_sweep", []).extend(p["seq_sweep"])
+    if "fig14" in res:
+        res["summary"] = summarise(res["fig14"])
+    return res
+
+
+def report(res: dict, args) -> int:
+    """Print the tables, save the plots and (``--json``) the figures."""
     print_tables(res)
     out_dir = Path(args.plots)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -171,7 +171,8 @@ def _random_ops(rng, n):
                     max_replicas=int(rng.integers(1, 4)), in_ns_mem=float(rng.uniform(0, 200)),
                     out_ns_mem=float(rng.uniform(0, 200)), in_ns_port=float(rng.uniform(0, 60)),
                     out_ns_port=float(rng.uniform(0, 60)), prep_ns=float(rng.uniform(0, 20)),
-                    memory_need=int(rng.integers(0, 3)), producer=(i - 1 if i and rng.random() < 0.7 else None))
+                    memory_need=int(rng.integers(0, 3)), producer=(i - 1 if i and rng.random() < 0.7 else None),
+                    live=bool(rng.random() < 0.4), wb_ns_mem=float(rng.uniform(0, 200)))
             for i in range(n)]
 
 
@@ -203,6 +204,57 @@ def test_allocation_uses_memory_when_bandwidth_bound_and_not_when_compute_bound(
     cb = [R(io[0], compute_ns=1000.0, out_ns_port=1.0), R(io[1], compute_ns=1000.0, in_ns_port=1.0)]
     a = allocate(cb, 16, 16)
     assert a.memory == [0, 0] and sum(a.replicas) == 16
+
+
+def test_allocation_sees_write_backs_of_live_data():
+    """An output a later segment needs is written back through the shared port (T^wb): keeping it in memory
+    mode no longer saves its stores there, only its in-segment consumer's loads."""
+    from tvm_cim.compiler.solvers.arrays import OpTerms, allocate, latency_of
+
+    io = [OpTerms(tiles=1, compute_ns=10.0, max_replicas=8, out_ns_mem=400.0, out_ns_port=200.0, memory_need=1),
+          OpTerms(tiles=1, compute_ns=10.0, max_replicas=8, in_ns_mem=400.0, in_ns_port=200.0, producer=0)]
+    live = [R(io[0], live=True, wb_ns_mem=400.0), io[1]]
+    assert latency_of(io, [1, 1], [0, 0]) == latency_of(live, [1, 1], [0, 0]) == 400.0  # both through the port
+    assert latency_of(io, [1, 1], [4, 0]) == 200.0  # consumed in place: arrays (400 + 400) / 4, port idle
+    assert latency_of(live, [1, 1], [4, 0]) == 300.0  # written back: 200 through the port; arrays 1200/4
+    a, b = allocate(io, 16, 16), allocate(live, 16, 16)
+    assert b.latency_ns > a.latency_ns and b.memory[0] >= 1
+    # a live output whose write-back costs more than the loads it saves stays in the global buffer
+    heavy = [R(live[0], wb_ns_mem=1e5), R(io[1], in_ns_port=1.0)]
+    assert allocate(heavy, 16, 16).memory == [0, 0]
+
+
+def test_write_back_is_on_the_timeline_and_in_energy():
+    """DMOV.writeback reads the memory-mode arrays and writes the global buffer, after every store into them;
+    it needs them to hold data; the results are unchanged."""
+    hw = _dyn()
+    r, x, w = _matmul()
+    prog, _ = _program(hw, r)
+    mem = (94, 95)
+    p2 = _with_memory_store(prog, mem)
+    nbytes = 6 * 30
+    wb = op("DMOV", op="writeback", src=tvm_cim.program.Ref("yf"), level="global", bytes=nbytes, xbs=mem)
+    p3 = verify(R(p2, run=p2.run[:-1] + (wb,) + p2.run[-1:]), hw.total_crossbars)
+    assert parse_program(print_program(p3)) == p3
+    env, stats = _run(hw, p3, r, x)
+    np.testing.assert_array_equal(env["acc"][0], x.astype(np.int64) @ w.astype(np.int64))
+    ev = stats.events
+    i = ev.kind.index("DMOV.writeback")
+    # two arrays at 32 b/cycle = 8 bytes/cycle, the global buffer at 64 b/cycle = 8 bytes/cycle: 23 cycles of 5 ns
+    assert ev.dur[i] == pytest.approx(math.ceil(nbytes / 8) * 5.0)
+    assert set(ev.res[i]) == {"xb:94", "xb:95", "gbuf"}
+    stores = [j for j, k in enumerate(ev.kind) if k == "DMOV.store"]
+    assert set(stores) <= set(ev.deps[i])  # after every store into the arrays
+    gb = hw.chip.global_buffer
+    e = nbytes * 8 * (hw.dual_mode.memory_read_energy_pj_per_bit + gb.read_energy_pj_per_bit
+                      + gb.write_energy_pj_per_bit)
+    assert stats.energy_pj["writeback"] == pytest.approx(e)
+    # verifier and simulator checks
+    with pytest.raises(ProgramError, match="writeback"):
+        verify(R(p2, run=p2.run[:-1] + (R(wb, args=tuple((k, "xbmem" if k == "level" else v) for k, v in wb.args)),)
+                 + p2.run[-1:]), hw.total_crossbars)
+    with pytest.raises(SimulationError, match="hold no data"):
+        _run(hw, R(prog, run=(op("CM.switch", type="TOM", xbs=mem), wb) + prog.run), r, x)
 
 
 def test_segment_dp_with_mip_costs_equals_brute_force():
@@ -356,3 +408,110 @@ def test_allocation_is_visible_as_function_attributes(small):
                                      T.DuplicateWeights(hw)])
     before = seq2(mod)
     assert T.AllocateArrayModes(hw)(before).same_as(before)
+
+
+@pytest.mark.parametrize("strategy", ["cim-mlc", "cmswitch"])
+def test_one_layer_times_layer_count_equals_the_whole_model(strategy):
+    """How the benchmark times the LLMs (one layer, latency x layer count) against the whole small model.
+
+    The layer's weights (3.1 M) exceed the chip (Dynaplasia: 1.2 M), so they
+    stream: every segment rewrites its arrays and segments run one after
+    another.  A layer's last operator (FFN down projection) and the next
+    layer's first (the query projection) do not fit the chip together, so
+    no segment spans a layer boundary, and the mode switches between layers
+    are those of one layer run repeatedly (its first segment switches from
+    its last one's modes): the L-layer model takes L times one layer,
+    exactly.  The LLMs' boundary operators each exceed the chip alone.
+    Where the two boundary operators fit together (hidden 384, FFN 1536
+    here), ``cim-mlc``'s segmentation joins them and the whole model is
+    0.6% faster than L x one layer; where one layer fits the chip, its
+    weights stay resident and L x one layer would miss the rewrites.
+    """
+    from tvm_cim.common import zoo
+    from tvm_cim.common.onnx_io import import_onnx
+    from tvm_cim.report import simulate_timing
+
+    hw = _dyn()
+    kw = dict(seq_len=8, hidden=512, heads=4, ffn=2048)
+    lat = {}
+    for n in (1, 3):
+        mod = import_onnx(zoo.build_model("bert_layer", seed=0, layers=n, **kw), "bert")[0]
+        _, info = tvm_cim.offload(mod, hw, strategy=strategy)
+        assert info.chip_map.segments > 1  # weights streamed, not resident
+        down, query = info.regions[-1], info.regions[0]  # a layer's last and first operators
+        assert down.mkn[1:] == (kw["ffn"], kw["hidden"]) and query.mkn[1:] == (kw["hidden"], kw["hidden"])
+        pl = info.chip_map.placements
+        assert len(pl[down.name].tiles) + len(pl[query.name].tiles) > hw.total_crossbars
+        lat[n] = simulate_timing(info)[1].latency_ns
+    assert lat[3] == pytest.approx(3 * lat[1], rel=1e-12)
+
+
+def _keys_in_place(hw, keep=True, inplace=True, mem=95):
+    """K = x Wk stored into memory-mode array ``mem``; Q K^T with K^T's tile in that array (switched TOC)."""
+    from tvm_cim.compiler.region import DMATMUL
+
+    rng = np.random.default_rng(7)
+    s, hidden, d, m = 8, 10, 30, 6
+    wk = rng.integers(-3, 4, size=(hidden, d)).astype(np.int8)
+    kr = Region("kproj", MATMUL, [(s, hidden)], (s, d), x_scale=1.0, x_zero=0, w_int=wk,
+                w_scale=np.ones(d, np.float32))
+    xk = rng.integers(0, 4, size=(s, hidden)).astype(np.float32)
+    kprog, _ = _program(hw, kr)
+    kprog = R(_with_memory_store(kprog, (mem,)), name="net.kproj")
+    qr = Region("qk", DMATMUL, [(1, m, d), (1, d, s)], (1, m, s), x_scale=1.0, x_zero=0, y_scale=1.0)
+    q = rng.integers(0, 256, size=(1, m, d)).astype(np.float32)
+    qprog, _ = _program(hw, qr)
+    xb = [o["xb"] for o in qprog.ops("run") if o.opcode == "CIM.write_xb"]
+    assert len(xb) == 1  # one tile: 30 rows x 8 keys
+
+    def moved(o):
+        if not hasattr(o, "opcode"):  # parallel{} blocks hold reads only
+            return o
+        if o.opcode == "CIM.bind_vxb":
+            return op("CIM.bind_vxb", vxb=o["vxb"], xbs=(mem,), rows=o["rows"], cols=o["cols"])
+        if o.opcode == "CIM.write_xb":
+            return op("CIM.write_xb", **(dict(o.args) | {"xb": mem} | ({"inplace": True} if inplace else {})))
+        return o
+
+    run = [op("CM.switch", type="TOC", xbs=(mem,), **({"keep": True} if keep else {}))]
+    run += [moved(o) for o in qprog.run if not (getattr(o, "kind", "") == "DMOV.load" and o["src"].name == "y")]
+    qprog = verify(R(qprog, name="net.qk", setup=tuple(moved(o) for o in qprog.setup), run=tuple(run)),
+                   hw.total_crossbars)
+    return kr, kprog, xk, qr, qprog, q
+
+
+def test_keys_in_place_are_exact_and_written_once():
+    """Keys stored by the K projection into a memory-mode array, switched TOC with keep=True and used as the
+    QK^T tile in place: the scores equal plain integer numpy, and the keys are written (and charged) once."""
+    hw = _dyn()
+    kr, kprog, xk, qr, qprog, q = _keys_in_place(hw)
+    assert parse_program(print_program(qprog)) == qprog
+    chip = Chip(hw)
+    kenv, kstats = chip.run(kprog, {"x": xk, **codegen.region_constants(kr)})
+    keys = kenv["out"]
+    np.testing.assert_array_equal(keys, xk.astype(np.int64) @ kr.w_int.astype(np.int64))
+    env, stats = chip.run(qprog, {"x": q, "y": keys.T[None].copy()})
+    ref = q.astype(np.int64) @ (xk.astype(np.int64) @ kr.w_int.astype(np.int64)).T[None]
+    np.testing.assert_array_equal(env["acc"], ref)
+    # the keys were charged once, as memory-mode stores; the in-place tile costs neither time nor energy
+    assert kstats.energy_pj["xbmem"] == pytest.approx(keys.size * 8 * hw.dual_mode.memory_write_energy_pj_per_bit)
+    assert stats.energy_pj.get("write", 0.0) == 0.0 and stats.energy_pj.get("setup_write", 0.0) == 0.0
+    ev = stats.events
+    w = [i for i, k in enumerate(ev.kind) if k == "CIM.write_xb"]
+    assert len(w) == 1 and ev.dur[w[0]] == 0.0
+    # the same QK^T writing its tile normally is charged for it (and loads K from the global buffer)
+    _, _, _, _, normal, _ = _keys_in_place(hw, keep=False, inplace=False)
+    chip2 = Chip(hw)
+    chip2.run(kprog, {"x": xk, **codegen.region_constants(kr)})
+    _, s2 = chip2.run(normal, {"x": q, "y": keys.T[None].copy()})
+    assert s2.energy_pj["write"] > 0 and s2.latency_ns > stats.latency_ns
+
+
+def test_in_place_tile_needs_the_kept_data():
+    hw = _dyn()
+    kr, kprog, xk, qr, qprog, q = _keys_in_place(hw, keep=False)  # TOC without keep: the keys are lost
+    chip = Chip(hw)
+    keys = chip.run(kprog, {"x": xk, **codegen.region_constants(kr)})[0]["out"]
+    for functional in (True, False):
+        with pytest.raises(SimulationError, match="in-place tile"):
+            Chip(hw, Options(functional=functional)).run(qprog, {"x": q, "y": keys.T[None].copy()})

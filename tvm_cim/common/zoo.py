@@ -987,8 +987,8 @@ def vit_base(seed: int = 0, batch: int = 1, image_size: int | Sequence[int] = 22
 # ---------------------------------------------------------------------------
 def bert_layer(seed: int = 0, batch: int = 1, seq_len: int = 128, hidden: int = 768,
                heads: int = 12, ffn: int = 3072, gelu: str = "op", init_std: float = 0.02,
-               eps: float = 1e-12) -> onnx.ModelProto:
-    """One post-LN BERT encoder layer (BERT-base sizes by default).
+               eps: float = 1e-12, layers: int = 1) -> onnx.ModelProto:
+    """One post-LN BERT encoder layer (BERT-base sizes by default), or ``layers`` of them in a row.
 
     ``h = LN(x + Wo(MHA(x)))``, ``out = LN(h + W2(GELU(W1 h)))``.  The Q/K/V
     and output projections are ``MatMul`` with constant weights + ``Add``
@@ -1016,6 +1016,9 @@ def bert_layer(seed: int = 0, batch: int = 1, seq_len: int = 128, hidden: int = 
         Standard deviation of the weights.
     eps : float, optional
         LayerNorm epsilon.
+    layers : int, optional
+        Encoder layers one after another (names prefixed ``layer.<i>.`` when
+        more than one; one layer keeps the names above).
 
     Returns
     -------
@@ -1023,19 +1026,24 @@ def bert_layer(seed: int = 0, batch: int = 1, seq_len: int = 128, hidden: int = 
         Graph with input ``"hidden_states"`` ``(batch, seq_len, hidden)`` and
         output ``"output"`` of the same shape.
     """
-    _check_transformer(hidden, heads, batch=batch, seq_len=seq_len, ffn=ffn)
+    _check_transformer(hidden, heads, batch=batch, seq_len=seq_len, ffn=ffn, layers=layers)
     g = _GraphBuilder("bert_layer", seed, opset=_check_gelu(gelu))
-    x = g.add_input("hidden_states", (batch, seq_len, hidden))
-    y = _mha(g, x, batch, seq_len, hidden, heads, "attention", init_std)
-    x = g.op("Add", [y, x], "attention.residual")
-    x = _layer_norm(g, x, hidden, "attention.output.LayerNorm", eps)
-    y = _linear(g, x, hidden, ffn, "intermediate.dense", init_std)
-    y = _gelu(g, y, "intermediate.gelu", gelu)
-    y = _linear(g, y, ffn, hidden, "output.dense", init_std)
-    y = g.op("Add", [y, x], "output.residual")
-    _layer_norm(g, y, hidden, "output.LayerNorm", eps, out="output")
+    y = g.add_input("hidden_states", (batch, seq_len, hidden))
+    for i in range(layers):
+        p = f"layer.{i}." if layers > 1 else ""
+        last = i == layers - 1
+        x = y
+        y = _mha(g, x, batch, seq_len, hidden, heads, p + "attention", init_std)
+        x = g.op("Add", [y, x], p + "attention.residual")
+        x = _layer_norm(g, x, hidden, p + "attention.output.LayerNorm", eps)
+        y = _linear(g, x, hidden, ffn, p + "intermediate.dense", init_std)
+        y = _gelu(g, y, p + "intermediate.gelu", gelu)
+        y = _linear(g, y, ffn, hidden, p + "output.dense", init_std)
+        y = g.op("Add", [y, x], p + "output.residual")
+        y = _layer_norm(g, y, hidden, p + "output.LayerNorm", eps, out="output" if last else None)
+    what = "BERT encoder layer" if layers == 1 else f"BERT encoder ({layers} layers)"
     return g.build((batch, seq_len, hidden),
-                   f"BERT encoder layer (hidden={hidden}, heads={heads}), seed={seed}")
+                   f"{what} (hidden={hidden}, heads={heads}), seed={seed}")
 
 
 # ---------------------------------------------------------------------------

@@ -62,7 +62,9 @@ def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | 
     memory : dict, optional
         Dual-mode arrays (CMSwitch, ``AllocateArrayModes``): ``in`` / ``out``
         the memory-mode arrays its input is loaded from / its output stored
-        into (``DMOV level="xbmem"``), ``toc`` / ``tom`` the arrays switched
+        into (``DMOV level="xbmem"``), ``writeback`` whether that output is
+        written back from them at the end (``DMOV.writeback``: a consumer is
+        in a later segment), ``toc`` / ``tom`` the arrays switched
         (``CM.switch``) before anything else, in ``run`` if ``in_run`` (the
         segment's first region, every inference) else in ``setup``.
 
@@ -276,6 +278,8 @@ def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | 
                 run += reads(v, p_idx, 0)
         for v in chunks:
             run += post(v, 0)
+    if mem_out and mem.get("writeback"):  # live data leaves the arrays before they change role (T^wb)
+        run.append(op("DMOV", op="writeback", src=Ref("yf"), level=level, bytes=bt * m * n, xbs=mem_out))
     run.append(op("DCOM", op="layout", src=Ref("yf"), dst=Ref("out"),
                   layout="nchw" if region.kind == CONV2D else "rowmajor", shape=tuple(region.out_shape)))
     if loopnest is not None:

@@ -169,13 +169,22 @@ class Estimator:
         return cost.write(self.hw_of(r), min(tile_rows, r.mkn[1]), 0, r.batch, self.wbits)[0]
 
     def region_ns(self, r: Region, replicas: int, tile_rows: int, resident: bool = True, passes: int = 1,
-                  mem_in: int = 0, mem_out: int = 0) -> float:
+                  mem_in: int = 0, mem_out: int = 0, mem_wb: int = 0) -> float:
         """Analytical latency of one region with ``replicas`` copies, inputs ready at time 0.
 
-        ``mem_in`` / ``mem_out``: memory-mode arrays its input is loaded from / its output is stored into.
+        ``mem_in`` / ``mem_out``: memory-mode arrays its input is loaded from / its output is stored into;
+        ``mem_wb``: memory-mode arrays whose live output is written back after it (:meth:`writeback_ns`).
         """
         fin, busy = self.chunk_finish(r, replicas, tile_rows, resident, passes, mem_in=mem_in, mem_out=mem_out)
-        return max(float(np.max(fin)), *busy)
+        return max(float(np.max(fin)) + self.writeback_ns(r, mem_wb), *busy)
+
+    def writeback_ns(self, r: Region, arrays: int) -> float:
+        """Writing a region's output back from ``arrays`` memory-mode arrays (CMSwitch T^wb; 0 if none)."""
+        if not arrays:
+            return 0.0
+        out_bytes = r.batch * int(np.prod(r.mkn[::2]))
+        spill = P.spill_level(r, self.hw, self.wbits, self.ibits) == "offchip"
+        return float(cost.writeback(self.hw, out_bytes, arrays, spill)[0])
 
     def chunks(self, r: Region, replicas: int) -> P.Chunks:
         """The chunks the code generator emits (:func:`tvm_cim.compiler.plan.chunks`)."""
@@ -487,5 +496,6 @@ class Estimator:
             base = seg_start if pipeline else float(t_in.min())
             m = r.mkn[0]
             curves[r.name] = (starts / m, stops / m, fin)
-            end = max(end, float(fin.max()), base + (max(shared) if pipeline else max(busy)))
+            wb = self.writeback_ns(r, getattr(p, "mem_wb", 0))  # live data leaves its arrays after the region
+            end = max(end, float(fin.max()) + wb, base + (max(shared) if pipeline else max(busy)))
         return end, per

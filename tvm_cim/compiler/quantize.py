@@ -36,7 +36,10 @@ from .region import CONV2D, DMATMUL, MATMUL, Region, unfold_conv_weight
 _OBSERVED: dict[str, list[float]] = {}
 _SAMPLED: dict[str, list[dict]] = {}  # region -> per calibration sample, a seeded sample of its input vectors
 _LOCK = threading.Lock()
-_CACHE: dict[tuple, "Observation"] = {}  # (module hash, samples, seed) -> observation, for seeded calibration
+# (module hash, samples, seed) -> observation, for seeded calibration.  Bounded: an observation holds the
+# model's llvm build (every weight) and its samples, so an unbounded cache grows by a model per entry.
+_CACHE: OrderedDict = OrderedDict()
+_CACHE_SIZE = 4
 _COUNTER = [0]
 _RECORDS: OrderedDict = OrderedDict()  # observation id (module attribute cim.calibration_id) -> Observation
 
@@ -69,6 +72,25 @@ class Observation:
     inputs: list
     outputs: list
     runner: "RegionRunner"
+
+
+def forget_calibrations() -> None:
+    """Drop every kept calibration (observations, their llvm builds and samples, region descriptions)
+    and the buffers the Relax VM's pooled allocator keeps for reuse.
+
+    For long sweeps over large models: the float runs of calibration leave
+    their largest intermediates (attention scores: heads x seq^2 floats) in
+    the VM's memory pool, which never shrinks otherwise.  A module compiled
+    before loses its calibration record (``observation`` returns None) and
+    is calibrated again if it is compiled again.  Call it with no VM running.
+    """
+    with _LOCK:
+        _CACHE.clear()
+        _RECORDS.clear()
+        _OBSERVED.clear()
+        _SAMPLED.clear()
+        _FLOAT_REGIONS.clear()
+    tvm.get_global_func("vm.builtin.memory_manager.clear")()
 
 
 def observation(token: str) -> Observation | None:
@@ -327,6 +349,7 @@ def observe(mod: tvm.IRModule, region_names: dict[str, str], config: Calibration
     if config.inputs is None:
         key = (tvm_ffi.structural_hash(mod), tuple(sorted(region_names.items())), config.samples, config.seed)
         if key in _CACHE:
+            _CACHE.move_to_end(key)
             return _CACHE[key], _keep(_CACHE[key], key)
     params = list(mod["main"].params)
     samples = config.inputs
@@ -346,6 +369,8 @@ def observe(mod: tvm.IRModule, region_names: dict[str, str], config: Calibration
                           runner)
     if key is not None:
         _CACHE[key] = obs
+        while len(_CACHE) > _CACHE_SIZE:
+            _CACHE.popitem(last=False)
     return obs, _keep(obs, key)
 
 

@@ -60,6 +60,9 @@ class RegionPlan:
         output is stored into (``AllocateArrayModes``; 0: global buffer).
     switch_ns : float
         Mode switches before its segment starts (on the segment's first region).
+    mem_wb : int
+        Memory-mode arrays holding its output that is still needed after its
+        segment: written back at the end of the region (T^wb).
     """
 
     replicas: int = 1
@@ -74,6 +77,7 @@ class RegionPlan:
     mem_in: int = 0
     mem_out: int = 0
     switch_ns: float = 0.0
+    mem_wb: int = 0
 
 
 @dataclass
@@ -280,8 +284,8 @@ def allocate_modes(regions: list[Region], segment_of: list[int], resident: bool,
             "compute_arrays": int(a.compute_arrays), "memory_arrays": int(a.memory_arrays),
             "idle_arrays": int(hw.total_crossbars - a.compute_arrays - a.memory_arrays),
             "allocation": {n: {"replicas": int(d), "memory_out": int(b), "input_from": (
-                names[p] if p is not None and a.memory[p] else None)}
-                for n, d, b, p in zip(names, a.replicas, a.memory, sm.producer)},
+                names[p] if p is not None and a.memory[p] else None), "write_back": bool(b and lv)}
+                for n, d, b, p, lv in zip(names, a.replicas, a.memory, sm.producer, sm.live or [False] * len(names))},
             "memory_xbs": {n: list(x) for n, x in zip(names, lay["out"]) if x},
             "switch": {"TOM": list(lay["tom"]), "TOC": list(lay["toc"]), "ns": sw},
             "solver": {"status": a.status, "seconds": a.seconds, "gap": a.gap, "bound_ns": a.latency_ns,
@@ -294,7 +298,7 @@ def allocate_modes(regions: list[Region], segment_of: list[int], resident: bool,
 
 def make_plan(r: Region, est: Estimator, replicas: int, tile_rows: int, segment_idx: int, resident: bool,
               cores: int | None = None, latency: bool = True, mem_in: int = 0, mem_out: int = 0,
-              switch_ns: float = 0.0) -> RegionPlan:
+              switch_ns: float = 0.0, mem_wb: int = 0) -> RegionPlan:
     """The plan of a region from its decisions, with the estimate's latency (if ``latency``) and write time."""
     tiles = est.tiles(r, tile_rows)
     passes = passes_of(tiles, est.hw.total_crossbars)
@@ -302,9 +306,9 @@ def make_plan(r: Region, est: Estimator, replicas: int, tile_rows: int, segment_
         replicas=replicas, tile_rows=tile_rows, tiles=tiles,
         cores=est.plan_cores(r, tile_rows) if cores is None else cores, segment=segment_idx,
         latency_ns=est.region_ns(r, replicas, tile_rows, resident, passes=passes, mem_in=mem_in,
-                                 mem_out=mem_out) if latency else 0.0,
+                                 mem_out=mem_out, mem_wb=mem_wb) if latency else 0.0,
         write_ns=(0.0 if resident and r.kind != DMATMUL else est.write_ns(r, tile_rows) * passes),
-        resident=resident, passes=passes, mem_in=mem_in, mem_out=mem_out, switch_ns=switch_ns,
+        resident=resident, passes=passes, mem_in=mem_in, mem_out=mem_out, switch_ns=switch_ns, mem_wb=mem_wb,
     )
 
 

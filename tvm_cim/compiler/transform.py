@@ -364,7 +364,8 @@ def plans_of(mod: tvm.IRModule, hw: CIMHardware, est: Estimator, latency: bool =
             r, est, int(_need(f, "replicas", "DuplicateWeights")), int(_need(f, "tile_rows", "DuplicateWeights")),
             int(_need(f, "segment", "Segment")), bool(_need(f, "resident", "Segment")), latency=latency,
             mem_in=m_in, mem_out=m_out,
-            switch_ns=modes.switch_ns(hw, *sw) if _attr(f, "switch_in_run", False) else 0.0)
+            switch_ns=modes.switch_ns(hw, *sw) if _attr(f, "switch_in_run", False) else 0.0,
+            mem_wb=memory[r.name] if _attr(f, "mem_writeback", False) else 0)
     return plans
 
 
@@ -646,7 +647,8 @@ class AllocateArrayModes:
     consumers in the segment; then the physical memory arrays (top of the
     switchable range) and the ``CM.switch`` lists at the segment's start.
     Writes ``cim.replicas``, ``cim.mem_out``, ``cim.mem_xbs``, ``cim.mem_in_xbs``
-    (the producer's arrays it loads from), ``cim.switch_tom`` /
+    (the producer's arrays it loads from), ``cim.mem_writeback`` (its output is
+    needed after the segment: written back from the arrays), ``cim.switch_tom`` /
     ``cim.switch_toc`` / ``cim.switch_in_run`` on a segment's first region,
     and the module attribute ``cim.modes`` (JSON: per segment the
     allocation, the switches and the solver's status and time).  Other
@@ -682,7 +684,8 @@ class AllocateArrayModes:
         for (g, _), r in zip(fs, regions):
             p = plans[r.name]
             kv = {"replicas": p.replicas, "mem_out": p.mem_out,
-                  "mem_xbs": _xbs_text([out_xbs[r.name]]) if r.name in out_xbs else ""}
+                  "mem_xbs": _xbs_text([out_xbs[r.name]]) if r.name in out_xbs else "",
+                  "mem_writeback": bool(p.mem_wb)}
             seg = summary[p.segment]
             src = seg["allocation"][r.name]["input_from"]
             kv["mem_in_xbs"] = _xbs_text([out_xbs[src]]) if src else ""
@@ -715,7 +718,7 @@ def _memory_of(f) -> dict | None:
         return None
     xs = {k: tuple(x for rep in _xbs_parse(str(_attr(f, k))) for x in rep) if _attr(f, k) else () for k in keys}
     return {"out": xs["mem_xbs"], "in": xs["mem_in_xbs"], "tom": xs["switch_tom"], "toc": xs["switch_toc"],
-            "in_run": bool(_attr(f, "switch_in_run", False))}
+            "in_run": bool(_attr(f, "switch_in_run", False)), "writeback": bool(_attr(f, "mem_writeback", False))}
 
 
 @tvm.transform.module_pass(opt_level=0, name="Place")

@@ -218,6 +218,22 @@ def memory_access(hw: CIMHardware, nbytes, arrays: int, write: bool):
     return ns, {"xbmem": nbytes * 8 * per_bit}
 
 
+def writeback(hw: CIMHardware, nbytes, arrays, offchip: bool):
+    """Live data read out of ``arrays`` memory-mode arrays and written to the global buffer (or off-chip).
+
+    CMSwitch's T^wb: the two sides stream, so it lasts as long as the slower one.
+
+    Returns
+    -------
+    ns : float or numpy.ndarray
+    energy : dict
+        pJ by component: ``xbmem`` (the reads), ``noc+buffer`` and, off-chip, ``offchip``.
+    """
+    t_mem, e_mem = memory_access(hw, nbytes, arrays, write=False)
+    t_buf, e_buf = load_store(hw, nbytes, offchip)
+    return np.maximum(t_mem, t_buf), {**e_buf, **e_mem}
+
+
 def switch(hw: CIMHardware, arrays: int, to_memory: bool):
     """``CM.switch`` of ``arrays`` arrays at once (TOM if ``to_memory`` else TOC).
 

@@ -86,7 +86,9 @@ _ELEMS = _o("elements", INT, False, "elements the ALU processes (its cost)")
 define("CIM.bind_vxb", "none", "bind physical crossbars to row and column ranges of the weight matrix (a virtual crossbar)",
        _o("vxb", INT), _o("xbs", TUPLE), _o("rows", TUPLE), _o("cols", TUPLE))
 define("CIM.write_xb", "crossbar", "program a weight tile into a crossbar (rows serially)",
-       _o("xb", INT), _o("src", REF), _o("rows", RANGE), _o("cols", RANGE), _BATCH)
+       _o("xb", INT), _o("src", REF), _o("rows", RANGE), _o("cols", RANGE), _BATCH,
+       _o("inplace", BOOL, False, "the tile is already in the array's cells (stored there in memory mode and "
+          "kept by CM.switch TOC keep=True, e.g. keys for QK^T): nothing is written or charged"))
 define("CIM.read_xb", "crossbar", "bit-serial MVM on the crossbars of a virtual crossbar (crossbar mode)",
        _o("vxb", INT), _o("src", REF), _VECS, _o("dst", REF), _BLOCK, _BATCH)
 define("CIM.read_core", "crossbar", "MVM on all crossbars of the cores of a virtual crossbar (core mode)",
@@ -104,7 +106,9 @@ define("CIM.loopnest", "crossbar",
        _o("predicted_cycles", FLOAT, False, "the optimiser's latency"))
 # ---------------------------------------------------------------------------- array modes
 define("CM.switch", "mode", "switch arrays to memory mode (TOM) or to compute mode (TOC) (CMSwitch)",
-       _o("type", STR, doc="'TOM' or 'TOC'"), _o("xbs", TUPLE, doc="crossbar ids"))
+       _o("type", STR, doc="'TOM' or 'TOC'"), _o("xbs", TUPLE, doc="crossbar ids"),
+       _o("keep", BOOL, False, "TOC: the data stored in the arrays stays in their cells as weights "
+          "(used in place by CIM.write_xb inplace=True); otherwise it is lost"))
 # ---------------------------------------------------------------------------- data movement
 _LEVEL = _o("level", STR, doc="'global', 'offchip', 'core' or 'xbmem' (dual-mode arrays in memory mode)")
 _MEMXBS = _o("xbs", TUPLE, False, "the memory-mode arrays holding the data (level 'xbmem')")
@@ -116,6 +120,10 @@ define("DMOV.store", "buffer", "store region output to the global buffer, off-ch
        _SUB, _o("src", REF), _VECS, _LEVEL, _FRAC, _BYTES, _MEMXBS)
 define("DMOV.scatter", "link", "send input codes over a core's link to a virtual crossbar (or one row block)",
        _SUB, _o("src", REF), _VECS, _o("vxb", INT), _LEVEL, _BYTES, _BLOCK)
+define("DMOV.writeback", "buffer", "write live data back from memory-mode arrays that switch to compute mode "
+       "(a segment boundary, CMSwitch T^wb) to the global buffer or off-chip memory",
+       _SUB, _o("src", REF), _o("level", STR, doc="'global' or 'offchip': where the data goes"), _BYTES,
+       _o("xbs", TUPLE, doc="the memory-mode arrays holding the data"))
 define("DMOV.fetch", "offchip", "bring constant weights over the off-chip interface (before they are written)",
        _SUB, _o("src", REF), _LEVEL, _BYTES)
 # ---------------------------------------------------------------------------- digital computation

@@ -41,7 +41,7 @@ def _crossbars_of(o: Op) -> tuple:
         return tuple(o["xbs"])
     if o.kind == "CIM.write_xb":
         return (o["xb"],)
-    if o.kind == "CM.switch" or (o.kind in ("DMOV.load", "DMOV.store") and o.get("xbs") is not None):
+    if o.kind in ("CM.switch", "DMOV.writeback") or (o.kind in ("DMOV.load", "DMOV.store") and o.get("xbs") is not None):
         return tuple(o["xbs"])
     return ()
 
@@ -52,6 +52,8 @@ def _check_values(o: Op, where: str, crossbars: int | None) -> None:
         raise ProgramError(f"{where}: CM.switch type must be 'TOM' or 'TOC', got {o['type']!r}")
     if o.kind in ("DMOV.load", "DMOV.store") and (o["level"] == "xbmem") != (o.get("xbs") is not None):
         raise ProgramError(f"{where}: {o.kind} names memory-mode arrays (xbs) exactly when its level is 'xbmem'")
+    if o.kind == "DMOV.writeback" and o["level"] not in ("global", "offchip"):
+        raise ProgramError(f"{where}: DMOV.writeback goes to 'global' or 'offchip', got {o['level']!r}")
     if o.kind == "CM.switch" and not o["xbs"]:
         raise ProgramError(f"{where}: CM.switch switches no arrays")
     if o.kind == "CIM.bind_vxb" and not len(o["xbs"]) == len(o["rows"]) == len(o["cols"]):

@@ -22,7 +22,11 @@ array in memory mode is storage: ``DMOV`` loads and stores with
 a program stores into it (overwriting what it held) may not exceed its capacity.  Reading or programming a
 crossbar in memory mode, using an array in compute mode as memory, loading
 from memory-mode arrays nothing was stored into, or switching an array that
-cannot switch is a :class:`SimulationError`.  Modes persist across the
+cannot switch is a :class:`SimulationError`.  ``CM.switch TOC keep=True``
+keeps what was stored in the arrays as their cells, and ``CIM.write_xb
+inplace=True`` then uses it as the tile (keys in place for ``QK^T``): nothing
+is written or charged again, and an in-place tile the array does not hold
+(nothing kept, or fewer bytes than the tile) is an error.  Modes persist across the
 programs of one build (names ``m<uid>.<region>``); a program of another
 build finds every array in compute mode.
 
@@ -151,6 +155,7 @@ class Chip:
         self._leak_mw = cost.leakage_mw(hw)
         self.xb_memory: set[int] = set()  # dual-mode arrays now in memory mode (CM.switch TOM)
         self.xb_stored: dict[int, int] = {}  # memory-mode array -> bytes its current data occupies
+        self.xb_kept: dict[int, int] = {}  # compute-mode array -> bytes kept from memory mode (TOC keep)
         self._stored_now: set[int] = set()  # arrays this run of the program has stored into
         self._modes_of: str | None = None  # the build whose programs set the current modes
 
@@ -214,6 +219,7 @@ class Chip:
             self._modes_of = build
             self.xb_memory.clear()
             self.xb_stored.clear()
+            self.xb_kept.clear()
         self._stored_now = set()
         self.vxbs = self._bindings(prog)
         self._loopnest = any(o.opcode == "CIM.loopnest" for o in prog.ops("run"))
@@ -251,7 +257,7 @@ class Chip:
         stats.events = ev
         if not self.options.functional:
             out = prog.decl("output")[0]
-            env["out"] = np.zeros(out.shape, np.float32)
+            env["out"] = np.broadcast_to(np.float32(0), out.shape)  # timing only: no values
         tl = schedule_graph([(prog.name, ev, 0)], {}, pipeline=True)
         stats.latency_ns = tl.latency_ns
         for k, e in self._energy.items():
@@ -319,7 +325,8 @@ class Chip:
                 continue
             if s.kind not in OPS:
                 raise SimulationError(f"program '{self.prog.name}': unknown meta-operator {s.kind}")
-            if s.opcode == "CM.switch" or (s.opcode == "DMOV" and s.get("level") == "xbmem"):
+            if s.opcode == "CM.switch" or (s.opcode == "DMOV" and (s.get("level") == "xbmem"
+                                                                    or s.get("op") == "writeback")):
                 self._dual_mode(s)
             elif s.opcode.startswith("CIM.") and s.opcode not in ("CIM.bind_vxb", "CIM.loopnest"):
                 self._check_compute_mode(s)
@@ -334,7 +341,7 @@ class Chip:
             self._record(s, env, ev)
 
     def _check_compute_mode(self, o: Op) -> None:
-        """A crossbar read or write needs its arrays in compute mode."""
+        """A crossbar read or write needs its arrays in compute mode (an in-place write, the tile's data)."""
         if not self.xb_memory:
             return
         xbs = [o["xb"]] if o.opcode == "CIM.write_xb" else [xb for xb, _, _, _ in self._entries(o)]
@@ -342,6 +349,14 @@ class Chip:
         if bad:
             raise SimulationError(f"program '{self.prog.name}': {o.kind} uses crossbars {bad} in memory mode "
                                   "(switch them to compute mode with CM.switch TOC first)")
+        if o.opcode == "CIM.write_xb":
+            kept = self.xb_kept.pop(o["xb"], 0)  # whatever happens, a write replaces the kept data
+            if o.get("inplace"):
+                need = o["rows"].size * o["cols"].size * int(o.get("batch", 1)) * -(-self.wbits // 8)
+                if kept < need:
+                    raise SimulationError(
+                        f"program '{self.prog.name}': in-place tile of crossbar {o['xb']} needs {need} bytes "
+                        f"stored in memory mode and kept at CM.switch TOC (keep=True); it holds {kept}")
 
     def _dual_mode(self, o: Op) -> None:
         """Mode changes and the memory-mode accesses they allow (checked in every simulation mode)."""
@@ -357,8 +372,10 @@ class Chip:
                         self.xb_stored[x] = 0
                         for d in (self.xb_owner, self.xb_cells, self.xb_weights):
                             d.pop(x, None)
-            else:  # data left in the array is lost: it becomes a crossbar again
+            else:  # data left in the array is lost (kept as its cells with keep=True): a crossbar again
                 for x in xbs:
+                    if o.get("keep") and x in self.xb_memory:
+                        self.xb_kept[x] = self.xb_stored.get(x, 0)
                     self.xb_memory.discard(x)
                     self.xb_stored.pop(x, None)
             return
@@ -666,6 +683,8 @@ class Chip:
     def _record_write(self, o: Op, ev: Events) -> None:
         xb = o["xb"]
         dur, e = cost.write(self.phw, o["rows"].size, o["cols"].size, int(o.get("batch", 1)), self.wbits)
+        if o.get("inplace"):  # its data was charged when it was stored in memory mode
+            dur, e = 0.0, 0.0
         key = f"xb:{xb}"
         deps = self._deps(key, Range(0, 1), write=True)
         table = self._ranges.get(o["src"].name)
@@ -738,6 +757,18 @@ class Chip:
             i = ev.add(dur, tuple(f"link:{c}" for c in cores[:1]), self._deps(src, v, False), e, False, "DMOV.scatter")
             blk = o.get("block")
             self._mark(f"{src}@{o['vxb']}" + (f":{blk.start}" if blk is not None else ""), v, i, True)
+            return
+        if sub == "writeback":  # live data out of memory-mode arrays (CMSwitch T^wb), after what it holds
+            xbs = tuple(o["xbs"])
+            offchip = o["level"] == "offchip"
+            dur, energy = cost.writeback(hw, nbytes, len(xbs), offchip)
+            self._energy["writeback"] += float(sum(energy.values()))  # its own line of the breakdown
+            res = tuple(f"xb:{x}" for x in xbs) + (("gbuf", "offchip") if offchip else ("gbuf",))
+            deps = [d for x in xbs for d in self._deps(f"xb:{x}", Range(0, 1), write=True)]
+            i = ev.add(dur, res, deps + self._deps(src, Range(0, self.M), False), float(sum(energy.values())),
+                       False, "DMOV.writeback")
+            for x in xbs:
+                self._mark(f"xb:{x}", Range(0, 1), i, True)
             return
         if sub == "fetch":  # constant weights from off-chip memory into the global buffer
             dur, e = cost.fetch(hw, nbytes)

@@ -14,7 +14,8 @@ subject to (Eq. 10, each bound a rate)::
     r * compute_i                      <= d_i                 (crossbar work, split among copies)
     r * (out_i + sum_c in_c) / D       <= b_i     if z_i      (its arrays serve its stores and the
                                                                loads of its consumers c, Eq. 6)
-    r * sum_i (in_i (1 - z_p(i)) + out_i (1 - z_i)) * port_i <= 1  (the shared global-buffer port: D_main)
+    r * sum_i (in_i (1 - z_p(i)) + out_i (1 - z_i)) * port_i <= 1  (the shared global-buffer port: D_main;
+                                                               out_i counts fully when O_i is live: T^wb)
     r * sum_i prep_i     <= 1                                  (the shared chip ALU)
     need_i z_i <= b_i <= S z_i                                 (capacity; only if every consumer is in S)
     sum_i d_i tiles_i + sum_i b_i <= N,  sum_i b_i <= S        (Eq. 5 and 8)
@@ -58,6 +59,11 @@ class OpTerms:
         (a consumer outside the segment, or none).
     producer : int or None
         Index (in the segment) of the operator whose memory arrays may hold its input.
+    live : bool
+        A consumer is outside the segment: kept in memory mode, its output is
+        written back at the segment's end (T^wb, Eq. 4) -- read out of its
+        arrays (``wb_ns_mem`` through one array) and through the shared port
+        (``out_ns_port``), so memory mode saves it only its consumers' loads.
     """
 
     tiles: int
@@ -70,6 +76,8 @@ class OpTerms:
     prep_ns: float = 0.0
     memory_need: int = 0
     producer: int | None = None
+    live: bool = False
+    wb_ns_mem: float = 0.0
 
 
 @dataclass
@@ -107,8 +115,8 @@ class Allocation:
 
 def array_traffic_ns(ops: list[OpTerms]) -> list[float]:
     """Per operator, the time its memory arrays would be busy through one array: its stores and
-    its consumers' loads (they share the same arrays)."""
-    t = [o.out_ns_mem for o in ops]
+    its consumers' loads (they share the same arrays), and the write-back of live data."""
+    t = [o.out_ns_mem + (o.wb_ns_mem if o.live else 0.0) for o in ops]
     for o in ops:
         if o.producer is not None:
             t[o.producer] += o.in_ns_mem
@@ -124,7 +132,7 @@ def latency_of(ops: list[OpTerms], replicas, memory) -> float:
         t = max(t, o.compute_ns / replicas[i])
         if memory[i]:
             t = max(t, traffic[i] / memory[i])
-        else:
+        if not memory[i] or o.live:  # stored through the port, or written back through it
             port += o.out_ns_port
         p = o.producer
         if p is None or not memory[p]:
@@ -207,7 +215,7 @@ def allocate(ops: list[OpTerms], arrays: int, switchable: int, time_limit: float
         if z[i] is not None:  # through its own memory arrays when kept there (big-M off otherwise)
             c = traffic[i] / t0
             m.add(r * c <= b[i] + r_max * c * (1 - z[i]))
-            port = port + o.out_ns_port / t0 * (r - w[i])
+            port = port + o.out_ns_port / t0 * (r if o.live else r - w[i])  # live: written back through it
         else:
             port = port + o.out_ns_port / t0 * r
         p = o.producer

@@ -13,17 +13,24 @@
   the switchable range (``S - M .. S - 1``, in operator order), compute
   arrays from 0 (placement), and the ``CM.switch`` lists at every segment start.
 
-Write-backs (T^wb) are zero by construction: an operator keeps its output in
-memory-mode arrays only when every consumer is in its segment, so no live
-data is left in arrays that switch back.  An operator larger than the chip
-is a segment of its own and runs in passes (its sub-operators: the tiles of
-each pass), all arrays computing.
+Write-backs (T^wb, Eq. 4): an operator may keep its output in memory-mode
+arrays when its consumers in the segment read nothing else; if some
+consumer is in a later segment the data is live at the boundary and is
+written back (``DMOV.writeback``) to the global buffer (off-chip when it
+spills) at the end of the producer, before the next segment's switches.
+The next segment's memory arrays are assigned from the top of the
+switchable range again, so live data is never kept across a boundary:
+every live byte is written back, and T^wb depends on the previous
+segment's allocation only -- it is part of that segment's estimate, which
+is the DP's intra cost (the MIP sees it as port and array traffic).  An
+operator larger than the chip is a segment of its own and runs in passes
+(its sub-operators: the tiles of each pass), all arrays computing.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -50,12 +57,16 @@ class SegmentModes:
         Copies and memory arrays per operator, solver status and time.
     producer : list of int or None
         Per operator, the index (in the segment) of the operator whose memory arrays hold its input.
+    live : list of bool
+        Per operator, whether a consumer is in a later segment (its output, if
+        kept in memory mode, is written back).
     """
 
     first: int
     last: int
     alloc: mip.Allocation
     producer: list
+    live: list = field(default_factory=list)
 
 
 def _consumers(names: list[str], producers: dict[str, list[str]]) -> dict[str, list[str]]:
@@ -89,7 +100,9 @@ def op_terms(regions: list[Region], first: int, last: int, est: Estimator,
         p = idx.get(ps[0]) if len(ps) == 1 else None
         prod.append(p)
         cs = cons.get(r.name, [])
-        keep = bool(cs) and all(c in idx and producers.get(c) == [r.name] for c in cs)
+        inside = [c for c in cs if c in idx]
+        keep = bool(inside) and all(producers.get(c) == [r.name] for c in inside)
+        live = keep and len(inside) < len(cs)  # consumers in later segments: written back at the end (T^wb)
         chunks_max = len(ch) + n_arr  # chunk count grows with copies; each store rounds up per array
         need = math.ceil((float(np.sum(out_bytes)) + chunks_max) / cap) if (keep and cap and dual) else 0
         terms.append(mip.OpTerms(
@@ -103,6 +116,8 @@ def op_terms(regions: list[Region], first: int, last: int, est: Estimator,
             prep_ns=float(np.sum(prep)),
             memory_need=need,
             producer=p,
+            live=live,
+            wb_ns_mem=float(np.sum(cost.memory_access(hw, out_bytes, 1, False)[0])) if (dual and live) else 0.0,
         ))
     return terms, prod
 
@@ -120,7 +135,7 @@ def allocate_segment(regions: list[Region], first: int, last: int, est: Estimato
         alloc = mip.Allocation([1], [0], math.inf, status="passes", compute_arrays=n)
     else:
         alloc = mip.allocate(terms, n, hw.dual_mode.switchable_arrays, time_limit, seed)
-    return SegmentModes(first, last, alloc, prod)
+    return SegmentModes(first, last, alloc, prod, [t.live for t in terms])
 
 
 def switch_counts(prev_memory: int, memory: int) -> tuple[int, int]:
@@ -175,9 +190,11 @@ def segment_plans(regions: list[Region], sm: SegmentModes, est: Estimator, seg_i
     memory = {r.name: b for r, b in zip(seg, sm.alloc.memory)}
     source = {r.name: seg[p].name for r, p in zip(seg, sm.producer) if p is not None and sm.alloc.memory[p]}
     eff = effective_arrays(seg, est, memory, source)
+    live = sm.live or [False] * len(seg)
     for i, r in enumerate(seg):
         out[r.name] = make_plan(r, est, sm.alloc.replicas[i], rows, seg_idx, resident, latency=latency,
-                                mem_in=eff[r.name][0], mem_out=eff[r.name][1], switch_ns=switch if i == 0 else 0.0)
+                                mem_in=eff[r.name][0], mem_out=eff[r.name][1], switch_ns=switch if i == 0 else 0.0,
+                                mem_wb=sm.alloc.memory[i] if live[i] else 0)
     return out
 
 
