@@ -72,10 +72,10 @@ def test_target_string_and_keys():
     assert "cim" in t.keys and str(t.attrs["model"]) == "prime"
     import tvm_pim
 
-    for name in ("hbm-pim", "attacc"):
+    for name in ("hbm-pim", "hbm-pim-hbm3", "attacc", "attacc-unconstrained"):
         t = tvm.target.Target(f"pim -hw={name}")
         assert "pim" in t.keys and str(t.attrs["model"]) == name
-    assert set(tvm_pim.known_presets()) == {"hbm-pim", "attacc"}
+    assert set(tvm_pim.known_presets()) == {"hbm-pim", "hbm-pim-hbm3", "attacc", "attacc-unconstrained"}
 
 
 def test_unknown_preset_lists_known_ones():
