@@ -83,6 +83,7 @@ def main() -> int:
     ap.add_argument("--models", nargs="*", default=None, choices=sorted(MODELS), help="default: all four")
     ap.add_argument("--hw", nargs="*", default=None, help="presets (default: every CIM preset)")
     ap.add_argument("--image", type=int, default=224, help="input image size (default 224)")
+    ap.add_argument("--no-runs", action="store_true", help="skip the model x preset table")
     ap.add_argument("--no-timing-only", action="store_true", help="skip the --timing-only runs")
     ap.add_argument("--no-bitwise", action="store_true", help="skip the bit-accurate ResNet-18 runs")
     ap.add_argument("--no-compile", action="store_true", help="skip compile time against the number of layers")
@@ -98,7 +99,7 @@ def main() -> int:
         presets, models, image, growth_models, growth_image = ["isaac"], ["resnet18"], 32, ["resnet18"], 32
     out: dict = {"image": image, "runs": [], "bitwise": [], "compile_growth": []}
 
-    jobs = [(m, h) for m in models for h in presets]
+    jobs = [] if args.no_runs else [(m, h) for m in models for h in presets]
     for m, h in tqdm(jobs, desc="model x preset"):
         spec = f"{MODELS[m]}?image_size={image}"
         row = {"model": m, "hw": h, **run_point(spec, h)}

@@ -133,6 +133,10 @@ class _Tile:
         return self._cells
 
 
+# Bound the memory of one batch of queued crossbar reads (bytes of their input vectors as float64).
+_FLUSH_BYTES = 96 * 2**20
+
+
 def _vecs(o: Op, default: int) -> Range:
     v = o.get("vecs")
     return v if isinstance(v, Range) else Range(0, default)
@@ -521,65 +525,84 @@ class Chip:
         groups: dict[tuple, list] = defaultdict(list)
         for xb, rows, cols, base, src, dst, v in pend:
             groups[(src, dst)].append((xb, rows, cols, base, v))
-        for (src, dst), items in groups.items():
-            x, acc = env[src], env[dst]
-            bt = x.shape[0]
-            by_key: dict[tuple, list] = defaultdict(list)
-            for xb, rows, cols, base, v in items:
-                by_key[(xb, rows.start, rows.stop, base, cols.start, cols.stop)].append(v)
-            keys = list(by_key)
-            t_n = len(keys)
-            r_max = max(k[2] - k[1] for k in keys)
-            n_max = max(k[5] - k[4] for k in keys)
-            v_tot = [sum(v.size for v in by_key[k]) for k in keys]
-            v_max = max(v_tot)
-            xs = np.zeros((t_n, bt, v_max, r_max), dtype=np.int32)
-            wts = []
+        for (src, dst), all_items in groups.items():
+            for items in self._batches(all_items, env[src].shape[0]):
+                self._flush_group(src, dst, items, env, stats)
+
+    @staticmethod
+    def _batches(items: list, bt: int):
+        """Consecutive runs of queued reads whose input vectors (as float64) fit :data:`_FLUSH_BYTES`:
+        the peak memory of a flush stays bounded however many chunks a pass has.  (Integer results are
+        the same for any split; only a lossy ADC's summed error statistics may round differently.)"""
+        start, size = 0, 0
+        for i, (_, rows, _, _, v) in enumerate(items):
+            b = 8 * bt * v.size * rows.size
+            if size and size + b > _FLUSH_BYTES:
+                yield items[start:i]
+                start, size = i, 0
+            size += b
+        yield items[start:]
+
+    def _flush_group(self, src: str, dst: str, items: list, env, stats) -> None:
+        """Execute queued reads of one input and one accumulator, vectorised over tiles and vectors."""
+        x, acc = env[src], env[dst]
+        bt = x.shape[0]
+        by_key: dict[tuple, list] = defaultdict(list)
+        for xb, rows, cols, base, v in items:
+            by_key[(xb, rows.start, rows.stop, base, cols.start, cols.stop)].append(v)
+        keys = list(by_key)
+        t_n = len(keys)
+        r_max = max(k[2] - k[1] for k in keys)
+        n_max = max(k[5] - k[4] for k in keys)
+        v_tot = [sum(v.size for v in by_key[k]) for k in keys]
+        v_max = max(v_tot)
+        xs = np.zeros((t_n, bt, v_max, r_max), dtype=np.int32)
+        wts = []
+        for t, key in enumerate(keys):
+            xb, r0, r1, base, c0, c1 = key
+            off = 0
+            for v in by_key[key]:
+                xs[t, :, off : off + v.size, : r1 - r0] = x[:, v.slice(), r0:r1]
+                off += v.size
+            w = self.xb_weights[xb][:, r0 - base : r1 - base]
+            wts.append(self._fit(w, bt, r_max, n_max))
+        wts = np.stack(wts)
+        shape = (t_n, bt, r_max) + self._slices_planes() + (n_max,)  # of the stacked cells
+        lsb = self._lsb(env, keys, shape)
+        hw, sc = self.xhw, self.options.exact_shortcut
+        ni = self.options.nonideal
+        offset = None
+        if ni is not None and ni.active:
+            offset = np.zeros((t_n,) + shape[-3:], dtype=np.float32)
             for t, key in enumerate(keys):
-                xb, r0, r1, base, c0, c1 = key
-                off = 0
-                for v in by_key[key]:
-                    xs[t, :, off : off + v.size, : r1 - r0] = x[:, v.slice(), r0:r1]
-                    off += v.size
-                w = self.xb_weights[xb][:, r0 - base : r1 - base]
-                wts.append(self._fit(w, bt, r_max, n_max))
-            wts = np.stack(wts)
-            shape = (t_n, bt, r_max) + self._slices_planes() + (n_max,)  # of the stacked cells
-            lsb = self._lsb(env, keys, shape)
-            hw, sc = self.xhw, self.options.exact_shortcut
-            ni = self.options.nonideal
-            offset = None
-            if ni is not None and ni.active:
-                offset = np.zeros((t_n,) + shape[-3:], dtype=np.float32)
-                for t, key in enumerate(keys):
-                    off = self.xb_offsets[key[0]]
-                    offset[t, ..., : off.shape[-1]] = off[..., : shape[-1]]
-                if lsb is None:
-                    lsb = X.adc_lsb(hw, r_max)
-            if sc and offset is None and X.exact(hw, lsb, r_max):
-                # the exact integer product: only the cells' shape is used, not their values
-                cells = np.broadcast_to(np.zeros((), np.float32), shape)
-            else:
-                cells = np.stack([self._fit(self._cells(xb)[:, r0 - base : r1 - base], bt, r_max, n_max)
-                                  for xb, r0, r1, base, _, _ in keys])
-            if self.signed_input:  # as the input encoding applies them (two unsigned phases by default)
-                res = X.mvm_signed(xs, cells, hw, self.wbits, self.ibits, sc, weights=wts, lsb=lsb, offset=offset)
-            else:
-                res = X.mvm(xs, cells, hw, self.wbits, self.ibits, sc, weights=wts, lsb=lsb, offset=offset)
-            if self.options.measure_adc_error and (offset is not None or not X.exact(hw, lsb, r_max)):
-                ideal = np.matmul(xs.astype(np.float64), wts.astype(np.float64))
-                err = np.abs(res - ideal)
-                e = stats.adc_error
-                e["max_abs"] = max(e.get("max_abs", 0.0), float(err.max(initial=0)))
-                e["sum_sq_err"] = e.get("sum_sq_err", 0.0) + float((err.astype(np.float64) ** 2).sum())
-                e["sum_sq_ref"] = e.get("sum_sq_ref", 0.0) + float((ideal**2).sum())
-            for t, key in enumerate(keys):
-                xb, r0, r1, base, c0, c1 = key
-                off = 0
-                for v in by_key[key]:
-                    acc[:, v.slice(), c0:c1] += res[t, :, off : off + v.size, : c1 - c0]
-                    off += v.size
-                    stats.macs += bt * v.size * (r1 - r0) * (c1 - c0)
+                off = self.xb_offsets[key[0]]
+                offset[t, ..., : off.shape[-1]] = off[..., : shape[-1]]
+            if lsb is None:
+                lsb = X.adc_lsb(hw, r_max)
+        if sc and offset is None and X.exact(hw, lsb, r_max):
+            # the exact integer product: only the cells' shape is used, not their values
+            cells = np.broadcast_to(np.zeros((), np.float32), shape)
+        else:
+            cells = np.stack([self._fit(self._cells(xb)[:, r0 - base : r1 - base], bt, r_max, n_max)
+                              for xb, r0, r1, base, _, _ in keys])
+        if self.signed_input:  # as the input encoding applies them (two unsigned phases by default)
+            res = X.mvm_signed(xs, cells, hw, self.wbits, self.ibits, sc, weights=wts, lsb=lsb, offset=offset)
+        else:
+            res = X.mvm(xs, cells, hw, self.wbits, self.ibits, sc, weights=wts, lsb=lsb, offset=offset)
+        if self.options.measure_adc_error and (offset is not None or not X.exact(hw, lsb, r_max)):
+            ideal = np.matmul(xs.astype(np.float64), wts.astype(np.float64))
+            err = np.abs(res - ideal)
+            e = stats.adc_error
+            e["max_abs"] = max(e.get("max_abs", 0.0), float(err.max(initial=0)))
+            e["sum_sq_err"] = e.get("sum_sq_err", 0.0) + float((err.astype(np.float64) ** 2).sum())
+            e["sum_sq_ref"] = e.get("sum_sq_ref", 0.0) + float((ideal**2).sum())
+        for t, key in enumerate(keys):
+            xb, r0, r1, base, c0, c1 = key
+            off = 0
+            for v in by_key[key]:
+                acc[:, v.slice(), c0:c1] += res[t, :, off : off + v.size, : c1 - c0]
+                off += v.size
+                stats.macs += bt * v.size * (r1 - r0) * (c1 - c0)
 
     def _lsb(self, env, keys: list, shape: tuple):
         """The programmed ADC LSB of the tiles being read: the program's ``adc_lsb``, or its per-bitline
