@@ -346,13 +346,12 @@ class Chip:
 
     def _check_compute_mode(self, o: Op) -> None:
         """A crossbar read or write needs its arrays in compute mode (an in-place write, the tile's data)."""
-        if not self.xb_memory:
-            return
-        xbs = [o["xb"]] if o.opcode == "CIM.write_xb" else [xb for xb, _, _, _ in self._entries(o)]
-        bad = sorted(x for x in xbs if x in self.xb_memory)
-        if bad:
-            raise SimulationError(f"program '{self.prog.name}': {o.kind} uses crossbars {bad} in memory mode "
-                                  "(switch them to compute mode with CM.switch TOC first)")
+        if self.xb_memory:  # the crossbar lists are only needed when some array is in memory mode
+            xbs = [o["xb"]] if o.opcode == "CIM.write_xb" else [xb for xb, _, _, _ in self._entries(o)]
+            bad = sorted(x for x in xbs if x in self.xb_memory)
+            if bad:
+                raise SimulationError(f"program '{self.prog.name}': {o.kind} uses crossbars {bad} in memory mode "
+                                      "(switch them to compute mode with CM.switch TOC first)")
         if o.opcode == "CIM.write_xb":
             kept = self.xb_kept.pop(o["xb"], 0)  # whatever happens, a write replaces the kept data
             if o.get("inplace"):
