@@ -140,10 +140,11 @@ class Estimator:
         """Cores one replica spans."""
         return max(1, math.ceil(self.tiles(r, tile_rows) / self.xbs_per_core))
 
-    def fetch_ns(self, r: Region, tile_rows: int, passes: int = 1) -> np.ndarray:
+    def fetch_ns(self, r: Region, tile_rows: int, passes: int = 1, cap: int | None = None) -> np.ndarray:
         """Time to bring each pass's weight tiles (one copy) over the off-chip interface.
 
-        Zero for a ``dmatmul``, whose weights are computed on chip.
+        Zero for a ``dmatmul``, whose weights are computed on chip.  ``cap``:
+        crossbars a pass may use (default: the whole chip).
         """
         if r.kind == DMATMUL:
             return np.zeros(passes)
@@ -151,7 +152,7 @@ class Estimator:
         b = self._tile_bytes.get(key)
         if b is None:
             b = self._tile_bytes[key] = P.tile_bytes(self.tile_list(r, tile_rows), self.wbits)
-        cap = self.hw.total_crossbars
+        cap = cap or self.hw.total_crossbars
         per_pass = np.array([b[p * cap:(p + 1) * cap].sum() for p in range(passes)])
         return cost.fetch(self.hw, per_pass)[0]
 
@@ -169,13 +170,15 @@ class Estimator:
         return cost.write(self.hw_of(r), min(tile_rows, r.mkn[1]), 0, r.batch, self.wbits)[0]
 
     def region_ns(self, r: Region, replicas: int, tile_rows: int, resident: bool = True, passes: int = 1,
-                  mem_in: int = 0, mem_out: int = 0, mem_wb: int = 0) -> float:
+                  mem_in: int = 0, mem_out: int = 0, mem_wb: int = 0, cap: int | None = None) -> float:
         """Analytical latency of one region with ``replicas`` copies, inputs ready at time 0.
 
         ``mem_in`` / ``mem_out``: memory-mode arrays its input is loaded from / its output is stored into;
-        ``mem_wb``: memory-mode arrays whose live output is written back after it (:meth:`writeback_ns`).
+        ``mem_wb``: memory-mode arrays whose live output is written back after it (:meth:`writeback_ns`);
+        ``cap``: crossbars its passes may use (default: the whole chip).
         """
-        fin, busy = self.chunk_finish(r, replicas, tile_rows, resident, passes, mem_in=mem_in, mem_out=mem_out)
+        fin, busy = self.chunk_finish(r, replicas, tile_rows, resident, passes, mem_in=mem_in, mem_out=mem_out,
+                                      cap=cap)
         return max(float(np.max(fin)) + self.writeback_ns(r, mem_wb), *busy)
 
     def writeback_ns(self, r: Region, arrays: int) -> float:
@@ -221,7 +224,7 @@ class Estimator:
                      t_in: np.ndarray | float = 0.0,
                      t_free: float | None = None,
                      t_offchip: float | None = None, mem_in: int = 0,
-                     mem_out: int = 0) -> tuple[np.ndarray, tuple[float, float, float]]:
+                     mem_out: int = 0, cap: int | None = None) -> tuple[np.ndarray, tuple[float, float, float]]:
         """When each chunk of a region is stored, given when its input is available.
 
         Weights written at run time (not resident, or a ``dmatmul``'s run-time
@@ -252,6 +255,9 @@ class Estimator:
             Memory-mode arrays (CMSwitch) the input is loaded from and the
             output stored into; their traffic bypasses the global-buffer port
             and off-chip memory.
+        cap : int, optional
+            Crossbars a pass may use (CMSwitch: the compute-mode arrays of a
+            segment whose operators run one after another); the whole chip by default.
 
         Returns
         -------
@@ -278,7 +284,7 @@ class Estimator:
         t_in = np.broadcast_to(np.asarray(t_in, dtype=float), (nch,))
         t0 = float(t_in.min())
         tf = t0 if t_free is None else min(t0, t_free)
-        fetch = self.fetch_ns(r, tile_rows, passes) if not resident else np.zeros(passes)
+        fetch = self.fetch_ns(r, tile_rows, passes, cap) if not resident else np.zeros(passes)
         t_off = tf if t_offchip is None else max(tf, t_offchip)
         if spill and not mem_in and passes == 1 and fetch[0] > 0:  # loads queue behind weights off-chip
             t_in = np.maximum(t_in, t_off + fetch[0])
@@ -301,7 +307,7 @@ class Estimator:
         if passes > 1:
             # every pass rewrites all crossbars with the next tiles (row-major over row and column
             # blocks), then reads every chunk; the link sends the passes' inputs in program order
-            cap, per_core = hw.total_crossbars, hw.core.crossbars
+            cap, per_core = cap or hw.total_crossbars, hw.core.crossbars
             pipelined = self.mvm_pipeline and hw.chip.computing_mode != "core" and row_blocks > 1
             sc_p = np.empty((passes, nch))
             rows_p = []
@@ -480,13 +486,17 @@ class Estimator:
                     lo = np.searchsorted(g1, f0 + 1e-12, side="right")
                     hi = np.maximum(np.searchsorted(g0, f1 - 1e-12, side="left"), lo + 1)
                     t_in = np.maximum(t_in, range_max(fq, lo, np.minimum(hi, len(fq))))
+            serial = getattr(p, "pass_xbs", 0)  # its segment's regions share the compute arrays: one at a time
+            if serial:
+                t_in = np.maximum(t_in, end)
             fin, busy = self.chunk_finish(r, p.replicas, p.tile_rows, p.resident, p.passes, t_in,
-                                          t_free=seg_start if pipeline else end,
+                                          t_free=end if (serial or not pipeline) else seg_start,
                                           t_offchip=off_free if pipeline else None,
-                                          mem_in=getattr(p, "mem_in", 0), mem_out=getattr(p, "mem_out", 0))
+                                          mem_in=getattr(p, "mem_in", 0), mem_out=getattr(p, "mem_out", 0),
+                                          cap=getattr(p, "pass_xbs", 0) or None)
             if not p.resident:
                 off_free = max(off_free, seg_start if pipeline else end) + float(
-                    np.sum(self.fetch_ns(r, p.tile_rows, p.passes)))
+                    np.sum(self.fetch_ns(r, p.tile_rows, p.passes, getattr(p, "pass_xbs", 0) or None)))
             if self.offchip_in_order and ch.level == "offchip" and not (getattr(p, "mem_in", 0)
                                                                          and getattr(p, "mem_out", 0)):
                 off_free = max(off_free, float(fin.max()))

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..hardware.schema import CIMHardware
+from .plan import pass_ranges
 from .region import DMATMUL, Region
 
 QUANT_BITS = 8  # the compiler quantises weights and activations to int8
@@ -207,12 +208,13 @@ def allocate(regions: list[Region], hw: CIMHardware, plans: dict | None = None) 
         ts = tiles[r.name]
         if seg_of[r.name] != cur_seg:
             cur_seg, nxt = seg_of[r.name], 0
-        if len(ts) > cap:  # one copy larger than the chip: passes over reused crossbars
+        serial = plans[r.name].pass_xbs if r.name in plans else 0  # CMSwitch: alone on crossbars 0 .. serial-1
+        if len(ts) > (serial or cap) or serial:  # one copy larger than the chip: passes over reused crossbars
+            c = serial or cap
             if reps[r.name] > 1:
-                raise PlacementError(f"region {r.name} is larger than the chip ({len(ts)} tiles on {cap} "
+                raise PlacementError(f"region {r.name} is larger than the chip ({len(ts)} tiles on {c} "
                                      f"crossbars) and runs in passes; it cannot have {reps[r.name]} replicas")
-            passes = [list(range(i, min(len(ts), i + cap))) for i in range(0, len(ts), cap)]
-            cmap.placements[r.name] = Placement(ts, [[i % cap for i in range(len(ts))]], passes,
+            cmap.placements[r.name] = Placement(ts, [[i % c for i in range(len(ts))]], [list(rg) for rg in pass_ranges(len(ts), c)],
                                                 resident=False, segment=seg_of[r.name])
             continue
         replicas = []

@@ -63,6 +63,11 @@ class RegionPlan:
     mem_wb : int
         Memory-mode arrays holding its output that is still needed after its
         segment: written back at the end of the region (T^wb).
+    pass_xbs : int
+        CMSwitch's split of operators larger than the chip: its segment's
+        regions run one after another, each on crossbars ``0 .. pass_xbs - 1``
+        (the compute-mode arrays; the others hold the segment's data in memory
+        mode), in passes (sub-operators) when larger; 0: the usual placement.
     """
 
     replicas: int = 1
@@ -78,6 +83,7 @@ class RegionPlan:
     mem_out: int = 0
     switch_ns: float = 0.0
     mem_wb: int = 0
+    pass_xbs: int = 0
 
 
 @dataclass
@@ -251,7 +257,7 @@ def allocate_modes(regions: list[Region], segment_of: list[int], resident: bool,
     bounds: dict[int, list[int]] = {}
     for i, s_idx in enumerate(segment_of):
         bounds.setdefault(s_idx, []).append(i)
-    segs = [modes.allocate_segment(regions, idx[0], idx[-1], est, producers, time_limit, seed)
+    segs = [modes.allocate_segment(regions, idx[0], idx[-1], est, producers, time_limit, seed, make_plan)
             for _, idx in sorted(bounds.items())]
     # every array computing is one of the allocations CMSwitch chooses from: keep CIM-MLC's duplication
     # of the segment (all arrays computing) when the shared estimate says it is faster than the MIP's
@@ -283,6 +289,7 @@ def allocate_modes(regions: list[Region], segment_of: list[int], resident: bool,
             "segment": s_idx, "regions": names,
             "compute_arrays": int(a.compute_arrays), "memory_arrays": int(a.memory_arrays),
             "idle_arrays": int(hw.total_crossbars - a.compute_arrays - a.memory_arrays),
+            "serial_xbs": int(sm.pass_xbs),
             "allocation": {n: {"replicas": int(d), "memory_out": int(b), "input_from": (
                 names[p] if p is not None and a.memory[p] else None), "write_back": bool(b and lv)}
                 for n, d, b, p, lv in zip(names, a.replicas, a.memory, sm.producer, sm.live or [False] * len(names))},
@@ -298,17 +305,18 @@ def allocate_modes(regions: list[Region], segment_of: list[int], resident: bool,
 
 def make_plan(r: Region, est: Estimator, replicas: int, tile_rows: int, segment_idx: int, resident: bool,
               cores: int | None = None, latency: bool = True, mem_in: int = 0, mem_out: int = 0,
-              switch_ns: float = 0.0, mem_wb: int = 0) -> RegionPlan:
+              switch_ns: float = 0.0, mem_wb: int = 0, pass_xbs: int = 0) -> RegionPlan:
     """The plan of a region from its decisions, with the estimate's latency (if ``latency``) and write time."""
     tiles = est.tiles(r, tile_rows)
-    passes = passes_of(tiles, est.hw.total_crossbars)
+    passes = passes_of(tiles, pass_xbs or est.hw.total_crossbars)
     return RegionPlan(
         replicas=replicas, tile_rows=tile_rows, tiles=tiles,
         cores=est.plan_cores(r, tile_rows) if cores is None else cores, segment=segment_idx,
         latency_ns=est.region_ns(r, replicas, tile_rows, resident, passes=passes, mem_in=mem_in,
-                                 mem_out=mem_out, mem_wb=mem_wb) if latency else 0.0,
+                                 mem_out=mem_out, mem_wb=mem_wb, cap=pass_xbs or None) if latency else 0.0,
         write_ns=(0.0 if resident and r.kind != DMATMUL else est.write_ns(r, tile_rows) * passes),
         resident=resident, passes=passes, mem_in=mem_in, mem_out=mem_out, switch_ns=switch_ns, mem_wb=mem_wb,
+        pass_xbs=pass_xbs,
     )
 
 

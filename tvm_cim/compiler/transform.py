@@ -76,6 +76,7 @@ from ..program import Segment as NetSegment
 from . import accuracy, codegen, dataflow, mapping, schedule, strategies
 from .estimate import Estimator
 from .partition import PREFIX, PartitionForCIM
+from .plan import pass_ranges
 from .quantize import CalibrationConfig, activation_params, describe_composite, observation, observe, quantize_weights
 from .region import CONV2D, DMATMUL, MATMUL, Region, unfold_conv_weight
 from .strategies import modes
@@ -365,7 +366,8 @@ def plans_of(mod: tvm.IRModule, hw: CIMHardware, est: Estimator, latency: bool =
             int(_need(f, "segment", "Segment")), bool(_need(f, "resident", "Segment")), latency=latency,
             mem_in=m_in, mem_out=m_out,
             switch_ns=modes.switch_ns(hw, *sw) if _attr(f, "switch_in_run", False) else 0.0,
-            mem_wb=memory[r.name] if _attr(f, "mem_writeback", False) else 0)
+            mem_wb=memory[r.name] if _attr(f, "mem_writeback", False) else 0,
+            pass_xbs=int(_attr(f, "pass_xbs", 0) or 0))
     return plans
 
 
@@ -683,7 +685,7 @@ class AllocateArrayModes:
         updates = {}
         for (g, _), r in zip(fs, regions):
             p = plans[r.name]
-            kv = {"replicas": p.replicas, "mem_out": p.mem_out,
+            kv = {"replicas": p.replicas, "mem_out": p.mem_out, "pass_xbs": p.pass_xbs, "passes": p.passes,
                   "mem_xbs": _xbs_text([out_xbs[r.name]]) if r.name in out_xbs else "",
                   "mem_writeback": bool(p.mem_wb)}
             seg = summary[p.segment]
@@ -802,8 +804,9 @@ def _chip_map(mod: tvm.IRModule, hw: CIMHardware, regions: list[Region]) -> mapp
         seg = int(_need(f, "segment", "Segment"))
         resident = bool(_need(f, "resident", "Segment"))
         stationary = stationary and resident
-        if len(ts) > cap:
-            passes = [list(rg) for rg in (range(i, min(len(ts), i + cap)) for i in range(0, len(ts), cap))]
+        serial = int(_attr(f, "pass_xbs", 0) or 0)  # CMSwitch: its segment's regions run one at a time
+        if len(ts) > cap or serial:
+            passes = [list(rg) for rg in pass_ranges(len(ts), serial or cap)]
             cmap.placements[r.name] = mapping.Placement(ts, reps, passes, resident=False, segment=seg)
         else:
             cmap.placements[r.name] = mapping.Placement(ts, reps, [list(range(len(ts)))],

@@ -22,9 +22,18 @@ The next segment's memory arrays are assigned from the top of the
 switchable range again, so live data is never kept across a boundary:
 every live byte is written back, and T^wb depends on the previous
 segment's allocation only -- it is part of that segment's estimate, which
-is the DP's intra cost (the MIP sees it as port and array traffic).  An
-operator larger than the chip is a segment of its own and runs in passes
-(its sub-operators: the tiles of each pass), all arrays computing.
+is the DP's intra cost (the MIP sees it as port and array traffic).
+
+Operators larger than the chip (issue 10 sec. 3, paper Alg. 1 L4) are split
+into sub-operators that fit: the tiles of each pass over the segment's
+compute-mode arrays.  A segment whose operators do not fit at once is
+*serial*: its operators run one after another on the same compute arrays
+(``pass_xbs`` of them, in as many passes as each needs) while the rest of
+the switchable arrays hold, in memory mode, the outputs its later
+operators read (:func:`serial_allocation`: every subset of the operators
+that may keep their output, costed by the shared estimate).  The DP
+considers serial segments of up to :data:`SERIAL_MAX` operators; a serial
+segment with no memory array is the old whole-chip passes.
 """
 
 from __future__ import annotations
@@ -43,6 +52,8 @@ from ..solvers.segments import segment as dp_segment
 from . import duplication
 
 TIME_LIMIT_S = 5.0  # per MIP solve
+SERIAL_MAX = 4  # longest serial segment (operators run one after another, split into passes) the DP considers
+SERIAL_KEEP_MAX = 4  # at most 2^this memory choices are costed per serial segment
 
 
 @dataclass
@@ -60,6 +71,10 @@ class SegmentModes:
     live : list of bool
         Per operator, whether a consumer is in a later segment (its output, if
         kept in memory mode, is written back).
+    pass_xbs : int
+        A serial segment (operators larger than the free arrays, split into
+        passes): the compute-mode arrays every operator runs on, one after
+        another; 0: operators pipelined (or a single one on the whole chip).
     """
 
     first: int
@@ -67,6 +82,7 @@ class SegmentModes:
     alloc: mip.Allocation
     producer: list
     live: list = field(default_factory=list)
+    pass_xbs: int = 0
 
 
 def _consumers(names: list[str], producers: dict[str, list[str]]) -> dict[str, list[str]]:
@@ -124,18 +140,68 @@ def op_terms(regions: list[Region], first: int, last: int, est: Estimator,
 
 def allocate_segment(regions: list[Region], first: int, last: int, est: Estimator,
                      producers: dict[str, list[str]], time_limit: float = TIME_LIMIT_S,
-                     seed: int = 0) -> SegmentModes:
-    """Solve the allocation of operators ``first .. last`` (one operator larger than the chip: passes)."""
+                     seed: int = 0, make_plan=None) -> SegmentModes:
+    """Allocate operators ``first .. last``: the MIP when one copy of each fits the chip, otherwise a
+    serial segment (:func:`serial_allocation`; ``make_plan`` -- :func:`schedule.make_plan` -- costs its
+    memory choices; without it, no memory array)."""
     hw = est.hw
     terms, prod = op_terms(regions, first, last, est, producers)
     n = hw.total_crossbars
+    live = [t.live for t in terms]
     if sum(t.tiles for t in terms) > n:
-        if first != last:
-            raise ValueError(f"operators {first}..{last} do not fit the chip")
-        alloc = mip.Allocation([1], [0], math.inf, status="passes", compute_arrays=n)
-    else:
-        alloc = mip.allocate(terms, n, hw.dual_mode.switchable_arrays, time_limit, seed)
-    return SegmentModes(first, last, alloc, prod, [t.live for t in terms])
+        return serial_allocation(regions, first, last, est, producers, terms, prod, make_plan)
+    alloc = mip.allocate(terms, n, hw.dual_mode.switchable_arrays, time_limit, seed)
+    return SegmentModes(first, last, alloc, prod, live)
+
+
+def serial_choices(hw: CIMHardware, terms: list[mip.OpTerms]) -> list[tuple[list[int], int]]:
+    """Memory choices of a serial segment: ``(memory arrays per operator, compute arrays)``.
+
+    Every subset of the operators that may keep their output (a consumer in
+    the segment that reads nothing else; up to :data:`SERIAL_KEEP_MAX` of
+    them), each kept at the arrays its output needs; the memory arrays sit at
+    the top of the switchable range, the compute arrays below them, so at
+    least one array must stay computing.  The first choice keeps nothing.
+    """
+    n, top = hw.total_crossbars, hw.dual_mode.switchable_arrays
+    keep = [i for i, t in enumerate(terms) if t.memory_need][:SERIAL_KEEP_MAX]
+    out = []
+    for mask in range(1 << len(keep)):
+        mem = [0] * len(terms)
+        for b, i in enumerate(keep):
+            if mask >> b & 1:
+                mem[i] = terms[i].memory_need
+        total = sum(mem)
+        comp = n if not total else top - total
+        if total <= top and comp >= 1:
+            out.append((mem, comp))
+    return out
+
+
+def serial_allocation(regions: list[Region], first: int, last: int, est: Estimator,
+                      producers: dict[str, list[str]], terms: list[mip.OpTerms], prod: list,
+                      make_plan=None) -> SegmentModes:
+    """A serial segment's allocation: the memory choice (:func:`serial_choices`) the shared estimate finds
+    fastest, every operator with one copy on the compute arrays (in passes when larger).
+
+    A single operator keeps nothing and runs on the whole chip, as before the split.
+    """
+    n = est.hw.total_crossbars
+    live = [t.live for t in terms]
+    choices = serial_choices(est.hw, terms) if make_plan is not None else [([0] * len(terms), n)]
+    best = None
+    for mem, comp in choices:
+        xbs = comp if (first != last or any(mem)) else 0
+        alloc = mip.Allocation([1] * len(terms), mem, math.inf, status="passes", compute_arrays=comp)
+        sm = SegmentModes(first, last, alloc, prod, live, pass_xbs=xbs)
+        if len(choices) == 1:
+            return sm
+        plans = segment_plans(regions, sm, est, 0, False, make_plan)
+        t = est.graph_ns(regions[first:last + 1], plans, True, producers)[0]
+        sm.alloc.latency_ns = t
+        if best is None or t < best[0]:
+            best = (t, sm)
+    return best[1]
 
 
 def switch_counts(prev_memory: int, memory: int) -> tuple[int, int]:
@@ -194,7 +260,7 @@ def segment_plans(regions: list[Region], sm: SegmentModes, est: Estimator, seg_i
     for i, r in enumerate(seg):
         out[r.name] = make_plan(r, est, sm.alloc.replicas[i], rows, seg_idx, resident, latency=latency,
                                 mem_in=eff[r.name][0], mem_out=eff[r.name][1], switch_ns=switch if i == 0 else 0.0,
-                                mem_wb=sm.alloc.memory[i] if live[i] else 0)
+                                mem_wb=sm.alloc.memory[i] if live[i] else 0, pass_xbs=sm.pass_xbs)
     return out
 
 
@@ -216,17 +282,17 @@ def segment_dp(regions: list[Region], est: Estimator, producers: dict[str, list[
     n = hw.total_crossbars
     tiles = [est.tiles(r, hw.crossbar.rows) for r in regions]
     if sum(tiles) <= n:  # everything fits: one segment, weights written once
-        return [allocate_segment(regions, 0, m - 1, est, producers, time_limit, seed)], True
+        return [allocate_segment(regions, 0, m - 1, est, producers, time_limit, seed, make_plan)], True
     cache: dict[tuple[int, int], SegmentModes] = {}
     prefix = np.concatenate([[0], np.cumsum(tiles)])
 
     def modes(i, j):
         if (i, j) not in cache:
-            cache[(i, j)] = allocate_segment(regions, i, j, est, producers, time_limit, seed)
+            cache[(i, j)] = allocate_segment(regions, i, j, est, producers, time_limit, seed, make_plan)
         return cache[(i, j)]
 
     def intra(i, j):
-        if prefix[j + 1] - prefix[i] > n and i != j:
+        if prefix[j + 1] - prefix[i] > n and j - i + 1 > SERIAL_MAX:
             return math.inf
         sm = modes(i, j)
         plans = segment_plans(regions, sm, est, 0, False, make_plan)
@@ -241,7 +307,7 @@ def segment_dp(regions: list[Region], est: Estimator, producers: dict[str, list[
         j = i
         while j + 1 < m and prefix[j + 2] - prefix[i] <= n:
             j += 1
-        longest = max(longest, j - i + 1)
+        longest = max(longest, j - i + 1, min(SERIAL_MAX, m - i))
     _, cut = dp_segment(m, intra, inter, longest)
     return [modes(i, j) for i, j in cut], False
 
