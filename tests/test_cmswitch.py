@@ -426,6 +426,14 @@ def test_one_layer_times_layer_count_equals_the_whole_model(strategy):
     here), ``cim-mlc``'s segmentation joins them and the whole model is
     0.6% faster than L x one layer; where one layer fits the chip, its
     weights stay resident and L x one layer would miss the rewrites.
+
+    ``cmswitch`` splits operators larger than its free arrays into passes
+    over a *serial* segment, and such a segment may span a layer boundary
+    (FFN down projection + the next layer's query projection, one after
+    another on the same arrays, the next weights fetched while the last
+    pass computes): then the L-layer model is slightly faster than L x one
+    layer (0.26% here), so the benchmark's L x one layer is a bound that
+    errs against ``cmswitch``, by less than 1%.
     """
     from tvm_cim.common import zoo
     from tvm_cim.common.onnx_io import import_onnx
@@ -443,7 +451,51 @@ def test_one_layer_times_layer_count_equals_the_whole_model(strategy):
         pl = info.chip_map.placements
         assert len(pl[down.name].tiles) + len(pl[query.name].tiles) > hw.total_crossbars
         lat[n] = simulate_timing(info)[1].latency_ns
-    assert lat[3] == pytest.approx(3 * lat[1], rel=1e-12)
+    if strategy == "cmswitch":
+        assert 0.99 * 3 * lat[1] <= lat[3] <= 3 * lat[1]
+    else:
+        assert lat[3] == pytest.approx(3 * lat[1], rel=1e-12)
+
+
+def test_split_operators_keep_outputs_in_memory_mode_and_stay_exact():
+    """Issue 10 sec. 3: the FFN matrices (512 x 2048: 104 arrays; 2048 x 512: 91) do not fit beside a
+    memory-mode buffer, so CMSwitch runs them one after the other in passes (sub-operators) over the
+    compute arrays while the up projection's output (64 x 2048, larger than the global buffer) waits in
+    memory-mode arrays for the down projection.  Outputs equal cim-mlc's and none's bit for bit; the
+    passes use only the compute arrays and the down projection loads from the memory-mode arrays."""
+    from tvm import relax
+
+    from tvm_cim.common import zoo
+    from tvm_cim.common.onnx_io import import_onnx
+    from tvm_cim.report import build_report
+
+    hw = _dyn()
+    mod = import_onnx(zoo.build_model("bert_layer", seed=0, seq_len=64, hidden=512, heads=4, ffn=2048), "b")[0]
+    x = np.random.default_rng(2).standard_normal((1, 64, 512)).astype("float32")
+    outs = {}
+    for s in ("none", "cim-mlc", "cmswitch"):
+        lowered, info = tvm_cim.offload(mod, hw, strategy=s)
+        outs[s], stats = _run_vm(relax, lowered, x)
+    np.testing.assert_array_equal(outs["cmswitch"], outs["cim-mlc"])
+    np.testing.assert_array_equal(outs["cmswitch"], outs["none"])
+    rep = build_report(info, stats, hw.name)
+    serial = [seg for seg in rep["dual_mode"]["segments"] if seg["serial_xbs"] and seg["memory_arrays"]]
+    assert serial, "no serial segment kept data in memory mode"
+    seg = serial[0]
+    comp = seg["serial_xbs"]
+    assert comp + seg["memory_arrays"] <= hw.dual_mode.switchable_arrays
+    mem = {x for xs in seg["memory_xbs"].values() for x in xs}
+    assert min(mem) >= comp
+    names = seg["regions"]
+    pl = info.chip_map.placements
+    assert any(len(pl[n].passes) > 1 for n in names)  # an operator split into sub-operators
+    for n in names:
+        assert max(x for rep_ in pl[n].replicas for x in rep_) < comp  # computing only on compute arrays
+    reader = [n for n, a in seg["allocation"].items() if a["input_from"]]
+    assert reader
+    prog = next(p for p in info.programs if p.name.endswith(reader[0].split(".")[-1]))
+    loads = [o for o in prog.ops("run") if getattr(o, "kind", "") == "DMOV.load"]
+    assert loads and all(o["level"] == "xbmem" and set(o["xbs"]) <= mem for o in loads)
 
 
 def _keys_in_place(hw, keep=True, inplace=True, mem=95):
