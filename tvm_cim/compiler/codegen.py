@@ -148,6 +148,11 @@ def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | 
     run: list = []
     switches = [op("CM.switch", type=t, xbs=tuple(mem[k])) for t, k in (("TOC", "toc"), ("TOM", "tom")) if mem.get(k)]
     (run if mem.get("in_run") else setup).extend(switches)
+    inplace = tuple(mem.get("inplace", ()))  # keys in place: the run-time operand is already in the arrays
+    if mem.get("tom_run") and mem_out:  # its arrays computed (keys in place) last inference: memory mode again
+        run.append(op("CM.switch", type="TOM", xbs=mem_out))
+    if inplace:
+        run.append(op("CM.switch", type="TOC", xbs=inplace, keep=True))
     vxb_of: dict[tuple[int, int], int] = {}
     binds = []
     for p_idx, idx in enumerate(pl.passes):
@@ -173,13 +178,14 @@ def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | 
             for i in pl.passes[p_idx]:
                 t = pl.tiles[i]
                 out.append(op("CIM.write_xb", xb=xbs[i], src=Ref(src), rows=Range(t.k0, t.k1),
-                              cols=Range(t.n0, t.n1), **extra))
+                              cols=Range(t.n0, t.n1), **extra, **({"inplace": True} if inplace else {})))
         return out
 
     # ---- operand preparation that is not per chunk
-    if region.kind == DMATMUL:
+    if region.kind == DMATMUL and not inplace:
         run.append(op("DMOV", op="load", src=Ref("y"), level=level, frac=(0.0, 1.0),
                       bytes=int(np.prod(region.in_shapes[1])) * wbits // 8))
+    if region.kind == DMATMUL:
         run.append(op("DCOM", op="quantize", src=Ref("y"), dst=Ref("yq0"), scale=float(region.y_scale), zero=0,
                       bits=wbits, signed=True, elements=int(np.prod(region.in_shapes[1]))))
         run.append(op("DCOM", op="reshape", src=Ref("yq0"), dst=Ref("yq"), shape=(bt, k, n), batch_shape=region.batch_shape))

@@ -170,15 +170,17 @@ class Estimator:
         return cost.write(self.hw_of(r), min(tile_rows, r.mkn[1]), 0, r.batch, self.wbits)[0]
 
     def region_ns(self, r: Region, replicas: int, tile_rows: int, resident: bool = True, passes: int = 1,
-                  mem_in: int = 0, mem_out: int = 0, mem_wb: int = 0, cap: int | None = None) -> float:
+                  mem_in: int = 0, mem_out: int = 0, mem_wb: int = 0, cap: int | None = None,
+                  inplace: bool = False) -> float:
         """Analytical latency of one region with ``replicas`` copies, inputs ready at time 0.
 
         ``mem_in`` / ``mem_out``: memory-mode arrays its input is loaded from / its output is stored into;
         ``mem_wb``: memory-mode arrays whose live output is written back after it (:meth:`writeback_ns`);
-        ``cap``: crossbars its passes may use (default: the whole chip).
+        ``cap``: crossbars its passes may use (default: the whole chip); ``inplace``: a ``dmatmul``'s
+        run-time operand is already in its arrays (keys in place).
         """
         fin, busy = self.chunk_finish(r, replicas, tile_rows, resident, passes, mem_in=mem_in, mem_out=mem_out,
-                                      cap=cap)
+                                      cap=cap, inplace=inplace)
         return max(float(np.max(fin)) + self.writeback_ns(r, mem_wb), *busy)
 
     def writeback_ns(self, r: Region, arrays: int) -> float:
@@ -224,7 +226,8 @@ class Estimator:
                      t_in: np.ndarray | float = 0.0,
                      t_free: float | None = None,
                      t_offchip: float | None = None, mem_in: int = 0,
-                     mem_out: int = 0, cap: int | None = None) -> tuple[np.ndarray, tuple[float, float, float]]:
+                     mem_out: int = 0, cap: int | None = None,
+                     inplace: bool = False) -> tuple[np.ndarray, tuple[float, float, float]]:
         """When each chunk of a region is stored, given when its input is available.
 
         Weights written at run time (not resident, or a ``dmatmul``'s run-time
@@ -258,6 +261,10 @@ class Estimator:
         cap : int, optional
             Crossbars a pass may use (CMSwitch: the compute-mode arrays of a
             segment whose operators run one after another); the whole chip by default.
+        inplace : bool
+            A ``dmatmul`` whose run-time operand was stored into its arrays in
+            memory mode and kept at the switch to compute mode (CMSwitch's keys
+            in place): it is neither loaded nor written, but waits for all of it.
 
         Returns
         -------
@@ -294,7 +301,12 @@ class Estimator:
         fetched = t_off + np.cumsum(fetch)
         ready = maxplus(loaded, prep)
         start = t0
-        if r.kind == DMATMUL:  # the run-time operand is loaded, quantised and written first
+        if r.kind == DMATMUL and inplace:  # the run-time operand is in place once all of it is stored
+            y_el = float(np.prod(r.in_shapes[1]))
+            y_q = cost.alu(hw, "quantize", y_el, core_level=False)[0]
+            start = max(t0, tf + y_q)
+            ready = np.maximum(ready, tf + y_q)
+        elif r.kind == DMATMUL:  # the run-time operand is loaded, quantised and written first
             y_el = float(np.prod(r.in_shapes[1]))
             y_load = cost.load_store(hw, math.ceil(y_el * self.wbits / 8), spill)[0]
             y_q = cost.alu(hw, "quantize", y_el, core_level=False)[0]
@@ -493,7 +505,8 @@ class Estimator:
                                           t_free=end if (serial or not pipeline) else seg_start,
                                           t_offchip=off_free if pipeline else None,
                                           mem_in=getattr(p, "mem_in", 0), mem_out=getattr(p, "mem_out", 0),
-                                          cap=getattr(p, "pass_xbs", 0) or None)
+                                          cap=getattr(p, "pass_xbs", 0) or None,
+                                          inplace=bool(getattr(p, "inplace_xbs", ())))
             if not p.resident:
                 off_free = max(off_free, seg_start if pipeline else end) + float(
                     np.sum(self.fetch_ns(r, p.tile_rows, p.passes, getattr(p, "pass_xbs", 0) or None)))

@@ -208,6 +208,13 @@ def allocate(regions: list[Region], hw: CIMHardware, plans: dict | None = None) 
         ts = tiles[r.name]
         if seg_of[r.name] != cur_seg:
             cur_seg, nxt = seg_of[r.name], 0
+        fixed = plans[r.name].inplace_xbs if r.name in plans and r.kind == DMATMUL else ()
+        if fixed:  # CMSwitch's keys in place: its one copy on the arrays its run-time operand was stored into
+            if len(fixed) != len(ts):
+                raise PlacementError(f"region {r.name}: {len(ts)} tiles, keys in place on {len(fixed)} arrays")
+            cmap.placements[r.name] = Placement(ts, [list(fixed)], [list(range(len(ts)))], resident=False,
+                                                segment=seg_of[r.name])
+            continue
         serial = plans[r.name].pass_xbs if r.name in plans else 0  # CMSwitch: alone on crossbars 0 .. serial-1
         if len(ts) > (serial or cap) or serial:  # one copy larger than the chip: passes over reused crossbars
             c = serial or cap

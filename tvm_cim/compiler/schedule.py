@@ -68,6 +68,12 @@ class RegionPlan:
         regions run one after another, each on crossbars ``0 .. pass_xbs - 1``
         (the compute-mode arrays; the others hold the segment's data in memory
         mode), in passes (sub-operators) when larger; 0: the usual placement.
+    inplace_xbs : tuple of int
+        CMSwitch's keys in place: a ``dmatmul`` whose run-time operand its
+        producer stored into these memory-mode arrays, switched to compute
+        mode keeping the data (its one replica's crossbars; neither loaded nor
+        written); on the producer: the arrays it stores into (switched to
+        memory mode at its start every inference).
     """
 
     replicas: int = 1
@@ -84,6 +90,7 @@ class RegionPlan:
     switch_ns: float = 0.0
     mem_wb: int = 0
     pass_xbs: int = 0
+    inplace_xbs: tuple = ()
 
 
 @dataclass
@@ -237,8 +244,14 @@ def _unfolding_name(r: Region, opts: Options, rows: int, hw: CIMHardware) -> str
 
 def allocate_modes(regions: list[Region], segment_of: list[int], resident: bool, est: Estimator,
                    producers: dict[str, list[str]] | None = None, time_limit: float = modes.TIME_LIMIT_S,
-                   seed: int = 0) -> tuple[dict[str, RegionPlan], list[dict]]:
+                   seed: int = 0, operands: dict[str, list[list[str]]] | None = None
+                   ) -> tuple[dict[str, RegionPlan], list[dict]]:
     """CMSwitch's allocation of every segment (copies, memory-mode arrays, switches), as plans and a summary.
+
+    ``operands`` (per region and operand, the regions reaching it) lets a
+    ``dmatmul`` use its run-time operand in place (keys in place,
+    :func:`modes.inplace_candidates`) where the shared estimate finds the
+    segment faster with it.
 
     Returns
     -------
@@ -277,12 +290,21 @@ def allocate_modes(regions: list[Region], segment_of: list[int], resident: bool,
             chosen.append(("all-compute", t_mine, t_theirs))
         else:
             chosen.append(("mip", t_mine, t_theirs))
+        for qi, ki, t in modes.inplace_candidates(regions, sm, est, producers, operands or {}):
+            before = est.graph_ns(seg, modes.segment_plans(regions, sm, est, s_idx, resident, make_plan),
+                                  True, producers)[0]
+            sm.inplace[qi] = (ki, t)
+            after = est.graph_ns(seg, modes.segment_plans(regions, sm, est, s_idx, resident, make_plan),
+                                 True, producers)[0]
+            if after >= before:  # it does not pay
+                del sm.inplace[qi]
     layout = modes.memory_layout(hw, segs)
     plans: dict[str, RegionPlan] = {}
     summary = []
     for s_idx, (sm, lay) in enumerate(zip(segs, layout)):
         sw = modes.switch_ns(hw, len(lay["tom"]), len(lay["toc"])) if len(segs) > 1 else 0.0
-        plans.update(modes.segment_plans(regions, sm, est, s_idx, resident, make_plan, sw, latency=True))
+        plans.update(modes.segment_plans(regions, sm, est, s_idx, resident, make_plan, sw, latency=True,
+                                         inplace_xbs=lay["inplace"]))
         names = [r.name for r in regions[sm.first:sm.last + 1]]
         a = sm.alloc
         summary.append({
@@ -295,6 +317,8 @@ def allocate_modes(regions: list[Region], segment_of: list[int], resident: bool,
                 for n, d, b, p, lv in zip(names, a.replicas, a.memory, sm.producer, sm.live or [False] * len(names))},
             "memory_xbs": {n: list(x) for n, x in zip(names, lay["out"]) if x},
             "switch": {"TOM": list(lay["tom"]), "TOC": list(lay["toc"]), "ns": sw},
+            "keys_in_place": {names[qi]: {"keys_from": names[ki], "xbs": list(lay["inplace"][qi])}
+                              for qi, (ki, _) in sm.inplace.items()},
             "solver": {"status": a.status, "seconds": a.seconds, "gap": a.gap, "bound_ns": a.latency_ns,
                        "time_limit_s": time_limit},
             "chosen": chosen[s_idx][0], "estimate_mip_ns": chosen[s_idx][1],
@@ -305,7 +329,7 @@ def allocate_modes(regions: list[Region], segment_of: list[int], resident: bool,
 
 def make_plan(r: Region, est: Estimator, replicas: int, tile_rows: int, segment_idx: int, resident: bool,
               cores: int | None = None, latency: bool = True, mem_in: int = 0, mem_out: int = 0,
-              switch_ns: float = 0.0, mem_wb: int = 0, pass_xbs: int = 0) -> RegionPlan:
+              switch_ns: float = 0.0, mem_wb: int = 0, pass_xbs: int = 0, inplace_xbs: tuple = ()) -> RegionPlan:
     """The plan of a region from its decisions, with the estimate's latency (if ``latency``) and write time."""
     tiles = est.tiles(r, tile_rows)
     passes = passes_of(tiles, pass_xbs or est.hw.total_crossbars)
@@ -313,10 +337,12 @@ def make_plan(r: Region, est: Estimator, replicas: int, tile_rows: int, segment_
         replicas=replicas, tile_rows=tile_rows, tiles=tiles,
         cores=est.plan_cores(r, tile_rows) if cores is None else cores, segment=segment_idx,
         latency_ns=est.region_ns(r, replicas, tile_rows, resident, passes=passes, mem_in=mem_in,
-                                 mem_out=mem_out, mem_wb=mem_wb, cap=pass_xbs or None) if latency else 0.0,
-        write_ns=(0.0 if resident and r.kind != DMATMUL else est.write_ns(r, tile_rows) * passes),
+                                 mem_out=mem_out, mem_wb=mem_wb, cap=pass_xbs or None,
+                                 inplace=bool(inplace_xbs) and r.kind == DMATMUL) if latency else 0.0,
+        write_ns=(0.0 if (resident and r.kind != DMATMUL) or (inplace_xbs and r.kind == DMATMUL)
+                  else est.write_ns(r, tile_rows) * passes),
         resident=resident, passes=passes, mem_in=mem_in, mem_out=mem_out, switch_ns=switch_ns, mem_wb=mem_wb,
-        pass_xbs=pass_xbs,
+        pass_xbs=pass_xbs, inplace_xbs=tuple(inplace_xbs),
     )
 
 

@@ -314,9 +314,15 @@ def regions_of(mod: tvm.IRModule) -> list[tuple[str, Region]]:
 
 def producers_of(mod: tvm.IRModule) -> dict[str, list[str]]:
     """For every region, the regions whose outputs reach its inputs through host operators."""
+    return {r: sorted(set().union(*ops)) if ops else [] for r, ops in operand_producers_of(mod).items()}
+
+
+def operand_producers_of(mod: tvm.IRModule) -> dict[str, list[list[str]]]:
+    """For every region, per operand (a ``dmatmul``'s second is its run-time weight), the regions whose
+    outputs reach it through host operators."""
     names = {g: str(_attr(f, "region")) for g, f in region_functions(mod)}
     reach: dict = {}
-    result: dict[str, list[str]] = {}
+    result: dict[str, list[list[str]]] = {}
 
     def vars_in(e):
         found = []
@@ -331,7 +337,7 @@ def producers_of(mod: tvm.IRModule) -> dict[str, list[str]]:
                 src |= reach.get(v, set())
             if isinstance(val, relax.Call) and isinstance(val.op, relax.GlobalVar) and val.op.name_hint in names:
                 region = names[val.op.name_hint]
-                result[region] = sorted(src)
+                result[region] = [sorted(set().union(*[reach.get(v, set()) for v in vars_in(a)])) for a in val.args]
                 reach[b.var] = {region}
             else:
                 reach[b.var] = src
@@ -367,7 +373,8 @@ def plans_of(mod: tvm.IRModule, hw: CIMHardware, est: Estimator, latency: bool =
             mem_in=m_in, mem_out=m_out,
             switch_ns=modes.switch_ns(hw, *sw) if _attr(f, "switch_in_run", False) else 0.0,
             mem_wb=memory[r.name] if _attr(f, "mem_writeback", False) else 0,
-            pass_xbs=int(_attr(f, "pass_xbs", 0) or 0))
+            pass_xbs=int(_attr(f, "pass_xbs", 0) or 0),
+            inplace_xbs=tuple(_xbs_parse(str(_attr(f, "inplace_xbs")))[0]) if _attr(f, "inplace_xbs") else ())
     return plans
 
 
@@ -678,14 +685,21 @@ class AllocateArrayModes:
         regions = [region_of(f) for _, f in fs]
         seg_of = [int(_need(f, "segment", "Segment")) for _, f in fs]
         resident = all(bool(_need(f, "resident", "Segment")) for _, f in fs)
-        producers = producers_of(mod)
-        plans, summary = schedule.allocate_modes(regions, seg_of, resident, est, producers, self.time_limit)
+        operands = operand_producers_of(mod)
+        producers = {r: sorted(set().union(*ops)) if ops else [] for r, ops in operands.items()}
+        plans, summary = schedule.allocate_modes(regions, seg_of, resident, est, producers, self.time_limit,
+                                                 operands=operands)
         out_xbs = {n: xs for seg in summary for n, xs in seg["memory_xbs"].items()}
+        for seg in summary:  # keys in place: the producer stores into the dmatmul's arrays
+            for q, kp in seg["keys_in_place"].items():
+                out_xbs[kp["keys_from"]] = kp["xbs"]
         first = {seg["regions"][0]: seg for seg in summary}
         updates = {}
         for (g, _), r in zip(fs, regions):
             p = plans[r.name]
             kv = {"replicas": p.replicas, "mem_out": p.mem_out, "pass_xbs": p.pass_xbs, "passes": p.passes,
+                  "inplace_xbs": _xbs_text([p.inplace_xbs]) if p.inplace_xbs else "",
+                  "mem_tom_run": bool(p.inplace_xbs) and r.kind != DMATMUL,
                   "mem_xbs": _xbs_text([out_xbs[r.name]]) if r.name in out_xbs else "",
                   "mem_writeback": bool(p.mem_wb)}
             seg = summary[p.segment]
@@ -715,12 +729,14 @@ def modes_of(mod: tvm.IRModule) -> list[dict]:
 
 def _memory_of(f) -> dict | None:
     """What a region's program does with dual-mode arrays (``AllocateArrayModes``), for the code generator."""
-    keys = ("mem_xbs", "mem_in_xbs", "switch_tom", "switch_toc")
+    keys = ("mem_xbs", "mem_in_xbs", "switch_tom", "switch_toc", "inplace_xbs")
     if all(not _attr(f, k) for k in keys):
         return None
     xs = {k: tuple(x for rep in _xbs_parse(str(_attr(f, k))) for x in rep) if _attr(f, k) else () for k in keys}
     return {"out": xs["mem_xbs"], "in": xs["mem_in_xbs"], "tom": xs["switch_tom"], "toc": xs["switch_toc"],
-            "in_run": bool(_attr(f, "switch_in_run", False)), "writeback": bool(_attr(f, "mem_writeback", False))}
+            "in_run": bool(_attr(f, "switch_in_run", False)), "writeback": bool(_attr(f, "mem_writeback", False)),
+            "inplace": xs["inplace_xbs"] if region_of(f).kind == DMATMUL else (),
+            "tom_run": bool(_attr(f, "mem_tom_run", False))}
 
 
 @tvm.transform.module_pass(opt_level=0, name="Place")

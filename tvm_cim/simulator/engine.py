@@ -872,6 +872,8 @@ class Chip:
         i = ev.add(dur, tuple(keys), deps, e, False, "CM.switch")
         for k in keys:  # later writes and reads of these arrays wait for the switch
             self._mark(k, Range(0, 1), i, True)
+        if o.get("keep"):  # the kept data was stored by the producing regions: all of it must be there
+            ev.inputs.append((i, 0.0, 1.0))
 
     _RECORD = {
         "CIM.write_xb": _record_write,

@@ -47,7 +47,7 @@ import numpy as np
 from ...hardware import cost
 from ...hardware.schema import CIMHardware
 from ..estimate import Estimator
-from ..region import Region
+from ..region import DMATMUL, Region
 from ..solvers import arrays as mip
 from ..solvers.segments import segment as dp_segment
 from . import duplication
@@ -80,6 +80,9 @@ class SegmentModes:
         A serial segment (operators larger than the free arrays, split into
         passes): the compute-mode arrays every operator runs on, one after
         another; 0: operators pipelined (or a single one on the whole chip).
+    inplace : dict
+        Keys in place (:func:`inplace_candidates`): index of a ``dmatmul`` ->
+        (index of the producer of its run-time operand, arrays).
     """
 
     first: int
@@ -88,6 +91,7 @@ class SegmentModes:
     producer: list
     live: list = field(default_factory=list)
     pass_xbs: int = 0
+    inplace: dict = field(default_factory=dict)
 
 
 def _consumers(names: list[str], producers: dict[str, list[str]]) -> dict[str, list[str]]:
@@ -269,19 +273,73 @@ def effective_arrays(regions: list[Region], est: Estimator, memory: dict[str, in
 
 
 def segment_plans(regions: list[Region], sm: SegmentModes, est: Estimator, seg_idx: int, resident: bool,
-                  make_plan, switch: float = 0.0, latency: bool = False) -> dict:
-    """The region plans of a segment under its allocation (``make_plan``: :func:`schedule.make_plan`)."""
+                  make_plan, switch: float = 0.0, latency: bool = False, inplace_xbs: dict | None = None) -> dict:
+    """The region plans of a segment under its allocation (``make_plan``: :func:`schedule.make_plan`).
+
+    ``inplace_xbs``: per ``dmatmul`` with keys in place, its physical arrays
+    (:func:`memory_layout`); without it, placeholders of the right count.
+    """
     out = {}
     rows = est.hw.crossbar.rows
     seg = regions[sm.first:sm.last + 1]
     memory = {r.name: b for r, b in zip(seg, sm.alloc.memory)}
+    xbs_of = {}  # keys in place: the producer stores into the arrays the dmatmul computes on
+    for qi, (ki, t) in sm.inplace.items():
+        xbs = tuple((inplace_xbs or {}).get(qi, range(t)))
+        xbs_of[qi] = xbs_of[ki] = xbs
+        memory[seg[ki].name] = len(xbs)
     source = {r.name: seg[p].name for r, p in zip(seg, sm.producer) if p is not None and sm.alloc.memory[p]}
     eff = effective_arrays(seg, est, memory, source)
     live = sm.live or [False] * len(seg)
     for i, r in enumerate(seg):
-        out[r.name] = make_plan(r, est, sm.alloc.replicas[i], rows, seg_idx, resident, latency=latency,
-                                mem_in=eff[r.name][0], mem_out=eff[r.name][1], switch_ns=switch if i == 0 else 0.0,
-                                mem_wb=sm.alloc.memory[i] if live[i] else 0, pass_xbs=sm.pass_xbs)
+        out[r.name] = make_plan(r, est, 1 if i in sm.inplace else sm.alloc.replicas[i], rows, seg_idx, resident,
+                                latency=latency, mem_in=eff[r.name][0], mem_out=eff[r.name][1],
+                                switch_ns=switch if i == 0 else 0.0, mem_wb=sm.alloc.memory[i] if live[i] else 0,
+                                pass_xbs=sm.pass_xbs, inplace_xbs=xbs_of.get(i, ()))
+    return out
+
+
+def inplace_candidates(regions: list[Region], sm: SegmentModes, est: Estimator, producers: dict[str, list[str]],
+                       operands: dict[str, list[list[str]]]) -> list[tuple[int, int, int]]:
+    """Keys in place (paper sec. 5.3) a pipelined segment allows: ``(dmatmul, producer, arrays)`` indices.
+
+    A ``dmatmul`` (``Q K^T``) has two producers; the one of its run-time
+    operand (the K projection; ``operands``: per region and operand, the
+    regions reaching it) may store its output into memory-mode arrays that
+    then switch to compute mode keeping the data as the ``dmatmul``'s one
+    copy of weights, when: both are in the segment, the producer's output
+    goes nowhere else, every array keeps what its tile needs (all heads of a
+    tile: ``rows x cols x batch`` bytes) within its memory capacity, and the
+    arrays fit beside the segment's other compute and memory arrays.
+    """
+    hw = est.hw
+    if sm.pass_xbs or hw.chip.computing_mode == "core" or hw.dual_mode.switchable_arrays <= 0:
+        return []
+    rows = hw.crossbar.rows
+    seg = regions[sm.first:sm.last + 1]
+    idx = {r.name: i for i, r in enumerate(seg)}
+    cons = _consumers([r.name for r in regions], producers)
+    tiles = [est.tiles(r, rows) for r in seg]
+    wbytes = -(-est.wbits // 8)
+    out = []
+    for qi, q in enumerate(seg):
+        ops = operands.get(q.name) or []
+        if q.kind != DMATMUL or len(ops) < 2 or len(ops[1]) != 1 or ops[1][0] not in idx:
+            continue
+        ki = idx[ops[1][0]]
+        k = seg[ki]
+        if cons.get(k.name) != [q.name] or sm.alloc.memory[ki]:
+            continue
+        t = tiles[qi]
+        ch = est.chunks(k, sm.alloc.replicas[ki])
+        kept = int(sum(-(-int(b) // t) for b in k.batch * ch.size * k.mkn[2]))  # each store splits evenly
+        need = max((x.k1 - x.k0) * (x.n1 - x.n0) for x in est.tile_list(q, rows)) * q.batch * wbytes
+        if not need <= kept <= hw.memory_capacity_bytes:
+            continue
+        others = sum(d * n for i, (d, n) in enumerate(zip(sm.alloc.replicas, tiles)) if i != qi)
+        if others + sm.alloc.memory_arrays + t > hw.dual_mode.switchable_arrays:
+            continue
+        out.append((qi, ki, t))
     return out
 
 
@@ -340,7 +398,8 @@ def memory_layout(hw: CIMHardware, segs: list[SegmentModes]) -> list[dict]:
     -------
     list of dict
         Per segment: ``out`` (per operator: tuple of its memory arrays),
-        ``tom`` / ``toc`` (arrays switched at the segment start; the first
+        ``inplace`` (per ``dmatmul`` with keys in place: its arrays, below
+        the memory ones), ``tom`` / ``toc`` (arrays switched at the segment start; the first
         segment switches from the last one's modes, and switches all its own
         memory arrays TOM so the first inference starts right).
     """
@@ -353,9 +412,13 @@ def memory_layout(hw: CIMHardware, segs: list[SegmentModes]) -> list[dict]:
             arrays.append(tuple(range(hi - b, hi)))
             hi -= b
         mine = set(range(hi, top))
+        inplace, lo = {}, hi  # keys in place: below the memory block (memory mode only while being stored)
+        for qi, (_, t) in sorted(sm.inplace.items()):
+            inplace[qi] = tuple(range(lo - t, lo))
+            lo -= t
         prev = segs[s - 1] if s else segs[-1]
         theirs = set(range(top - prev.alloc.memory_arrays, top))
         tom = sorted(mine if s == 0 else mine - theirs)
         toc = sorted(theirs - mine)
-        out.append({"out": arrays, "tom": tuple(tom), "toc": tuple(toc)})
+        out.append({"out": arrays, "tom": tuple(tom), "toc": tuple(toc), "inplace": inplace})
     return out
