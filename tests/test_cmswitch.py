@@ -496,6 +496,9 @@ def test_split_operators_keep_outputs_in_memory_mode_and_stay_exact():
     prog = next(p for p in info.programs if p.name.endswith(reader[0].split(".")[-1]))
     loads = [o for o in prog.ops("run") if getattr(o, "kind", "") == "DMOV.load"]
     assert loads and all(o["level"] == "xbmem" and set(o["xbs"]) <= mem for o in loads)
+    # a QK^T tile holds all 4 heads: 128 x 40 x 4 bytes > an array's 12.5 KB, so no keys in place here
+    assert not any(s["keys_in_place"] for s in rep["dual_mode"]["segments"])
+    assert "keep=true" not in info.program_text()
 
 
 def _keys_in_place(hw, keep=True, inplace=True, mem=95):
