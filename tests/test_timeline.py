@@ -72,3 +72,29 @@ def test_peak_power_counts_concurrent_activity():
     tl = schedule_graph([("r", ev, 0)], {}, pipeline=True)
     assert tl.latency_ns == pytest.approx(20.0)
     assert tl.peak_power_mw == pytest.approx(50.0)  # 20 + 30 overlap in [10, 15)
+
+
+def test_quantisation_at_the_producing_cores_and_im2col_as_data_movement():
+    """CIM-MLC / PUMA: a region's cores quantise its output for its consumers; only the network input is
+    quantised by the chip ALU (each element once, halo included); im2col costs no ALU time."""
+    info, stats = timed_regions("puma", "puma")
+    hw = info.hw
+    consumers_of = {q for ps in info.producers.values() for q in ps}
+    fed = {name for name, ps in info.producers.items() if ps}
+    assert fed and consumers_of
+    for p in info.programs:
+        ops = [o for o in p.run if hasattr(o, "kind")]
+        quant = [o for o in ops if o.kind == "DCOM.quantize"]
+        deq = [o for o in ops if o.kind == "DCOM.dequantize"]
+        assert all((o.get("at") == "producer") == (p.name in fed) for o in quant), p.name
+        assert all(bool(o.get("requant")) == (p.name in consumers_of) for o in deq), p.name
+    chip_alu = im2col = 0.0
+    for s in stats:
+        ev = s.events
+        chip_alu += sum(d for d, r in zip(ev.dur, ev.res) if "chipalu" in r)
+        im2col += sum(d for d, k in zip(ev.dur, ev.kind) if k == "DCOM.im2col")
+    assert im2col == 0.0
+    n_in = 3 * 32 * 32  # the network input, the only tensor the chip ALU quantises
+    chunks = sum(1 for s in stats if s.name not in fed for k in s.events.kind if k == "DCOM.quantize")
+    cyc = hw.cycle_ns
+    assert n_in / hw.chip.alu.ops_per_cycle * cyc - 1e-6 <= chip_alu <= (n_in / hw.chip.alu.ops_per_cycle + chunks) * cyc

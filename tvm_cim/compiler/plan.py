@@ -68,7 +68,9 @@ class Chunks:
     load_bytes : numpy.ndarray
         Bytes of quantised input each chunk loads.
     quant_elems : numpy.ndarray
-        Input elements each chunk quantises.
+        Input elements each chunk quantises when the chip ALU quantises the
+        input: those no earlier chunk covered (a convolution's kernel halo
+        is quantised once).
     im2col_elems : numpy.ndarray
         Elements each chunk unfolds (convolutions; zero otherwise).
     level : str
@@ -99,7 +101,9 @@ def chunks(r: Region, replicas: int, hw: CIMHardware, wbits: int, ibits: int) ->
     f0, f1 = r.input_span(starts, stops)
     share = (f1 - f0) * float(np.prod(r.in_shapes[0]))
     load = np.maximum(1, np.ceil(share * ibits / 8))
-    quant = np.maximum(1, share.astype(np.int64))
+    covered = np.concatenate([[0.0], np.maximum.accumulate(f1)[:-1]])  # input quantised by earlier chunks
+    fresh = np.maximum(0.0, f1 - np.maximum(f0, covered)) * float(np.prod(r.in_shapes[0]))
+    quant = np.maximum(1, fresh.astype(np.int64))
     im2col = (stops - starts) * k if r.kind == CONV2D else np.zeros(len(starts), dtype=np.int64)
     return Chunks(starts, stops, f0, f1, load, quant, im2col, spill_level(r, hw, wbits, ibits))
 

@@ -13,7 +13,9 @@ pass                   what it decides, and where it writes it
                        (``cim.range``)
 ``Quantize``           activation scales and signedness, precision (``cim.x_scale``, ``cim.x_zero``,
                        ``cim.x_signed``, ``cim.y_scale``, ``cim.weight_bits``, ``cim.input_bits``);
-                       weights are quantised per output channel from the function's constants
+                       weights are quantised per output channel from the function's constants; where
+                       activations are quantised (``cim.quant_at_producer``, ``cim.requant_out``: at
+                       the producing regions' cores, else the chip ALU)
 ``MapCrossbars``       per layer, the fastest crossbar mapping within the error budget: weight and input
                        encoding, rows driven per read step, programmed ADC range (``cim.weight_encoding``,
                        ``cim.input_encoding``, ``cim.rows_per_step``, ``cim.adc_lsb[_cols]``,
@@ -279,7 +281,8 @@ def region_of(func: relax.Function) -> Region:
     output channel to ``cim.weight_bits``.
     """
     name = str(_need(func, "region", "FindRegions"))
-    qkeys = ("x_scale", "x_zero", "x_signed", "y_scale", "weight_bits", "input_bits") + MAPPING_KEYS
+    qkeys = ("x_scale", "x_zero", "x_signed", "y_scale", "weight_bits", "input_bits") + MAPPING_KEYS + (
+        "quant_at_producer", "requant_out")
     q = tuple(_attr(func, k) for k in qkeys)
     if q[0] is None:
         raise ValueError(f"region {name}: not quantised; run Quantize first")
@@ -300,6 +303,7 @@ def region_of(func: relax.Function) -> Region:
     if info.bias is not None:
         r.bias = info.bias.astype(np.float32)
     _mapped(r, func)
+    r.quant_at_producer, r.requant_out = bool(q[-2] or False), bool(q[-1] or False)
     _REGIONS[key] = (func.body, r)
     while len(_REGIONS) > 1024:
         _REGIONS.popitem(last=False)
@@ -313,9 +317,33 @@ def regions_of(mod: tvm.IRModule) -> list[tuple[str, Region]]:
 
 def producers_of(mod: tvm.IRModule) -> dict[str, list[str]]:
     """For every region, the regions whose outputs reach its inputs through host operators."""
+    return {r: sorted(set().union(*srcs)) for r, srcs in _sources(mod).items()}
+
+
+def quantised_by_producers(mod: tvm.IRModule) -> tuple[set[str], set[str]]:
+    """Where quantisation happens (CIM-MLC, PUMA: at the producing core).
+
+    Returns
+    -------
+    inputs : set of str
+        Regions whose first input other regions' outputs compute (their
+        producers' cores quantise it).
+    outputs : set of str
+        Regions whose output reaches such an input (their cores quantise it).
+    """
+    inputs, outputs = set(), set()
+    for r, srcs in _sources(mod).items():
+        if srcs and srcs[0]:
+            inputs.add(r)
+            outputs |= srcs[0]
+    return inputs, outputs
+
+
+def _sources(mod: tvm.IRModule) -> dict[str, list[set[str]]]:
+    """For every region, per argument, the regions whose outputs reach it through host operators."""
     names = {g: str(_attr(f, "region")) for g, f in region_functions(mod)}
     reach: dict = {}
-    result: dict[str, list[str]] = {}
+    result: dict[str, list[set[str]]] = {}
 
     def vars_in(e):
         found = []
@@ -325,14 +353,14 @@ def producers_of(mod: tvm.IRModule) -> dict[str, list[str]]:
     for blk in mod["main"].body.blocks:
         for b in blk.bindings:
             val = b.value
-            src = set()
-            for v in vars_in(val):
-                src |= reach.get(v, set())
             if isinstance(val, relax.Call) and isinstance(val.op, relax.GlobalVar) and val.op.name_hint in names:
                 region = names[val.op.name_hint]
-                result[region] = sorted(src)
+                result[region] = [set().union(*(reach.get(v, set()) for v in vars_in(a))) for a in val.args]
                 reach[b.var] = {region}
             else:
+                src = set()
+                for v in vars_in(val):
+                    src |= reach.get(v, set())
                 reach[b.var] = src
     return result
 
@@ -494,6 +522,10 @@ class Quantize:
                 y_scale = max(abs(rng[2]), abs(rng[3]), 1e-12) / (2 ** (wbits - 1) - 1)
             updates[g] = {"x_scale": float(x_scale), "x_zero": 0, "x_signed": bool(x_signed),
                           "y_scale": float(y_scale), "weight_bits": wbits, "input_bits": ibits}
+        q_in, q_out = quantised_by_producers(mod)  # quantisation at the producing cores
+        for g, f in region_functions(mod):
+            name = str(_attr(f, "region"))
+            updates[g].update(quant_at_producer=name in q_in, requant_out=name in q_out)
         return _with_attrs(mod, updates)
 
 
