@@ -104,16 +104,26 @@ class Estimator:
         simulator's timeline books them first and a fetch rarely fits between
         them); used by the dual-mode strategy, whose segments are chosen on
         this estimate.
+    rounds : int
+        Chunks per replica at least (the pipeline granularity,
+        :func:`tvm_cim.compiler.plan.chunk_count`).
     """
 
     def __init__(self, hw: CIMHardware, wbits: int, ibits: int, mvm_pipeline: bool = False,
-                 offchip_in_order: bool = False):
+                 offchip_in_order: bool = False, rounds: int = 1):
         self.hw, self.wbits, self.ibits = hw, wbits, ibits
         self.mvm_pipeline = mvm_pipeline
         self.offchip_in_order = offchip_in_order
+        self.rounds = rounds
         self.xbs_per_core = hw.core.crossbars
         self._tile_bytes: dict = {}
         self._tiles: dict = {}
+
+    @classmethod
+    def of(cls, hw: CIMHardware, wbits: int, ibits: int, opts) -> "Estimator":
+        """The estimate of a schedule's options (:class:`tvm_cim.compiler.strategies.Options`)."""
+        return cls(hw, wbits, ibits, mvm_pipeline=opts.mvm_pipeline, offchip_in_order=opts.modes == "dual",
+                   rounds=opts.pipeline_rounds)
 
     def hw_of(self, r: Region) -> CIMHardware:
         """The chip as region ``r`` is mapped onto it (rows per read step, encodings: :meth:`Region.chip`)."""
@@ -189,7 +199,7 @@ class Estimator:
 
     def chunks(self, r: Region, replicas: int) -> P.Chunks:
         """The chunks the code generator emits (:func:`tvm_cim.compiler.plan.chunks`)."""
-        return P.chunks(r, replicas, self.hw, self.wbits, self.ibits)
+        return P.chunks(r, replicas, self.hw, self.wbits, self.ibits, self.rounds)
 
     # ------------------------------------------------------------------ per-chunk work
     def _chunk_work(self, r: Region, ch: P.Chunks, tile_rows: int, mem_in: int = 0, mem_out: int = 0):

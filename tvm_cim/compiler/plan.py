@@ -36,9 +36,10 @@ def chunk_bounds(m_total: int, n: int) -> tuple[np.ndarray, np.ndarray]:
     return edges[:-1][keep], edges[1:][keep]
 
 
-def chunk_count(r: Region, replicas: int) -> int:
-    """Pipeline granularity: output rows for convolutions, at most 16 row blocks otherwise
-    (at least one per replica); a ``dmatmul``'s chunks cut ``M`` and hold every head."""
+def chunk_count(r: Region, replicas: int, rounds: int = 1) -> int:
+    """Pipeline granularity: output rows for convolutions, at most 16 row blocks otherwise, and at
+    least ``rounds`` chunks per replica of a duplicated region (so that its consumer can start after
+    a share of it, not only after all of it); a ``dmatmul``'s chunks cut ``M`` and hold every head."""
     m, _, _ = r.mkn
     if r.kind == DMATMUL:
         return int(min(m, max(16, replicas)))
@@ -46,7 +47,7 @@ def chunk_count(r: Region, replicas: int) -> int:
         base = r.out_shape[0] * r.out_shape[2]  # batch x output rows
     else:
         base = min(16, r.batch * m)
-    n = max(base, replicas)
+    n = max(base, replicas * (rounds if replicas > 1 else 1))
     return int(min(n, r.batch * m))
 
 
@@ -94,10 +95,11 @@ class Chunks:
         return len(self.starts)
 
 
-def chunks(r: Region, replicas: int, hw: CIMHardware, wbits: int, ibits: int) -> Chunks:
-    """The chunks the code generator emits for a region with ``replicas`` copies of its weights."""
+def chunks(r: Region, replicas: int, hw: CIMHardware, wbits: int, ibits: int, rounds: int = 1) -> Chunks:
+    """The chunks the code generator emits for a region with ``replicas`` copies of its weights
+    (at least ``rounds`` per replica, :func:`chunk_count`)."""
     m, k, _ = r.mkn
-    starts, stops = chunk_bounds(m, chunk_count(r, replicas))
+    starts, stops = chunk_bounds(m, chunk_count(r, replicas, rounds))
     f0, f1 = r.input_span(starts, stops)
     share = (f1 - f0) * float(np.prod(r.in_shapes[0]))
     load = np.maximum(1, np.ceil(share * ibits / 8))

@@ -629,7 +629,7 @@ class Segment:
         hw = _resolve_hw(self.hw)
         name, opts = _resolve_options(self.strategy, self.options, hw)
         wbits, ibits = _precision(mod)
-        est = Estimator(hw, wbits, ibits, mvm_pipeline=opts.mvm_pipeline, offchip_in_order=opts.modes == "dual")
+        est = Estimator.of(hw, wbits, ibits, opts)
         items = regions_of(mod)
         seg_of, resident = schedule.segment([r for _, r in items], hw, opts, est, producers_of(mod))
         mod = _with_attrs(mod, {g: {"segment": s, "resident": resident} for (g, _), s in zip(items, seg_of)})
@@ -656,7 +656,7 @@ class DuplicateWeights:
         hw = _resolve_hw(self.hw)
         _, opts = module_options(mod)
         wbits, ibits = _precision(mod)
-        est = Estimator(hw, wbits, ibits, mvm_pipeline=opts.mvm_pipeline, offchip_in_order=opts.modes == "dual")
+        est = Estimator.of(hw, wbits, ibits, opts)
         fs = region_functions(mod)
         regions = [region_of(f) for _, f in fs]
         seg_of = [int(_need(f, "segment", "Segment")) for _, f in fs]
@@ -703,7 +703,7 @@ class AllocateArrayModes:
         if opts.modes != "dual":
             return mod
         wbits, ibits = _precision(mod)
-        est = Estimator(hw, wbits, ibits, mvm_pipeline=opts.mvm_pipeline, offchip_in_order=opts.modes == "dual")
+        est = Estimator.of(hw, wbits, ibits, opts)
         fs = region_functions(mod)
         regions = [region_of(f) for _, f in fs]
         seg_of = [int(_need(f, "segment", "Segment")) for _, f in fs]
@@ -773,7 +773,7 @@ class Place:
         hw = _resolve_hw(self.hw)
         _, opts = module_options(mod)
         wbits, ibits = _precision(mod)
-        est = Estimator(hw, wbits, ibits, mvm_pipeline=opts.mvm_pipeline, offchip_in_order=opts.modes == "dual")
+        est = Estimator.of(hw, wbits, ibits, opts)
         fs = region_functions(mod)
         regions = [region_of(f) for _, f in fs]
         cmap = mapping.allocate(regions, hw, plans_of(mod, hw, est, latency=False))
@@ -965,7 +965,7 @@ class LowerToRuntime:
             lowered[g] = build
         info.producers = producers_of(mod)
         wbits, ibits = _precision(mod)
-        est = Estimator(hw, wbits, ibits, mvm_pipeline=opts.mvm_pipeline, offchip_in_order=opts.modes == "dual")
+        est = Estimator.of(hw, wbits, ibits, opts)
         plans = plans_of(mod, hw, est)
         sched = schedule.Schedule(strategy, opts, plans, segments=max(p.segment for p in plans.values()) + 1)
         sched.estimate_ns, sched.estimate_regions_ns = est.graph_ns(regions, plans, opts.pipeline, info.producers)
