@@ -173,30 +173,41 @@ def exp2(image, puma, before: dict) -> dict:
         print(f"  was: cim-mlc {before['with']['peak_power_mw'] / 1e3:.3f} W, {before['with']['latency_ns'] / 1e6:.3f} ms; "
               f"without MVM pipeline {before['without']['latency_ns'] / 1e6:.3f} ms")
     print("  paper (Fig. 20 b): -75% against PUMA's schedule")
-    return {"with": on, "without": off, "puma": base}
+    caps = cap_sweep(mod, puma, base["peak_power_mw"])
+    print("  cim-mlc under a peak-power cap (time-division activation of crossbars):")
+    print_caps(caps)
+    return {"with": on, "without": off, "puma": base, "caps": caps}
+
+
+def cap_sweep(mod, hw, ref_mw: float, fracs=(0.75, 0.5, 0.25, 0.1, 0.05)) -> dict:
+    """``cim-mlc`` compiled once, its timeline scheduled under peak-power caps (fractions of its own peak)."""
+    _, info = offload(mod, hw, strategy="cim-mlc")
+    stats, free = simulate_timing(info)
+    out = {"puma_peak_mw": ref_mw, "uncapped": {"latency_ns": free.latency_ns, "peak_power_mw": free.peak_power_mw},
+           "caps": []}
+    for frac in fracs:
+        tl = timeline(info, stats, power_cap_mw=frac * free.peak_power_mw)
+        out["caps"].append({"cap_mw": frac * free.peak_power_mw, "fraction": frac, "latency_ns": tl.latency_ns,
+                            "peak_power_mw": tl.peak_power_mw})
+    return out
+
+
+def print_caps(out: dict) -> None:
+    free, ref = out["uncapped"], out["puma_peak_mw"]
+    print(f"  uncapped: peak {free['peak_power_mw'] / 1e3:8.3f} W  latency {free['latency_ns'] / 1e6:7.3f} ms   "
+          f"(PUMA's schedule: peak {ref / 1e3:.3f} W)")
+    for c in out["caps"]:
+        print(f"  cap {c['cap_mw'] / 1e3:8.3f} W ({100 * c['fraction']:3.0f}%, {100 * (c['cap_mw'] / ref - 1):+5.0f}% vs puma): "
+              f"peak {c['peak_power_mw'] / 1e3:8.3f} W  latency {c['latency_ns'] / 1e6:7.3f} ms "
+              f"({c['latency_ns'] / free['latency_ns']:5.2f}x)")
 
 
 def exp7(image, isaac, save) -> dict:
     """Latency against a peak-power cap (time-division activation of crossbars), ResNet-18, ISAAC-like."""
     mod = relax_module("resnet18", image_size=image)
-    ref = measure(mod, isaac, "puma", None)["peak_power_mw"]
-    _, info = offload(mod, isaac, strategy="cim-mlc")
-    stats, free = simulate_timing(info)
-    out = {"puma_peak_mw": ref, "uncapped": {"latency_ns": free.latency_ns, "peak_power_mw": free.peak_power_mw},
-           "caps": []}
-    for frac in (0.75, 0.5, 0.25, 0.1, 0.05):
-        cap = frac * free.peak_power_mw
-        tl = timeline(info, stats, power_cap_mw=cap)
-        out["caps"].append({"cap_mw": cap, "fraction": frac, "latency_ns": tl.latency_ns,
-                            "peak_power_mw": tl.peak_power_mw})
-        save("exp7", out)
+    out = cap_sweep(mod, isaac, measure(mod, isaac, "puma", None)["peak_power_mw"])
     print("\n[7] ResNet-18 (ISAAC-like), cim-mlc under a peak-power cap (time-division activation of crossbars)")
-    print(f"  uncapped: peak {free.peak_power_mw / 1e3:8.3f} W  latency {free.latency_ns / 1e6:7.3f} ms   "
-          f"(PUMA's schedule: peak {ref / 1e3:.3f} W)")
-    for c in out["caps"]:
-        print(f"  cap {c['cap_mw'] / 1e3:8.3f} W ({100 * c['fraction']:3.0f}%, {c['cap_mw'] / ref:5.2f}x puma): "
-              f"peak {c['peak_power_mw'] / 1e3:8.3f} W  latency {c['latency_ns'] / 1e6:7.3f} ms "
-              f"({c['latency_ns'] / free.latency_ns:5.2f}x)")
+    print_caps(out)
     return out
 
 
