@@ -263,7 +263,9 @@ def allocate_modes(regions: list[Region], segment_of: list[int], resident: bool,
             for _, idx in sorted(bounds.items())]
     # every array computing is one of the allocations CMSwitch chooses from: keep CIM-MLC's duplication
     # of the segment (all arrays computing) when the shared estimate says it is faster than the MIP's
-    mlc = get("cim-mlc").options(hw)
+    # (CIM-MLC's duplication as it was before its crossbar-granularity DP: with that DP, all-compute wins on
+    # small chips where the MIP keeps memory-mode arrays; whether CMSwitch should compare with it is open)
+    mlc = dataclasses.replace(get("cim-mlc").options(hw), crossbar_dp=False)
     chosen = []
     for s_idx, sm in enumerate(segs):
         seg = regions[sm.first:sm.last + 1]
