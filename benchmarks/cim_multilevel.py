@@ -3,8 +3,11 @@
 1. ISAAC-like preset, ResNet-18/34/50/101: speedup over ``none`` of graph-level
    duplication, pipeline, both, then adding the crossbar level, then the
    wordline level (the preset run in wordline computing mode).
-2. PUMA preset, VGG-16: peak computing power with and without the MVM-grained
-   pipeline.
+   Also the peak computing power of each level against PUMA's schedule
+   (the ``puma`` strategy) and, for ResNet-18, the speedup against the
+   pipeline granularity (chunks per replica).
+2. PUMA preset, VGG-16: peak computing power of ``cim-mlc`` (with and without
+   the MVM-grained pipeline) against PUMA's schedule (the ``puma`` strategy).
 3. ISAAC-like preset, ResNet-18: ``cim-mlc`` against ``greedy`` (Poly-Schedule).
 4. ViT-Base on the ISAAC-like preset with 128x256 crossbars: sensitivity to
    cores, crossbars per core, crossbar size and parallel rows.
@@ -12,11 +15,13 @@
    layer by layer, for ResNet-18, ResNet-50 and VGG-16.
 6. Compile time of ResNet-50 on the ISAAC-like preset with every optimisation
    (cold: calibration included).
+7. ResNet-18 on the ISAAC-like preset: latency against a peak-power cap
+   (time-division activation of crossbars, :func:`tvm_cim.report.timeline`).
 
 Latency and power come from the simulator's resource timeline run in
 timing-only mode (values are not computed; correctness of every strategy is
 covered by the test suite).  Prints tables, saves plots, ``--json`` writes the
-figures.
+figures (rewritten after every model), and ``--before`` prints an earlier run's figures beside these.
 
     python benchmarks/cim_multilevel.py                   # full size (about 20-30 min)
     python benchmarks/cim_multilevel.py --quick           # small inputs, a few minutes
@@ -43,17 +48,25 @@ from tvm_cim.compiler import mapping, quantize, strategies  # noqa: E402
 from tvm_cim.compiler.estimate import Estimator  # noqa: E402
 from tvm_cim.compiler.strategies import Options  # noqa: E402
 from tvm_cim.compiler.transform import offload  # noqa: E402
-from tvm_cim.report import simulate_timing  # noqa: E402
+from tvm_cim.report import simulate_timing, timeline  # noqa: E402
 
 R = dataclasses.replace
+ROUNDS = strategies.PIPELINE_ROUNDS  # cim-mlc's pipeline granularity (chunks per replica at least)
+_PD = Options(segmentation="refine", duplication="dp", pipeline=True, pipeline_rounds=ROUNDS)
 CONFIGS = {
     "none": Options(),
     "graph-dup": Options(segmentation="refine", duplication="dp"),
     "graph-pipe": Options(pipeline=True),
-    "graph-P&D": Options(segmentation="refine", duplication="dp", pipeline=True),
-    "+crossbar": Options(segmentation="refine", duplication="dp", pipeline=True, crossbar_dup=True, mvm_pipeline=True),
-    "+wordline": Options(segmentation="refine", duplication="dp", pipeline=True, crossbar_dup=True, mvm_pipeline=True,
-                         remap=True),
+    "graph-P&D": _PD,
+    "+xbar Eq.1": R(_PD, crossbar_dup=True, mvm_pipeline=True),  # Eq. 1 only
+    "+crossbar": R(_PD, crossbar_dup=True, crossbar_dp=True, mvm_pipeline=True),  # Eq. 1, then the DP on crossbars
+    "+wordline": R(_PD, crossbar_dup=True, crossbar_dp=True, mvm_pipeline=True, remap=True),
+}
+# the configurations of the previous version of this benchmark (before issue 14): same names, older columns
+BEFORE_NAMES = {"+xbar Eq.1": "+crossbar"}
+PAPER = {  # paper 003, Fig. 21 (a)-(c): speedup of P&D over none, crossbar level over P&D, wordline over crossbar
+    "graph-P&D": "up to 123x", "xbar/P&D": "1.8x (R-50), 1.4x (R-101)", "wl/xbar": "~1.1x (R-50)",
+    "graph-dup": "25.4x (R-18) .. 3.1x (R-101)", "graph-pipe": "2.3x (R-18) .. 4.7x (R-101)",
 }
 _MODS: dict = {}
 
@@ -71,7 +84,7 @@ def measure(mod, hw, strategy: str, options: Options | None) -> dict:
     _, info = offload(mod, hw, strategy=strategy, options=options)
     compile_s = time.perf_counter() - t0
     stats, tl = simulate_timing(info)
-    est = Estimator(hw, *mapping.precision(hw), mvm_pipeline=info.schedule.options.mvm_pipeline)
+    est = Estimator.of(hw, *mapping.precision(hw), info.schedule.options)
     by_name = {r.name: r for r in info.regions}
     linear = []
     for s in stats:  # the MIP form of the cost (Estimator.linear_terms) at the plan's replicas
@@ -91,7 +104,7 @@ def measure(mod, hw, strategy: str, options: Options | None) -> dict:
     }
 
 
-def exp1(nets, image, isaac) -> dict:
+def exp1(nets, image, isaac, before: dict, save) -> dict:
     wl = R(isaac, chip=R(isaac.chip, computing_mode="wordline"))
     out = {}
     for net in tqdm(nets, desc="exp1 ResNets on ISAAC"):
@@ -99,37 +112,116 @@ def exp1(nets, image, isaac) -> dict:
         row = {}
         for cfg, o in CONFIGS.items():
             row[cfg] = measure(mod, wl if cfg == "+wordline" else isaac, "cim-mlc", o)
+        row["puma"] = measure(mod, isaac, "puma", None)  # the peak-power baseline (PUMA's schedule)
         out[net] = row
-    print("\n[1] ISAAC-like preset: speedup over 'none' (simulated latency)")
-    print(f"{'network':10s} " + " ".join(f"{c:>11s}" for c in CONFIGS) + f" {'xbar/P&D':>9s} {'wl/xbar':>8s}")
+        save("exp1", out)
+    cols = list(CONFIGS)[1:]
+    print("\n[1] ISAAC-like preset: speedup over 'none' (simulated latency); 'was': before issue 14")
+    print(f"{'network':10s} " + " ".join(f"{c:>11s}" for c in cols) + f" {'xbar/P&D':>9s} {'wl/xbar':>8s}")
     for net, row in out.items():
         base = row["none"]["latency_ns"]
         sp = {c: base / row[c]["latency_ns"] for c in CONFIGS}
-        print(f"{net:10s} " + " ".join(f"{sp[c]:10.2f}x" for c in CONFIGS)
+        print(f"{net:10s} " + " ".join(f"{sp[c]:10.2f}x" for c in cols)
               + f" {sp['+crossbar'] / sp['graph-P&D']:8.2f}x {sp['+wordline'] / sp['+crossbar']:7.2f}x")
-    print("  paper: up to 123x for P&D, ~1.8x more from the crossbar level on ResNet-50, ~10% more from the wordline level")
+        old = before.get(net)
+        if old:
+            ob = old["none"]["latency_ns"]
+            osp = {c: ob / old[BEFORE_NAMES.get(c, c)]["latency_ns"] for c in cols if BEFORE_NAMES.get(c, c) in old}
+            print(f"{'  was':10s} " + " ".join(f"{osp[c]:10.2f}x" if c in osp else f"{'':>11s}" for c in cols)
+                  + f" {osp['+crossbar'] / osp['graph-P&D']:8.2f}x {osp['+wordline'] / osp['+crossbar']:7.2f}x")
+    print("  paper (Fig. 21): " + "; ".join(f"{k} {v}" for k, v in PAPER.items()))
+    print(f"  graph-P&D and beyond cut a duplicated region into at least {ROUNDS} chunks per replica (was 1); "
+          "'+xbar Eq.1' fills the cores an operator holds (Eq. 1, the old '+crossbar'); '+crossbar' then re-runs "
+          "the DP at crossbar granularity")
+    print("\n[1b] ISAAC-like preset: peak computing power (crossbars, DACs, ADCs active at once), W; "
+          "normalised to PUMA's schedule ('puma': pipeline, no duplication)")
+    print(f"{'network':10s} {'puma W':>9s} {'graph-P&D':>10s} {'+crossbar':>10s} {'xbar vs P&D':>12s}")
+    for net, row in out.items():
+        pp = row["puma"]["peak_power_mw"]
+        pd, xb = row["graph-P&D"]["peak_power_mw"], row["+crossbar"]["peak_power_mw"]
+        print(f"{net:10s} {pp / 1e3:9.3f} {pd / pp:9.2f}x {xb / pp:9.2f}x {100 * (xb / pd - 1):+11.1f}%")
+    print("  paper (Fig. 21 d): CG-level raises peak power 5x to 16x; the MVM-grained level lowers it by up to 85% (R-101)")
     return out
 
 
-def exp2(image, puma) -> dict:
+def exp1_rounds(image, isaac, save) -> dict:
+    """ResNet-18 graph-level P&D at several pipeline granularities (chunks per replica at least)."""
+    mod = relax_module("resnet18", image_size=image)
+    base = measure(mod, isaac, "cim-mlc", CONFIGS["none"])["latency_ns"]
+    out = {}
+    for k in (1, 4, 8, 16):
+        m = measure(mod, isaac, "cim-mlc", R(_PD, pipeline_rounds=k))
+        out[k] = {"latency_ns": m["latency_ns"], "estimate_ns": m["estimate_ns"], "speedup": base / m["latency_ns"]}
+        save("exp1_rounds", out)
+    print("\n[1c] ResNet-18 (ISAAC-like), graph-level P&D against the pipeline granularity")
+    for k, r in out.items():
+        print(f"  at least {k:2d} chunks per replica: {r['latency_ns'] / 1e6:7.3f} ms  speedup {r['speedup']:6.1f}x  "
+              f"(estimate {r['estimate_ns'] / 1e6:7.3f} ms)")
+    return out
+
+
+def exp2(image, puma, before: dict) -> dict:
     mod = relax_module("vgg16", image_size=image)
+    base = measure(mod, puma, "puma", None)  # PUMA's own schedule, the paper's baseline
     on = measure(mod, puma, "cim-mlc", None)
     off = measure(mod, puma, "cim-mlc", R(strategies.get("cim-mlc").options(puma), mvm_pipeline=False))
-    print("\n[2] PUMA preset, VGG-16: peak computing power")
-    print(f"  without MVM-grained pipeline {off['peak_power_mw'] / 1e3:9.3f} W   latency {off['latency_ns'] / 1e6:8.3f} ms")
-    print(f"  with MVM-grained pipeline    {on['peak_power_mw'] / 1e3:9.3f} W   latency {on['latency_ns'] / 1e6:8.3f} ms")
-    print(f"  change {100 * (on['peak_power_mw'] / off['peak_power_mw'] - 1):+.1f}%   (paper: -75%)")
-    return {"with": on, "without": off}
+    print("\n[2] PUMA preset, VGG-16: peak computing power against PUMA's schedule ('puma' strategy)")
+    for name, r in (("puma (baseline)", base), ("cim-mlc without MVM pipeline", off), ("cim-mlc", on)):
+        print(f"  {name:30s} {r['peak_power_mw'] / 1e3:9.3f} W  ({100 * (r['peak_power_mw'] / base['peak_power_mw'] - 1):+6.1f}%)"
+              f"   latency {r['latency_ns'] / 1e6:8.3f} ms")
+    if before:
+        print(f"  was: cim-mlc {before['with']['peak_power_mw'] / 1e3:.3f} W, {before['with']['latency_ns'] / 1e6:.3f} ms; "
+              f"without MVM pipeline {before['without']['latency_ns'] / 1e6:.3f} ms")
+    print("  paper (Fig. 20 b): -75% against PUMA's schedule")
+    caps = cap_sweep(mod, puma, base["peak_power_mw"])
+    print("  cim-mlc under a peak-power cap (time-division activation of crossbars):")
+    print_caps(caps)
+    return {"with": on, "without": off, "puma": base, "caps": caps}
 
 
-def exp3(image, isaac) -> dict:
+def cap_sweep(mod, hw, ref_mw: float, fracs=(0.75, 0.5, 0.25, 0.1, 0.05)) -> dict:
+    """``cim-mlc`` compiled once, its timeline scheduled under peak-power caps (fractions of its own peak)."""
+    _, info = offload(mod, hw, strategy="cim-mlc")
+    stats, free = simulate_timing(info)
+    out = {"puma_peak_mw": ref_mw, "uncapped": {"latency_ns": free.latency_ns, "peak_power_mw": free.peak_power_mw},
+           "caps": []}
+    for frac in fracs:
+        tl = timeline(info, stats, power_cap_mw=frac * free.peak_power_mw)
+        out["caps"].append({"cap_mw": frac * free.peak_power_mw, "fraction": frac, "latency_ns": tl.latency_ns,
+                            "peak_power_mw": tl.peak_power_mw})
+    return out
+
+
+def print_caps(out: dict) -> None:
+    free, ref = out["uncapped"], out["puma_peak_mw"]
+    print(f"  uncapped: peak {free['peak_power_mw'] / 1e3:8.3f} W  latency {free['latency_ns'] / 1e6:7.3f} ms   "
+          f"(PUMA's schedule: peak {ref / 1e3:.3f} W)")
+    for c in out["caps"]:
+        print(f"  cap {c['cap_mw'] / 1e3:8.3f} W ({100 * c['fraction']:3.0f}%, {100 * (c['cap_mw'] / ref - 1):+5.0f}% vs puma): "
+              f"peak {c['peak_power_mw'] / 1e3:8.3f} W  latency {c['latency_ns'] / 1e6:7.3f} ms "
+              f"({c['latency_ns'] / free['latency_ns']:5.2f}x)")
+
+
+def exp7(image, isaac, save) -> dict:
+    """Latency against a peak-power cap (time-division activation of crossbars), ResNet-18, ISAAC-like."""
+    mod = relax_module("resnet18", image_size=image)
+    out = cap_sweep(mod, isaac, measure(mod, isaac, "puma", None)["peak_power_mw"])
+    print("\n[7] ResNet-18 (ISAAC-like), cim-mlc under a peak-power cap (time-division activation of crossbars)")
+    print_caps(out)
+    return out
+
+
+def exp3(image, isaac, before: dict) -> dict:
     mod = relax_module("resnet18", image_size=image)
     res = {s: measure(mod, isaac, s, None) for s in ("none", "greedy", "puma", "cim-mlc")}
     base = res["none"]["latency_ns"]
     print("\n[3] ISAAC-like preset, ResNet-18: strategies")
     for s, r in res.items():
-        print(f"  {s:8s} latency {r['latency_ns'] / 1e6:9.3f} ms  speedup over none {base / r['latency_ns']:7.2f}x")
-    print(f"  cim-mlc over greedy: {res['greedy']['latency_ns'] / res['cim-mlc']['latency_ns']:.2f}x (paper: 3.2x)")
+        was = f"   (was {before[s]['latency_ns'] / 1e6:9.3f} ms)" if s in before else ""
+        print(f"  {s:8s} latency {r['latency_ns'] / 1e6:9.3f} ms  speedup over none {base / r['latency_ns']:7.2f}x{was}")
+    was = (f" (was {before['greedy']['latency_ns'] / before['cim-mlc']['latency_ns']:.2f}x)"
+           if "greedy" in before and "cim-mlc" in before else "")
+    print(f"  cim-mlc over greedy: {res['greedy']['latency_ns'] / res['cim-mlc']['latency_ns']:.2f}x{was} (paper: 3.2x)")
     return res
 
 
@@ -238,6 +330,22 @@ def plots(res: dict, out_dir: Path) -> list[str]:
         fig.tight_layout()
         fig.savefig(f, dpi=120)
         files.append(str(f))
+    if "exp7" in res:
+        fig, ax = plt.subplots(figsize=(5, 3.5))
+        caps = res["exp7"]["caps"]
+        free = res["exp7"]["uncapped"]
+        ax.plot([free["peak_power_mw"] / 1e3] + [c["cap_mw"] / 1e3 for c in caps],
+                [free["latency_ns"] / 1e6] + [c["latency_ns"] / 1e6 for c in caps], marker="o")
+        ax.axvline(res["exp7"]["puma_peak_mw"] / 1e3, ls="--", c="gray", label="puma schedule's peak")
+        ax.set_xscale("log")
+        ax.set_xlabel("peak-power cap (W)")
+        ax.set_ylabel("latency (ms)")
+        ax.set_title("ResNet-18, ISAAC-like, cim-mlc")
+        ax.legend(fontsize=8)
+        f = out_dir / "cim_multilevel_power_cap.png"
+        fig.tight_layout()
+        fig.savefig(f, dpi=120)
+        files.append(str(f))
     if "exp4" in res:
         fig, axs = plt.subplots(1, len(res["exp4"]), figsize=(14, 3.5))
         for ax, (k, rows) in zip(np.atleast_1d(axs), res["exp4"].items()):
@@ -260,33 +368,43 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="small inputs and fewer sweep points")
     ap.add_argument("--only", nargs="*", type=int, help="experiment numbers to run")
     ap.add_argument("--image", type=int, help="image size of the CNNs (default 224, 64 with --quick)")
-    ap.add_argument("--json", help="write all figures to this file")
+    ap.add_argument("--json", help="write all figures to this file (rewritten after every model)")
+    ap.add_argument("--before", help="a JSON of an earlier run: its figures are printed beside these")
     ap.add_argument("--plots", default=".", help="folder for the PNG plots")
     args = ap.parse_args()
     image = args.image or (64 if args.quick else 224)
     nets = ["resnet18", "resnet50"] if args.quick else ["resnet18", "resnet34", "resnet50", "resnet101"]
     vit_kw = dict(image_size=64, patch_size=16, depth=4) if args.quick else {}
     isaac, puma = tvm_cim.load("isaac"), tvm_cim.load("puma")
-    todo = set(args.only or range(1, 7))
+    before = json.loads(Path(args.before).read_text()) if args.before else {}
+    todo = set(args.only or range(1, 8))
     res = {}
+
+    def save(key, value):
+        res[key] = value
+        if args.json:
+            Path(args.json).write_text(json.dumps(res, indent=2, default=str))
+
     if 6 in todo:
-        res["exp6"] = exp6(image, isaac)
+        save("exp6", exp6(image, isaac))
     if 1 in todo:
-        res["exp1"] = exp1(nets, image, isaac)
+        save("exp1", exp1(nets, image, isaac, before.get("exp1", {}), save))
+        save("exp1_rounds", exp1_rounds(image, isaac, save))
     if 2 in todo:
-        res["exp2"] = exp2(image, puma)
+        save("exp2", exp2(image, puma, before.get("exp2", {})))
     if 3 in todo:
-        res["exp3"] = exp3(image, isaac)
+        save("exp3", exp3(image, isaac, before.get("exp3", {})))
+    if 7 in todo:
+        save("exp7", exp7(image, isaac, save))
     if 5 in todo:
-        res["exp5"] = exp5(image, isaac)
+        save("exp5", exp5(image, isaac))
     if 4 in todo:
-        res["exp4"] = exp4(isaac, vit_kw, args.quick)
+        save("exp4", exp4(isaac, vit_kw, args.quick))
     out_dir = Path(args.plots)
     out_dir.mkdir(parents=True, exist_ok=True)
     for f in plots(res, out_dir):
         print(f"plot: {f}")
     if args.json:
-        Path(args.json).write_text(json.dumps(res, indent=2, default=str))
         print(f"wrote {args.json}")
     return 0
 

@@ -27,7 +27,15 @@ def test_cim_multilevel_strategies(tmp_path):
 @pytest.mark.slow
 def test_cim_multilevel_quick(tmp_path):
     res, out = bench("cim_multilevel.py", "--quick", "--plots", tmp_path, tmp=tmp_path)
-    assert set(res) == {f"exp{i}" for i in range(1, 7)}
+    assert set(res) == {f"exp{i}" for i in range(1, 8)} | {"exp1_rounds"}
+
+
+def test_cim_multilevel_power_cap(tmp_path):
+    res, out = bench("cim_multilevel.py", "--quick", "--image", "32", "--only", "7", "--plots", tmp_path, tmp=tmp_path)
+    assert set(res) == {"exp7"} and "[7]" in out and (tmp_path / "cim_multilevel_power_cap.png").exists()
+    free = res["exp7"]["uncapped"]
+    for c in res["exp7"]["caps"]:
+        assert c["peak_power_mw"] <= c["cap_mw"] * (1 + 1e-9) and c["latency_ns"] >= free["latency_ns"] * (1 - 1e-9)
 
 
 def test_resnet18_sim_quick(tmp_path):

@@ -421,7 +421,7 @@ def test_one_layer_times_layer_count_equals_the_whole_model(strategy):
     no segment spans a layer boundary, and the mode switches between layers
     are those of one layer run repeatedly (its first segment switches from
     its last one's modes): the L-layer model takes L times one layer,
-    exactly.  The LLMs' boundary operators each exceed the chip alone.
+    up to where the input of a layer is quantised.  The LLMs' boundary operators each exceed the chip alone.
     Where the two boundary operators fit together (hidden 384, FFN 1536
     here), ``cim-mlc``'s segmentation joins them and the whole model is
     0.6% faster than L x one layer; where one layer fits the chip, its
@@ -451,10 +451,13 @@ def test_one_layer_times_layer_count_equals_the_whole_model(strategy):
         pl = info.chip_map.placements
         assert len(pl[down.name].tiles) + len(pl[query.name].tiles) > hw.total_crossbars
         lat[n] = simulate_timing(info)[1].latency_ns
+    # not exactly: a model's input is quantised by the chip ALU, a later layer's input by the cores of the
+    # operator producing it (its post-processing), so the L-layer model differs at the layer boundaries (0.02%);
+    # CMSwitch's serial segments may also span a layer boundary (faster, never slower than the bound)
     if strategy == "cmswitch":
-        assert 0.99 * 3 * lat[1] <= lat[3] <= 3 * lat[1]
+        assert 0.99 * 3 * lat[1] <= lat[3] <= 3 * lat[1] * (1 + 1e-3)
     else:
-        assert lat[3] == pytest.approx(3 * lat[1], rel=1e-12)
+        assert lat[3] == pytest.approx(3 * lat[1], rel=1e-3)
 
 
 def test_split_operators_keep_outputs_in_memory_mode_and_stay_exact():

@@ -137,7 +137,7 @@ def test_estimated_energy_is_what_the_simulator_charges(model, hw_name):
     hw = tvm_cim.load(hw_name)
     _, info = tvm_cim.offload(mod, hw)
     stats, _ = simulate_timing(info)
-    est = Estimator(hw, 8, 8, info.schedule.options.mvm_pipeline)
+    est = Estimator.of(hw, 8, 8, info.schedule.options)
     for r, st in zip(info.regions, stats):
         p = info.schedule.plans[r.name]
         e_sim = sum(v for k, v in st.energy_pj.items() if not k.startswith("setup_") and k != "leakage")

@@ -72,3 +72,60 @@ def test_peak_power_counts_concurrent_activity():
     tl = schedule_graph([("r", ev, 0)], {}, pipeline=True)
     assert tl.latency_ns == pytest.approx(20.0)
     assert tl.peak_power_mw == pytest.approx(50.0)  # 20 + 30 overlap in [10, 15)
+
+
+def test_quantisation_at_the_producing_cores_and_im2col_as_data_movement():
+    """CIM-MLC / PUMA: a region's cores quantise its output for its consumers; only the network input is
+    quantised by the chip ALU (each element once, halo included); im2col costs no ALU time."""
+    info, stats = timed_regions("puma", "puma")
+    hw = info.hw
+    consumers_of = {q for ps in info.producers.values() for q in ps}
+    fed = {name for name, ps in info.producers.items() if ps}
+    assert fed and consumers_of
+    for p in info.programs:
+        ops = [o for o in p.run if hasattr(o, "kind")]
+        quant = [o for o in ops if o.kind == "DCOM.quantize"]
+        deq = [o for o in ops if o.kind == "DCOM.dequantize"]
+        assert all((o.get("at") == "producer") == (p.name in fed) for o in quant), p.name
+        assert all(bool(o.get("requant")) == (p.name in consumers_of) for o in deq), p.name
+    chip_alu = im2col = 0.0
+    for s in stats:
+        ev = s.events
+        chip_alu += sum(d for d, r in zip(ev.dur, ev.res) if "chipalu" in r)
+        im2col += sum(d for d, k in zip(ev.dur, ev.kind) if k == "DCOM.im2col")
+    assert im2col == 0.0
+    n_in = 3 * 32 * 32  # the network input, the only tensor the chip ALU quantises
+    chunks = sum(1 for s in stats if s.name not in fed for k in s.events.kind if k == "DCOM.quantize")
+    cyc = hw.cycle_ns
+    assert n_in / hw.chip.alu.ops_per_cycle * cyc - 1e-6 <= chip_alu <= (n_in / hw.chip.alu.ops_per_cycle + chunks) * cyc
+
+
+def test_power_cap_activates_reads_by_time_division():
+    ev = Events()
+    ev.add(10.0, ("xb:0",), (), 100.0, True, "CIM.read_xb")  # 10 mW
+    ev.add(10.0, ("xb:1",), (), 200.0, True, "CIM.read_xb")  # 20 mW
+    ev.add(10.0, ("xb:2",), (), 300.0, True, "CIM.read_xb")  # 30 mW
+    ev.add(10.0, ("xb:3",), (), 500.0, True, "CIM.read_xb")  # 50 mW: above the cap, runs alone
+    free = schedule_graph([("r", ev, 0)], {}, pipeline=True)
+    assert free.peak_power_mw == pytest.approx(110.0) and free.latency_ns == pytest.approx(10.0)
+    tl = schedule_graph([("r", ev, 0)], {}, pipeline=True, power_cap_mw=35.0)
+    assert tl.peak_power_mw == pytest.approx(50.0)  # the 50 mW read alone; otherwise at most 35 mW
+    # 10 + 20 at [0, 10), 30 at [10, 20), 50 alone at [20, 30)
+    assert list(tl.start) == pytest.approx([0.0, 0.0, 10.0, 20.0])
+    assert tl.latency_ns == pytest.approx(30.0)
+
+
+def test_power_cap_on_a_network_keeps_dependencies_and_the_cap():
+    info, stats = timed_regions("isaac", "cim-mlc")
+    regions = [(s.name, s.events, s.segment) for s in stats]
+    free = schedule_graph(regions, info.producers, True)
+    cap = 0.4 * free.peak_power_mw
+    tl = schedule_graph(regions, info.producers, True, power_cap_mw=cap)
+    assert tl.peak_power_mw <= cap * (1 + 1e-9)
+    assert tl.latency_ns >= free.latency_ns
+    base = 0
+    for _, ev, _ in regions:
+        for i in range(len(ev)):
+            for d in ev.deps[i]:
+                assert tl.start[base + i] >= tl.finish[base + d] - 1e-6
+        base += len(ev)

@@ -19,21 +19,23 @@ from .simulator.engine import Options as SimOptions
 from .simulator.timeline import schedule_graph
 
 
-def timeline(info: CompileInfo, stats: list):
+def timeline(info: CompileInfo, stats: list, power_cap_mw: float | None = None):
     """One inference's timeline under the schedule's pipeline (:func:`schedule_graph`; with PIMCOMP's layer
-    grouping, :func:`tvm_cim.simulator.batch.schedule_batch` of one input)."""
+    grouping, :func:`tvm_cim.simulator.batch.schedule_batch` of one input); ``power_cap_mw``: peak computing
+    power allowed (time-division activation of crossbars)."""
     opts = info.schedule.options if info.schedule else None
     pipeline = bool(opts.pipeline) if opts else False
     regions = [(s.name, s.events, s.segment) for s in stats if s.events is not None]
     if opts is not None and opts.grouping and not pipeline:
         return schedule_batch(regions, info.producers, False, 1, grouping=True).timeline
-    return schedule_graph(regions, info.producers, pipeline)
+    return schedule_graph(regions, info.producers, pipeline, power_cap_mw)
 
 
-def simulate_timing(info: CompileInfo):
+def simulate_timing(info: CompileInfo, power_cap_mw: float | None = None):
     """Run the compiled programs on a timing-only chip (no values) and schedule the timeline.
 
-    For design-space sweeps: latency, energy and power without the numeric work.
+    For design-space sweeps: latency, energy and power without the numeric work; ``power_cap_mw``
+    caps the peak computing power (:func:`schedule_graph`).
 
     Returns
     -------
@@ -48,7 +50,7 @@ def simulate_timing(info: CompileInfo):
         tensors = {d.name: np.broadcast_to(np.zeros((), d.dtype), d.shape) for d in p.decls
                    if d.role in ("input", "const")}
         stats.append(chip.run(p, tensors)[1])
-    return stats, timeline(info, stats)
+    return stats, timeline(info, stats, power_cap_mw)
 
 
 def batch_summary(info: CompileInfo, stats: list, batch: int, latency_ns: float, energy_pj: float) -> dict:

@@ -17,6 +17,14 @@ The read meta-operator follows the preset's computing mode (paper 003 sec. 3.3):
 * ``wordline`` mode: one ``CIM.read_row`` per group of ``rows_active``
   wordlines (a single group when rows are remapped).
 
+Quantisation and im2col follow CIM-MLC and PUMA: the cores of a region
+quantise its output for the regions consuming it (``DCOM.dequantize
+requant=``, their core ALU), so a region whose input other regions produce
+quantises nothing on the chip ALU (``DCOM.quantize at="producer"`` only
+computes the codes); only a network input is quantised by the chip ALU.
+``DCOM.im2col`` is the gather pattern of the ``DMOV.scatter`` that sends the
+unfolded vectors to the crossbars: data movement, costed by the scatter.
+
 Tensor conventions (see :mod:`tvm_cim.simulator.engine`): ``%x`` (and ``%y``
 for a run-time second operand) float inputs, ``%xq`` quantised codes, ``%xm``
 the ``(Bt, M, K)`` input vectors, ``%acc`` the ``(Bt, M, N)`` integer
@@ -98,7 +106,7 @@ def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | 
 
     n_rep = len(pl.replicas)
     m_total = m  # vectors per batch element; chunks cut M
-    ch = P.chunks(region, n_rep, hw, wbits, ibits)
+    ch = P.chunks(region, n_rep, hw, wbits, ibits, opts.pipeline_rounds)
     level = ch.level  # a working set larger than the global buffer stays in off-chip memory
     mem = memory or {}
     mem_in, mem_out = tuple(mem.get("in", ())), tuple(mem.get("out", ()))
@@ -199,9 +207,10 @@ def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | 
         f0, f1 = float(ch.f0[c]), float(ch.f1[c])
         out = [op("DMOV", op="load", src=Ref("x"), vecs=v, level=lv_in, frac=(f0, f1), bytes=int(ch.load_bytes[c]),
                   **at_in)]
+        at = {"at": "producer"} if region.quant_at_producer else {}  # the producing cores quantised it
         out.append(op("DCOM", op="quantize", src=Ref("x"), dst=Ref("xq"), vecs=v, scale=float(region.x_scale),
                       zero=int(region.x_zero), bits=ibits, signed=bool(region.x_signed),
-                      elements=int(ch.quant_elems[c])))
+                      elements=int(ch.quant_elems[c]), **at))
         if region.kind == CONV2D:
             cv = region.conv
             out.append(op("DCOM", op="im2col", src=Ref("xq"), dst=Ref("xm"), vecs=v, kernel=tuple(cv["kernel"]),
@@ -262,6 +271,8 @@ def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | 
         if region.bias is not None:
             deq["bias"] = Ref("bias")
         deq["elements"] = bt * v.size * n * 3
+        if region.requant_out:  # this core also quantises its output for the consuming regions
+            deq["requant"] = bt * v.size * n
         out.append(Op("DCOM", tuple(deq.items())))
         out.append(op("DMOV", op="store", src=Ref("yf"), vecs=v, level=lv_out,
                       frac=(v.start / m_total, v.stop / m_total), bytes=bt * v.size * n, **at_out))

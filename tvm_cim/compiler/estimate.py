@@ -6,11 +6,12 @@ chunks of :mod:`tvm_cim.compiler.plan` (the ones the code generator emits),
 aggregated per shared resource with max-plus recurrences instead of an event
 timeline:
 
-* every chunk's input is loaded through the shared global-buffer port and
-  quantised / unfolded by the chip ALU, in program order;
+* every chunk's input is loaded through the shared global-buffer port (and,
+  a network input only, quantised by the chip ALU), in program order;
 * it is scattered to its replica's core and read there; a replica reads its
   chunks one after another;
-* post-processing on the replica's core ALU and the store follow the read;
+* post-processing on the replica's core ALU (including quantising the output
+  for the consuming regions) and the store follow the read;
 * a region lasts until its last chunk is stored, and at least as long as
   the global-buffer port and the chip ALU are busy.
 
@@ -103,16 +104,26 @@ class Estimator:
         simulator's timeline books them first and a fetch rarely fits between
         them); used by the dual-mode strategy, whose segments are chosen on
         this estimate.
+    rounds : int
+        Chunks per replica at least (the pipeline granularity,
+        :func:`tvm_cim.compiler.plan.chunk_count`).
     """
 
     def __init__(self, hw: CIMHardware, wbits: int, ibits: int, mvm_pipeline: bool = False,
-                 offchip_in_order: bool = False):
+                 offchip_in_order: bool = False, rounds: int = 1):
         self.hw, self.wbits, self.ibits = hw, wbits, ibits
         self.mvm_pipeline = mvm_pipeline
         self.offchip_in_order = offchip_in_order
+        self.rounds = rounds
         self.xbs_per_core = hw.core.crossbars
         self._tile_bytes: dict = {}
         self._tiles: dict = {}
+
+    @classmethod
+    def of(cls, hw: CIMHardware, wbits: int, ibits: int, opts) -> "Estimator":
+        """The estimate of a schedule's options (:class:`tvm_cim.compiler.strategies.Options`)."""
+        return cls(hw, wbits, ibits, mvm_pipeline=opts.mvm_pipeline, offchip_in_order=opts.modes == "dual",
+                   rounds=opts.pipeline_rounds)
 
     def hw_of(self, r: Region) -> CIMHardware:
         """The chip as region ``r`` is mapped onto it (rows per read step, encodings: :meth:`Region.chip`)."""
@@ -193,7 +204,7 @@ class Estimator:
 
     def chunks(self, r: Region, replicas: int) -> P.Chunks:
         """The chunks the code generator emits (:func:`tvm_cim.compiler.plan.chunks`)."""
-        return P.chunks(r, replicas, self.hw, self.wbits, self.ibits)
+        return P.chunks(r, replicas, self.hw, self.wbits, self.ibits, self.rounds)
 
     # ------------------------------------------------------------------ per-chunk work
     def _chunk_work(self, r: Region, ch: P.Chunks, tile_rows: int, mem_in: int = 0, mem_out: int = 0):
@@ -210,12 +221,15 @@ class Estimator:
         row_blocks = len(blocks)
         load = (cost.memory_access(hw, ch.load_bytes, mem_in, False)[0] if mem_in
                 else cost.load_store(hw, ch.load_bytes, off)[0])
-        prep = cost.alu(hw, "quantize", ch.quant_elems, core_level=False)[0]
-        if r.kind == CONV2D:
-            prep = prep + cost.alu(hw, "im2col", ch.im2col_elems, core_level=False)[0]
+        # the chip ALU quantises a network input; the producing cores quantise the rest (with their
+        # post-processing); im2col is the scatter's gather pattern (no ALU time)
+        prep = cost.alu(hw, "quantize", ch.quant_elems if not r.quant_at_producer else np.zeros_like(ch.quant_elems),
+                        core_level=False)[0]
         scatter = cost.scatter(hw, P.scatter_bytes(bt, size, sum(b1 - b0 for b0, b1 in blocks), self.ibits))[0]
         read = bt * size * self.mvm_ns(r, tile_rows)
         post = cost.alu(hw, "dequantize", bt * size * n * 3, core_level=True)[0]
+        if r.requant_out:
+            post = post + cost.alu(hw, "quantize", bt * size * n, core_level=True)[0]
         if row_blocks > 1:
             post = post + cost.alu(hw, "reduce", bt * size * n * (row_blocks - 1), core_level=True)[0]
         store = (cost.memory_access(hw, bt * size * n, mem_out, True)[0] if mem_out
@@ -422,9 +436,10 @@ class Estimator:
         e = 0.0
         for nbytes in (ch.load_bytes, bt * size * n):
             e += sum(float(np.sum(v)) for v in cost.load_store(hw, nbytes, off)[1].values())
-        e += float(np.sum(cost.alu(hw, "quantize", ch.quant_elems, False)[1]))
-        if r.kind == CONV2D:
-            e += float(np.sum(cost.alu(hw, "im2col", size * k, False)[1]))
+        if not r.quant_at_producer:
+            e += float(np.sum(cost.alu(hw, "quantize", ch.quant_elems, False)[1]))
+        if r.requant_out:
+            e += float(cost.alu(hw, "quantize", bt * m * n, True)[1])
         grouped = r.kind == CONV2D and r.conv.get("groups", 1) > 1
         xhw = self.hw_of(r)
         tiles = tile_matrix(k, n, xhw, r.w_int if grouped else None, tile_rows=tile_rows)

@@ -36,9 +36,10 @@ def chunk_bounds(m_total: int, n: int) -> tuple[np.ndarray, np.ndarray]:
     return edges[:-1][keep], edges[1:][keep]
 
 
-def chunk_count(r: Region, replicas: int) -> int:
-    """Pipeline granularity: output rows for convolutions, at most 16 row blocks otherwise
-    (at least one per replica); a ``dmatmul``'s chunks cut ``M`` and hold every head."""
+def chunk_count(r: Region, replicas: int, rounds: int = 1) -> int:
+    """Pipeline granularity: output rows for convolutions, at most 16 row blocks otherwise, and at
+    least ``rounds`` chunks per replica of a duplicated region (so that its consumer can start after
+    a share of it, not only after all of it); a ``dmatmul``'s chunks cut ``M`` and hold every head."""
     m, _, _ = r.mkn
     if r.kind == DMATMUL:
         return int(min(m, max(16, replicas)))
@@ -46,7 +47,7 @@ def chunk_count(r: Region, replicas: int) -> int:
         base = r.out_shape[0] * r.out_shape[2]  # batch x output rows
     else:
         base = min(16, r.batch * m)
-    n = max(base, replicas)
+    n = max(base, replicas * (rounds if replicas > 1 else 1))
     return int(min(n, r.batch * m))
 
 
@@ -68,7 +69,9 @@ class Chunks:
     load_bytes : numpy.ndarray
         Bytes of quantised input each chunk loads.
     quant_elems : numpy.ndarray
-        Input elements each chunk quantises.
+        Input elements each chunk quantises when the chip ALU quantises the
+        input: those no earlier chunk covered (a convolution's kernel halo
+        is quantised once).
     im2col_elems : numpy.ndarray
         Elements each chunk unfolds (convolutions; zero otherwise).
     level : str
@@ -92,14 +95,17 @@ class Chunks:
         return len(self.starts)
 
 
-def chunks(r: Region, replicas: int, hw: CIMHardware, wbits: int, ibits: int) -> Chunks:
-    """The chunks the code generator emits for a region with ``replicas`` copies of its weights."""
+def chunks(r: Region, replicas: int, hw: CIMHardware, wbits: int, ibits: int, rounds: int = 1) -> Chunks:
+    """The chunks the code generator emits for a region with ``replicas`` copies of its weights
+    (at least ``rounds`` per replica, :func:`chunk_count`)."""
     m, k, _ = r.mkn
-    starts, stops = chunk_bounds(m, chunk_count(r, replicas))
+    starts, stops = chunk_bounds(m, chunk_count(r, replicas, rounds))
     f0, f1 = r.input_span(starts, stops)
     share = (f1 - f0) * float(np.prod(r.in_shapes[0]))
     load = np.maximum(1, np.ceil(share * ibits / 8))
-    quant = np.maximum(1, share.astype(np.int64))
+    covered = np.concatenate([[0.0], np.maximum.accumulate(f1)[:-1]])  # input quantised by earlier chunks
+    fresh = np.maximum(0.0, f1 - np.maximum(f0, covered)) * float(np.prod(r.in_shapes[0]))
+    quant = np.maximum(1, fresh.astype(np.int64))
     im2col = (stops - starts) * k if r.kind == CONV2D else np.zeros(len(starts), dtype=np.int64)
     return Chunks(starts, stops, f0, f1, load, quant, im2col, spill_level(r, hw, wbits, ibits))
 

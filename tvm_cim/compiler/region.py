@@ -59,6 +59,13 @@ class Region:
     weight_encoding, input_encoding : str or None
         How the crossbars hold the weights and take signed inputs (None: the
         chip's ``crossbar.weight_encoding`` / ``crossbar.input_encoding``).
+    quant_at_producer : bool
+        Its (first) input is computed from other regions' outputs, whose
+        cores quantise it as they produce it (CIM-MLC, PUMA: quantisation at
+        the producing core's vector unit); otherwise the chip ALU quantises it.
+    requant_out : bool
+        Its output feeds other regions: its cores quantise it for them in
+        their post-processing.
     """
 
     name: str
@@ -78,6 +85,8 @@ class Region:
     adc_lsb_cols: np.ndarray | None = None
     weight_encoding: str | None = None
     input_encoding: str | None = None
+    quant_at_producer: bool = False
+    requant_out: bool = False
 
     def chip(self, hw):
         """The chip as this region is mapped onto it (:meth:`CIMHardware.mapped`): its rows per read

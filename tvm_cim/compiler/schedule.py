@@ -181,6 +181,14 @@ def duplicate(regions: list[Region], segment_of: list[int], resident: bool, hw: 
             reps = [1] * len(seg)
         if opts.crossbar_dup:
             reps = duplication.crossbar_level(seg, reps, costs, est, tile_rows, budget, hw)
+            alt = duplication.crossbar_dp(seg, est, tile_rows, hw, resident, opts.pipeline) if opts.crossbar_dp else None
+            if alt is not None:  # the DP at crossbar granularity, kept where the graph estimate finds it faster
+                def graph(rs, seg=seg):
+                    pl = {r.name: make_plan(r, est, d, tile_rows[r.name], s_idx, resident, latency=False)
+                          for r, d in zip(seg, rs)}
+                    return est.graph_ns(seg, pl, opts.pipeline, producers)[0]
+                if graph(alt) < graph(reps):
+                    reps = alt
         if opts.remap:
             reps = duplication.remap(seg, reps, est, tile_rows, hw, resident)
         for r, c, d in zip(seg, costs, reps):
@@ -274,7 +282,9 @@ def allocate_modes(regions: list[Region], segment_of: list[int], resident: bool,
             for _, idx in sorted(bounds.items())]
     # every array computing is one of the allocations CMSwitch chooses from: keep CIM-MLC's duplication
     # of the segment (all arrays computing) when the shared estimate says it is faster than the MIP's
-    mlc = get("cim-mlc").options(hw)
+    # (CIM-MLC's duplication as it was before its crossbar-granularity DP: with that DP, all-compute wins on
+    # small chips where the MIP keeps memory-mode arrays; whether CMSwitch should compare with it is open)
+    mlc = dataclasses.replace(get("cim-mlc").options(hw), crossbar_dp=False)
     chosen = []
     for s_idx, sm in enumerate(segs):
         seg = regions[sm.first:sm.last + 1]
@@ -370,7 +380,7 @@ def schedule(regions: list[Region], hw: CIMHardware, strategy: str = "cim-mlc",
     Schedule
     """
     opts = options or get(strategy).options(hw)
-    est = Estimator(hw, wbits, ibits, mvm_pipeline=opts.mvm_pipeline, offchip_in_order=opts.modes == "dual")
+    est = Estimator.of(hw, wbits, ibits, opts)
     segment_of, resident = segment(regions, hw, opts, est, producers)
     plans = duplicate(regions, segment_of, resident, hw, opts, est, producers)
     if opts.modes == "dual":

@@ -13,7 +13,9 @@ pass                   what it decides, and where it writes it
                        (``cim.range``)
 ``Quantize``           activation scales and signedness, precision (``cim.x_scale``, ``cim.x_zero``,
                        ``cim.x_signed``, ``cim.y_scale``, ``cim.weight_bits``, ``cim.input_bits``);
-                       weights are quantised per output channel from the function's constants
+                       weights are quantised per output channel from the function's constants; where
+                       activations are quantised (``cim.quant_at_producer``, ``cim.requant_out``: at
+                       the producing regions' cores, else the chip ALU)
 ``MapCrossbars``       per layer, the fastest crossbar mapping within the error budget: weight and input
                        encoding, rows driven per read step, programmed ADC range (``cim.weight_encoding``,
                        ``cim.input_encoding``, ``cim.rows_per_step``, ``cim.adc_lsb[_cols]``,
@@ -280,7 +282,8 @@ def region_of(func: relax.Function) -> Region:
     output channel to ``cim.weight_bits``.
     """
     name = str(_need(func, "region", "FindRegions"))
-    qkeys = ("x_scale", "x_zero", "x_signed", "y_scale", "weight_bits", "input_bits") + MAPPING_KEYS
+    qkeys = ("x_scale", "x_zero", "x_signed", "y_scale", "weight_bits", "input_bits") + MAPPING_KEYS + (
+        "quant_at_producer", "requant_out")
     q = tuple(_attr(func, k) for k in qkeys)
     if q[0] is None:
         raise ValueError(f"region {name}: not quantised; run Quantize first")
@@ -301,6 +304,7 @@ def region_of(func: relax.Function) -> Region:
     if info.bias is not None:
         r.bias = info.bias.astype(np.float32)
     _mapped(r, func)
+    r.quant_at_producer, r.requant_out = bool(q[-2] or False), bool(q[-1] or False)
     _REGIONS[key] = (func.body, r)
     while len(_REGIONS) > 1024:
         _REGIONS.popitem(last=False)
@@ -315,6 +319,25 @@ def regions_of(mod: tvm.IRModule) -> list[tuple[str, Region]]:
 def producers_of(mod: tvm.IRModule) -> dict[str, list[str]]:
     """For every region, the regions whose outputs reach its inputs through host operators."""
     return {r: sorted(set().union(*ops)) if ops else [] for r, ops in operand_producers_of(mod).items()}
+
+
+def quantised_by_producers(mod: tvm.IRModule) -> tuple[set[str], set[str]]:
+    """Where quantisation happens (CIM-MLC, PUMA: at the producing core).
+
+    Returns
+    -------
+    inputs : set of str
+        Regions whose first input other regions' outputs compute (their
+        producers' cores quantise it).
+    outputs : set of str
+        Regions whose output reaches such an input (their cores quantise it).
+    """
+    inputs, outputs = set(), set()
+    for r, srcs in operand_producers_of(mod).items():
+        if srcs and srcs[0]:
+            inputs.add(r)
+            outputs |= set(srcs[0])
+    return inputs, outputs
 
 
 def operand_producers_of(mod: tvm.IRModule) -> dict[str, list[list[str]]]:
@@ -332,14 +355,14 @@ def operand_producers_of(mod: tvm.IRModule) -> dict[str, list[list[str]]]:
     for blk in mod["main"].body.blocks:
         for b in blk.bindings:
             val = b.value
-            src = set()
-            for v in vars_in(val):
-                src |= reach.get(v, set())
             if isinstance(val, relax.Call) and isinstance(val.op, relax.GlobalVar) and val.op.name_hint in names:
                 region = names[val.op.name_hint]
                 result[region] = [sorted(set().union(*[reach.get(v, set()) for v in vars_in(a)])) for a in val.args]
                 reach[b.var] = {region}
             else:
+                src = set()
+                for v in vars_in(val):
+                    src |= reach.get(v, set())
                 reach[b.var] = src
     return result
 
@@ -503,6 +526,10 @@ class Quantize:
                 y_scale = max(abs(rng[2]), abs(rng[3]), 1e-12) / (2 ** (wbits - 1) - 1)
             updates[g] = {"x_scale": float(x_scale), "x_zero": 0, "x_signed": bool(x_signed),
                           "y_scale": float(y_scale), "weight_bits": wbits, "input_bits": ibits}
+        q_in, q_out = quantised_by_producers(mod)  # quantisation at the producing cores
+        for g, f in region_functions(mod):
+            name = str(_attr(f, "region"))
+            updates[g].update(quant_at_producer=name in q_in, requant_out=name in q_out)
         return _with_attrs(mod, updates)
 
 
@@ -606,7 +633,7 @@ class Segment:
         hw = _resolve_hw(self.hw)
         name, opts = _resolve_options(self.strategy, self.options, hw)
         wbits, ibits = _precision(mod)
-        est = Estimator(hw, wbits, ibits, mvm_pipeline=opts.mvm_pipeline, offchip_in_order=opts.modes == "dual")
+        est = Estimator.of(hw, wbits, ibits, opts)
         items = regions_of(mod)
         seg_of, resident = schedule.segment([r for _, r in items], hw, opts, est, producers_of(mod))
         mod = _with_attrs(mod, {g: {"segment": s, "resident": resident} for (g, _), s in zip(items, seg_of)})
@@ -633,7 +660,7 @@ class DuplicateWeights:
         hw = _resolve_hw(self.hw)
         _, opts = module_options(mod)
         wbits, ibits = _precision(mod)
-        est = Estimator(hw, wbits, ibits, mvm_pipeline=opts.mvm_pipeline, offchip_in_order=opts.modes == "dual")
+        est = Estimator.of(hw, wbits, ibits, opts)
         fs = region_functions(mod)
         regions = [region_of(f) for _, f in fs]
         seg_of = [int(_need(f, "segment", "Segment")) for _, f in fs]
@@ -680,7 +707,7 @@ class AllocateArrayModes:
         if opts.modes != "dual":
             return mod
         wbits, ibits = _precision(mod)
-        est = Estimator(hw, wbits, ibits, mvm_pipeline=opts.mvm_pipeline, offchip_in_order=opts.modes == "dual")
+        est = Estimator.of(hw, wbits, ibits, opts)
         fs = region_functions(mod)
         regions = [region_of(f) for _, f in fs]
         seg_of = [int(_need(f, "segment", "Segment")) for _, f in fs]
@@ -759,7 +786,7 @@ class Place:
         hw = _resolve_hw(self.hw)
         _, opts = module_options(mod)
         wbits, ibits = _precision(mod)
-        est = Estimator(hw, wbits, ibits, mvm_pipeline=opts.mvm_pipeline, offchip_in_order=opts.modes == "dual")
+        est = Estimator.of(hw, wbits, ibits, opts)
         fs = region_functions(mod)
         regions = [region_of(f) for _, f in fs]
         cmap = mapping.allocate(regions, hw, plans_of(mod, hw, est, latency=False))
@@ -952,7 +979,7 @@ class LowerToRuntime:
             lowered[g] = build
         info.producers = producers_of(mod)
         wbits, ibits = _precision(mod)
-        est = Estimator(hw, wbits, ibits, mvm_pipeline=opts.mvm_pipeline, offchip_in_order=opts.modes == "dual")
+        est = Estimator.of(hw, wbits, ibits, opts)
         plans = plans_of(mod, hw, est)
         sched = schedule.Schedule(strategy, opts, plans, segments=max(p.segment for p in plans.values()) + 1)
         sched.estimate_ns, sched.estimate_regions_ns = est.graph_ns(regions, plans, opts.pipeline, info.producers)

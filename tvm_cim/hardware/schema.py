@@ -431,4 +431,6 @@ NOT_MODELLED: dict[str, str] = {
     "ops.pool": "pooling runs on the host (Relax), not in CIM programs",
     "ops.sigmoid": "activations run on the host (Relax), not in CIM programs",
     "ops.dmov": "data movement is costed by buffer and link bandwidths",
+    "ops.im2col": "im2col is the gather pattern of the scatter into the crossbar input registers: data movement, "
+                  "costed by the link bandwidth (CIM-MLC, PUMA)",
 }

@@ -129,8 +129,11 @@ define("DMOV.fetch", "offchip", "bring constant weights over the off-chip interf
 # ---------------------------------------------------------------------------- digital computation
 define("DCOM.quantize", "chip-alu", "float -> integer codes (scale, zero point, signed or unsigned)",
        _SUB, _o("src", REF), _o("dst", REF), _VECS, _o("scale", FLOAT), _o("zero", INT), _o("bits", INT),
-       _o("signed", BOOL), _ELEMS)
-define("DCOM.im2col", "chip-alu", "unfold a convolution input into input vectors",
+       _o("signed", BOOL), _ELEMS,
+       _o("at", STR, False, "'chip' (default: the chip ALU) or 'producer': the cores of the regions producing "
+          "the input quantised it in their post-processing (DCOM.dequantize requant=...), so it costs nothing here"))
+define("DCOM.im2col", "none", "unfold a convolution input into input vectors: the gather pattern of the "
+       "DMOV.scatter that sends the unfolded vectors to the crossbar input registers (data movement, no ALU time)",
        _SUB, _o("src", REF), _o("dst", REF), _VECS, _o("kernel", TUPLE), _o("strides", TUPLE),
        _o("padding", TUPLE), _o("dilation", TUPLE), _o("pad_value", INT), _ELEMS)
 define("DCOM.reshape", "none", "view codes as (batch, vectors, length)",
@@ -142,6 +145,8 @@ define("DCOM.reduce", "core-alu", "add the partial sums of a layer's row blocks"
        _SUB, _o("dst", REF), _VECS, _o("core", INT), _o("terms", INT), _ELEMS)
 define("DCOM.dequantize", "core-alu", "integer accumulators -> float (scales, zero point, bias)",
        _SUB, _o("src", REF), _o("dst", REF), _VECS, _o("core", INT), _o("scale", FLOAT),
-       _o("zero", INT, False), _o("wsum", REF, False), _o("wscale", REF, False), _o("bias", REF, False), _ELEMS)
+       _o("zero", INT, False), _o("wsum", REF, False), _o("wscale", REF, False), _o("bias", REF, False), _ELEMS,
+       _o("requant", INT, False, "elements it also quantises for the regions consuming the output (their "
+          "DCOM.quantize at='producer'), charged on the same core ALU"))
 define("DCOM.layout", "none", "results into the output layout (NCHW or row-major)",
        _SUB, _o("src", REF), _o("dst", REF), _o("layout", STR), _o("shape", TUPLE))

@@ -830,7 +830,14 @@ class Chip:
         dst = o.get("dst")
         core = o.get("core")
         elements = int(o.get("elements", 0))
+        if sub == "im2col" or o.get("at") == "producer":
+            # im2col is the scatter's gather pattern (costed there); a quantisation done by the producing cores
+            # was charged with their post-processing (DCOM.dequantize requant=)
+            elements = 0
         dur, e = cost.alu(self.hw, sub, elements, core_level=core is not None)
+        if o.get("requant"):  # quantising the output for the consuming regions, on the same core ALU
+            d2, e2 = cost.alu(self.hw, "quantize", int(o["requant"]), core_level=core is not None)
+            dur, e = dur + d2, e + e2
         res = (f"alu:{core}",) if core is not None else ("chipalu",)
         self._energy["alu"] += e
         deps = []

@@ -136,6 +136,53 @@ class _Resource:
             ends.insert(i, end)
 
 
+class _Power:
+    """Power drawn by crossbar reads over time (a step function): a peak-power cap by time-division activation.
+
+    ``t[i]``, ``p[i]``: from ``t[i]`` to ``t[i + 1]`` (the last: forever) the reads running draw ``p[i]`` mW.
+    """
+
+    __slots__ = ("cap", "t", "p")
+
+    def __init__(self, cap_mw: float):
+        self.cap = float(cap_mw)
+        self.t: list[float] = [0.0]
+        self.p: list[float] = [0.0]
+
+    def earliest(self, t: float, dur: float, power: float) -> float:
+        """Earliest start >= t of a read drawing ``power`` for ``dur`` that keeps the total within the cap
+        (a read above the cap alone runs when nothing else does)."""
+        lim = max(self.cap - power, 0.0) * (1 + 1e-12)
+        ts, ps = self.t, self.p
+        i = bisect.bisect_right(ts, t) - 1
+        j = i
+        while j < len(ts) and (j == i or ts[j] < t + dur):
+            if ps[j] > lim:  # over the cap somewhere in the window: start after this step
+                if j + 1 == len(ts):
+                    raise RuntimeError("power profile does not return to zero")  # the tail is always 0
+                t = ts[j + 1]
+                i = j = j + 1
+                continue
+            j += 1
+        return t
+
+    def _split(self, x: float) -> int:
+        ts = self.t
+        i = bisect.bisect_left(ts, x)
+        if i < len(ts) and ts[i] == x:
+            return i
+        ts.insert(i, x)
+        self.p.insert(i, self.p[i - 1])
+        return i
+
+    def add(self, t: float, dur: float, power: float) -> None:
+        """Book a read drawing ``power`` over ``[t, t + dur)``."""
+        i, j = self._split(t), self._split(t + dur)
+        ps = self.p
+        for k in range(i, j):
+            ps[k] += power
+
+
 @dataclass
 class Timeline:
     """The scheduled inference."""
@@ -168,8 +215,13 @@ class Timeline:
 
 
 def schedule_graph(regions: list[tuple[str, Events, int]], producers: dict[str, list[str]],
-                   pipeline: bool) -> Timeline:
+                   pipeline: bool, power_cap_mw: float | None = None) -> Timeline:
     """Schedule the events of every region of one inference.
+
+    With ``power_cap_mw``, crossbar reads (with their DACs and ADCs, the
+    power :attr:`Timeline.peak_power_mw` measures) are activated by time
+    division: a read waits until the reads already running leave room for
+    it under the cap (CIM-MLC's time-division activation of crossbars).
 
     Parameters
     ----------
@@ -180,6 +232,8 @@ def schedule_graph(regions: list[tuple[str, Events, int]], producers: dict[str, 
         Region name -> regions whose outputs its input is computed from.
     pipeline : bool
         Inter-layer pipeline on or off.
+    power_cap_mw : float, optional
+        Peak computing power allowed (mW); None: no cap.
 
     Returns
     -------
@@ -191,6 +245,7 @@ def schedule_graph(regions: list[tuple[str, Events, int]], producers: dict[str, 
     outs: dict[str, list] = {}
     prev_end = 0.0
     seg_floor, cur_seg = 0.0, None
+    power = _Power(power_cap_mw) if power_cap_mw is not None else None
     for name, ev, seg in regions:
         if seg != cur_seg:
             cur_seg, seg_floor = seg, prev_end
@@ -231,15 +286,20 @@ def schedule_graph(regions: list[tuple[str, Events, int]], producers: dict[str, 
             dur = ev_dur[i]
             if dur > 0:
                 rs = [res[r] for r in ev_res[i]]
-                while True:  # earliest time every resource is free
+                capped = power is not None and ev.analog[i]
+                while True:  # earliest time every resource is free (and, capped, the power allows it)
                     t2 = t
                     for r in rs:
                         t2 = r.earliest(t2, dur)
+                    if capped:
+                        t2 = power.earliest(t2, dur, ev.energy[i] / dur)
                     if t2 == t:
                         break
                     t = t2
                 for r in rs:
                     r.reserve(t, dur)
+                if capped:
+                    power.add(t, dur, ev.energy[i] / dur)
             st[i], fin[i] = t, t + dur
             fin_np[i] = t + dur
         starts.extend(st)

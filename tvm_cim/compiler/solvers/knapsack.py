@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 
-def duplicate(lat: list[np.ndarray], cost: list[int], budget: int, objective: str) -> list[int]:
+def duplicate(lat: list[np.ndarray], cost: list[int], budget: int, objective: str,
+              candidates: list | None = None) -> list[int]:
     """Choose replicas per operator minimising the sum or the max of their latencies under a budget.
 
     Parameters
@@ -18,6 +19,9 @@ def duplicate(lat: list[np.ndarray], cost: list[int], budget: int, objective: st
         Units available.
     objective : {'sum', 'max'}
         ``sum`` for operators that run one after another, ``max`` for a pipeline.
+    candidates : list of sequence of int, optional
+        Per operator, the replica counts to consider (default: all); where
+        ``lat`` is constant between them, the others are never chosen.
 
     Returns
     -------
@@ -33,10 +37,10 @@ def duplicate(lat: list[np.ndarray], cost: list[int], budget: int, objective: st
     combine = np.add if objective == "sum" else np.maximum
     dp = np.zeros(budget + 1)  # dp[b]: best objective of ops so far using <= b units
     choice = []
-    for li, ci in zip(lat, cost):
+    for i, (li, ci) in enumerate(zip(lat, cost)):
         new = np.full(budget + 1, inf)
         arg = np.zeros(budget + 1, dtype=np.int32)
-        for d in range(1, len(li) + 1):
+        for d in (range(1, len(li) + 1) if candidates is None else candidates[i]):
             need = d * ci
             if need > budget:
                 break

@@ -64,8 +64,17 @@ class Options:
         Inter-layer pipeline (consumers start on partial producer output).
     crossbar_dup : bool
         Crossbar-level duplication inside the allocated cores (Eq. 1).
+    crossbar_dp : bool
+        With ``crossbar_dup``: re-run the duplication DP at crossbar
+        granularity after Eq. 1 (a replica costs its crossbars, not whole
+        cores), kept where the graph estimate finds it faster.
     mvm_pipeline : bool
         MVM-grained pipeline: crossbars start when their own input slice arrives.
+    pipeline_rounds : int
+        Pipeline granularity: a duplicated region's input vectors are cut
+        into at least this many chunks per replica (taken round-robin), so
+        its consumer starts after the first round instead of after the
+        whole region (:func:`tvm_cim.compiler.plan.chunk_count`).
     remap : bool
         Wordline-level row remapping.
     unfolding : {'im2col', 'ht', 'll'}
@@ -91,7 +100,9 @@ class Options:
     dataflow: str = "chunks"
     pipeline: bool = False
     crossbar_dup: bool = False
+    crossbar_dp: bool = False
     mvm_pipeline: bool = False
+    pipeline_rounds: int = 1
     remap: bool = False
     unfolding: str = "im2col"
     grouping: bool = False
@@ -176,6 +187,12 @@ def all_strategies() -> list[Strategy]:
     return list(_REGISTRY.values())
 
 
+# CIM-MLC pipelines per MVM; chunks of a few vectors keep the simulation tractable: at least 8 per
+# replica, so a consumer waits for an eighth of a duplicated producer (benchmarks/cim_multilevel.py
+# reports 1, 4, 8 and 16)
+PIPELINE_ROUNDS = 8
+
+
 def _cim_mlc(hw: CIMHardware) -> Options:
     mode = hw.chip.computing_mode
     return Options(
@@ -183,8 +200,10 @@ def _cim_mlc(hw: CIMHardware) -> Options:
         duplication="dp",
         pipeline=True,
         crossbar_dup=mode in ("crossbar", "wordline"),
+        crossbar_dp=mode in ("crossbar", "wordline"),
         mvm_pipeline=mode in ("crossbar", "wordline"),
         remap=mode == "wordline",
+        pipeline_rounds=PIPELINE_ROUNDS,
     )
 
 
@@ -197,7 +216,7 @@ register(Strategy("cim-mlc", "CIM-MLC's multi-level method: DP duplication, inte
                   _cim_mlc))
 register(Strategy("miredo", "CIM-MLC's graph level with MIREDO's per-layer dataflow (MIP over loop order, tiling, "
                   "memory levels and double buffering) on chips with a [dataflow] table",
-                  lambda hw: dataclasses.replace(_cim_mlc(hw), dataflow="miredo")))
+                  lambda hw: dataclasses.replace(_cim_mlc(hw), dataflow="miredo", pipeline_rounds=1)))
 
 
 def _cmswitch(hw: CIMHardware) -> Options:

@@ -8,6 +8,7 @@
   while cores remain;
 * :func:`crossbar_level` -- CIM-MLC Eq. 1: fill the crossbars of the cores an
   operator holds with more copies;
+* :func:`crossbar_dp` -- the DP re-run at crossbar granularity after Eq. 1;
 * :func:`remap` -- CIM-MLC's wordline level: tiles of ``rows_active`` rows so
   a read step drives every row of its tile.
 
@@ -27,13 +28,18 @@ from ..region import DMATMUL, Region
 from ..solvers.knapsack import duplicate as knapsack
 
 
-def latency_curve(latency, max_d: int, exact: int = 32, step: float = 1.08) -> np.ndarray:
-    """``latency(d)`` for ``d = 1 .. max_d``, evaluated exactly up to ``exact`` replicas and then on a
-    geometric grid (ratio ``step``); between grid points the value of the grid point below holds, so
-    the duplication DP, which pays for every replica, only picks grid points there."""
+def curve_grid(max_d: int, exact: int = 32, step: float = 1.08) -> list[int]:
+    """The replica counts :func:`latency_curve` evaluates: all up to ``exact``, then a geometric grid."""
     grid = sorted({*range(1, min(exact, max_d) + 1), *np.unique(np.geomspace(exact, max_d, num=max(
         2, int(math.log(max(max_d, exact) / exact) / math.log(step)) + 2)).astype(int)).tolist(), max_d})
-    grid = [d for d in grid if 1 <= d <= max_d]
+    return [d for d in grid if 1 <= d <= max_d]
+
+
+def latency_curve(latency, max_d: int, exact: int = 32, step: float = 1.08) -> np.ndarray:
+    """``latency(d)`` for ``d = 1 .. max_d``, evaluated exactly up to ``exact`` replicas and then on a
+    geometric grid (ratio ``step``, :func:`curve_grid`); between grid points the value of the grid point
+    below holds, so the duplication DP, which pays for every replica, only picks grid points there."""
+    grid = curve_grid(max_d, exact, step)
     vals = np.array([latency(d) for d in grid])
     idx = np.searchsorted(grid, np.arange(1, max_d + 1), side="right") - 1
     return vals[idx]
@@ -54,13 +60,16 @@ def max_replicas(r: Region, budget_units: int, unit_cost: int) -> int:
 
 
 def dp(seg: list[Region], est: Estimator, tile_rows: dict, costs: list[int], budget: int, resident: bool,
-       pipeline: bool) -> list[int]:
-    """Replicas by dynamic programming under a core budget, balanced to the bottleneck with the pipeline."""
+       pipeline: bool, grid_only: bool = False) -> list[int]:
+    """Replicas by dynamic programming under a budget (cores, or crossbars at crossbar granularity),
+    balanced to the bottleneck with the pipeline; ``grid_only``: the DP visits only the replica counts
+    the latency curves were evaluated at (:func:`curve_grid`; same result, faster on large budgets)."""
     lat = [
         latency_curve(lambda d, r=r: est.region_ns(r, d, tile_rows[r.name], resident), max_replicas(r, budget, c))
         for r, c in zip(seg, costs)
     ]
-    reps = knapsack(lat, costs, budget, "max" if pipeline else "sum")
+    cand = [curve_grid(len(curve)) for curve in lat] if grid_only else None
+    reps = knapsack(lat, costs, budget, "max" if pipeline else "sum", cand)
     if pipeline:  # balance: no more replicas than the bottleneck needs
         bott = max(l[d - 1] for l, d in zip(lat, reps))
         reps = [int(np.argmax(l <= bott * (1 + 1e-9))) + 1 for l in lat]
@@ -98,6 +107,21 @@ def crossbar_level(seg: list[Region], reps: list[int], costs: list[int], est: Es
         i = int(np.argmax([d * x if d > 1 else -1 for x, d in zip(xbs, reps)]))
         reps[i] -= 1
     return reps
+
+
+def crossbar_dp(seg: list[Region], est: Estimator, tile_rows: dict, hw: CIMHardware, resident: bool,
+                pipeline: bool) -> list[int] | None:
+    """The graph-level DP re-run at crossbar granularity (after Eq. 1, :func:`crossbar_level`).
+
+    Every replica costs its crossbars (not whole cores) out of the chip's
+    crossbars, so the crossbars Eq. 1 cannot use (a core an operator holds
+    but cannot fill) go to the operators that gain most.  None when one copy
+    of every operator does not fit the chip.
+    """
+    xbs = [est.tiles(r, tile_rows[r.name]) for r in seg]
+    if sum(xbs) > hw.total_crossbars:
+        return None
+    return dp(seg, est, tile_rows, xbs, hw.total_crossbars, resident, pipeline, grid_only=True)
 
 
 def remap(seg: list[Region], reps: list[int], est: Estimator, tile_rows: dict, hw: CIMHardware,
