@@ -189,6 +189,38 @@ def test_strategy_compiles_and_reports_ga_against_dp(resnet, strategy):
     assert tl.latency_ns > 0
 
 
+@pytest.mark.parametrize("strategy", ["pimcomp-ht", "pimcomp-ll"])
+def test_placement_follows_the_ga_layout(resnet, strategy):
+    """Every AG unit of every replica sits on one core, and each layer has on each core the units the GA's
+    genome gives it; no crossbar holds two tiles; the simulator runs the program on those crossbars."""
+    hw = tvm_cim.load("pimcomp-a")
+    opts = R(strategies.get(strategy).options(hw), ga_time_limit=2.0, ga_generations=10)
+    _, info = tvm_cim.offload(resnet, hw, strategy=strategy, options=opts)
+    rep = info.replication[0]
+    per_core = hw.core.crossbars
+    seen: set = set()
+    progs = {p.name: p for p in info.programs}
+    for r in info.regions:
+        pl = info.chip_map.placements[r.name]
+        units = RP.unit_tiles(pl.tiles, per_core)
+        count: dict = {}
+        for xbs in pl.replicas:
+            for unit in units:
+                cores = {xbs[t] // per_core for t in unit}
+                assert len(cores) == 1  # a unit never straddles cores
+                c = cores.pop()
+                count[c] = count.get(c, 0) + 1
+            assert not seen & set(xbs)
+            seen |= set(xbs)
+        assert count == {c: n for c, n in rep["layers"][r.name]["cores"]}
+        # the program binds exactly those crossbars
+        prog = next(p for n, p in progs.items() if n.endswith(r.name))
+        binds = {tuple(o["xbs"]) for o in prog.setup if getattr(o, "opcode", "") == "CIM.bind_vxb"}
+        assert binds == {tuple(x) for x in pl.replicas}
+    stats, tl = simulate_timing(info)
+    assert tl.latency_ns > 0
+
+
 def test_layer_grouping_runs_independent_layers_at_once(resnet):
     """Without the pipeline, grouping lets a residual branch overlap the main path; never slower than serial."""
     hw = tvm_cim.load("pimcomp-a")

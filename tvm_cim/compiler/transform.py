@@ -78,7 +78,7 @@ from .estimate import Estimator
 from .partition import PREFIX, PartitionForCIM
 from .quantize import CalibrationConfig, activation_params, describe_composite, observation, observe, quantize_weights
 from .region import CONV2D, DMATMUL, MATMUL, Region, unfold_conv_weight
-from .strategies import modes
+from .strategies import modes, replication
 
 RUN_REGION = "tvm_cim.run_region"
 A = "cim."  # prefix of every attribute the passes write
@@ -391,6 +391,15 @@ def _xbs_text(replicas: list[list[int]]) -> str:
     return " ".join(out)
 
 
+def _cores_text(cores: list[list[int]]) -> str:
+    """An AG layout (per replica, the core of each AG unit) as ``3,3,4 5,5,5`` (``cim.ag_cores``)."""
+    return " ".join(",".join(str(int(c)) for c in rep) for rep in cores)
+
+
+def _cores_parse(text: str) -> list[list[int]]:
+    return [[int(c) for c in rep.split(",")] for rep in str(text).split()]
+
+
 def _xbs_count(text) -> int:
     """Arrays named by an attribute written by :func:`_xbs_text` (0 when absent or empty)."""
     return 0 if text is None or not str(text).strip() else sum(len(r) for r in _xbs_parse(str(text)))
@@ -632,7 +641,9 @@ class DuplicateWeights:
         summary: list = []
         plans = schedule.duplicate(regions, seg_of, resident, hw, opts, est, producers_of(mod), summary)
         mod = _with_attrs(mod, {g: {"replicas": plans[r.name].replicas, "tile_rows": plans[r.name].tile_rows,
-                                    "passes": plans[r.name].passes}
+                                    "passes": plans[r.name].passes,
+                                    **({"ag_cores": _cores_text(plans[r.name].ag_cores)}
+                                       if plans[r.name].ag_cores else {})}
                                 for (g, _), r in zip(fs, regions)})
         return mod.with_attr(A + "replication", json.dumps(summary)) if summary else mod
 
@@ -725,8 +736,11 @@ def _memory_of(f) -> dict | None:
 class Place:
     """Assign chip crossbars to every replica of every region (``cim.xbs``).
 
-    Fails with a clear message when a segment's replicas (as edited, say)
-    do not fit the chip; never lowers them silently.
+    Replicas are packed onto consecutive crossbars, or, for a region with an
+    AG layout (``cim.ag_cores``, PIMCOMP's GA), each AG unit of each replica
+    goes to the crossbars of the core the layout names.  Fails with a clear
+    message when a segment's replicas (as edited, say) do not fit the chip;
+    never lowers them silently.
 
     Parameters
     ----------
@@ -745,6 +759,27 @@ class Place:
         fs = region_functions(mod)
         regions = [region_of(f) for _, f in fs]
         cmap = mapping.allocate(regions, hw, plans_of(mod, hw, est, latency=False))
+        nxt: dict[int, dict] = {}  # segment -> core -> next free crossbar of the core
+        laid: dict[int, set] = {}
+        for (_, f), r in zip(fs, regions):
+            text = _attr(f, "ag_cores")
+            if not text:
+                continue
+            pl = cmap.placements[r.name]
+            cores = _cores_parse(text)
+            if len(cores) != len(pl.replicas):
+                raise mapping.PlacementError(f"region {r.name}: cim.ag_cores lays out {len(cores)} replicas, "
+                                             f"cim.replicas asks for {len(pl.replicas)}; edit both or drop cim.ag_cores")
+            try:
+                pl.replicas = replication.crossbars(pl.tiles, cores, hw.core.crossbars, nxt.setdefault(pl.segment, {}))
+            except ValueError as e:
+                raise mapping.PlacementError(f"region {r.name}: {e}") from None
+            laid.setdefault(pl.segment, set()).add(r.name)
+        for seg, names in laid.items():  # a segment is laid out whole, or its packed regions would collide
+            others = [n for n, pl in cmap.placements.items() if pl.segment == seg and n not in names]
+            if others:
+                raise mapping.PlacementError(f"segment {seg}: regions {', '.join(others)} have no cim.ag_cores "
+                                             "while others of the segment do; lay out all or none")
         return _with_attrs(mod, {g: {"xbs": _xbs_text(cmap.placements[r.name].replicas)}
                                  for (g, _), r in zip(fs, regions)})
 
