@@ -7,6 +7,7 @@ import random
 
 import numpy as np
 import pytest
+import tvm
 
 import tvm_cim
 from tvm_cim.common import zoo
@@ -286,3 +287,69 @@ def test_pseudo_instruction_errors():
         ISA.parse_isa('isa "t" cores=2\ncore 0 {\n  bogus(1)\n}\n')
     with pytest.raises(ValueError, match="takes 4 operands"):
         ISA.Instr("mvm", (1, 2))
+
+
+# --------------------------------------------------------------------------- low latency: heap and batched sends
+def test_heap_next_fit_waits_for_readers_and_spills():
+    from tvm_cim.simulator.localmem import Heap
+
+    h = Heap(100)
+    a, w = h.alloc(40)
+    assert (a.addr, w) == (0, [])
+    b, w = h.alloc(40)
+    assert (b.addr, w) == (40, [])
+    assert h.alloc(40)[0] is None  # both still unread: no room, a spill
+    h.read(a, 7)
+    c, w = h.alloc(30)  # next fit wraps to the start and reuses a's bytes after a's reader
+    assert (c.addr, w) == (0, [7])
+    assert h.alloc(101)[0] is None and h.peak == 80
+
+
+def test_low_latency_heap_stalls_when_memory_is_small_and_keeps_outputs_bit_identical():
+    """The heap bounds what a core holds: a smaller local memory makes senders wait (slower, never faster),
+    the unread bytes never exceed a region's share, and the outputs equal those of a strategy without it."""
+    from tvm import relax
+
+    mod = import_onnx(zoo.build_model("vgg8", image_size=8), "v8")[0]
+    x = np.random.default_rng(0).standard_normal((1, 1, 8, 8)).astype("float32")
+    base = tvm_cim.load("pimcomp-a")
+    outs, lat, mem = {}, {}, {}
+    for label, kb, strat in (("big", 64.0, "pimcomp-ll"), ("tiny", 1.0, "pimcomp-ll"), ("ref", 64.0, "none")):
+        hw = R(base, core=R(base.core, local_buffer=R(base.core.local_buffer, capacity_kb=kb)))
+        opts = strategies.get(strat).options(hw)
+        if opts.duplication == "ga":
+            opts = R(opts, ga_time_limit=1.0, ga_generations=3)
+        lowered, info = tvm_cim.offload(mod, hw, strategy=strat, options=opts)
+        with tvm_cim.runtime.collect() as stats:
+            outs[label] = relax.VirtualMachine(relax.build(lowered, target="llvm"), tvm.cpu())["main"](
+                tvm.runtime.tensor(x)).numpy()
+        lat[label] = info
+        mem[label] = [s.localmem for s in stats]
+    np.testing.assert_array_equal(outs["big"], outs["ref"])
+    np.testing.assert_array_equal(outs["tiny"], outs["ref"])
+    assert all(m is None for m in mem["ref"])
+    tiny = [m for m in mem["tiny"] if m]
+    assert tiny and all(m["peak_bytes"] <= m["capacity_bytes"] for m in tiny)
+    assert sum(m["waits"] for m in tiny) > sum(m["waits"] for m in mem["big"] if m)
+    _, t_big = simulate_timing(lat["big"])
+    _, t_tiny = simulate_timing(lat["tiny"])
+    assert t_tiny.latency_ns >= t_big.latency_ns
+
+
+def test_batched_sends_defer_the_results():
+    """Alg. 2: with a threshold of T chunks, stores come in groups of T after T chunks' computations."""
+    hw = tvm_cim.load("pimcomp-a")
+    r = conv(16, 16, 3, 8)
+    r.x_scale, r.x_zero, r.x_signed, r.w_scale = 1.0, 0, False, np.ones(16, np.float32)
+    from tvm_cim.compiler import codegen, mapping
+
+    opts = strategies.get("pimcomp-ll").options(hw)
+    pl = mapping.allocate([r], hw).placements[r.name]
+    kinds = {}
+    for t in (1, 4):
+        prog = codegen.generate(r, pl, hw, R(opts, send_batch=t), "pimcomp-ll")
+        kinds[t] = [o.kind for o in prog.ops("run") if o.kind in ("DMOV.store", "DCOM.dequantize")]
+    assert kinds[1][:4] == ["DCOM.dequantize", "DMOV.store"] * 2
+    n = kinds[4].count("DMOV.store")
+    assert n == kinds[1].count("DMOV.store") and n > 4
+    assert kinds[4][:8] == ["DCOM.dequantize"] * 4 + ["DMOV.store"] * 4

@@ -888,12 +888,13 @@ class GenerateMetaOps:
         uid = _build_uid(mod, hw)
         regions = [region_of(f) for _, f in fs]
         cmap = _chip_map(mod, hw, regions)
+        share = _local_shares(cmap, hw) if opts.local_memory else {}
         updates, names, segs = {}, [], {}
         for (g, f), r in zip(fs, regions):
             df = _attr(f, "dataflow")
             nest = json.loads(str(df))["op"] if df is not None else None
             prog = codegen.generate(r, cmap.placements[r.name], hw, opts, strategy, name=f"m{uid}.{r.name}",
-                                    loopnest=nest, memory=_memory_of(f))
+                                    loopnest=nest, memory=_memory_of(f), local_bytes=share.get(r.name, 0))
             text = print_program(prog)
             _remember(prog, text)
             updates[g] = {"program": text}
@@ -903,6 +904,25 @@ class GenerateMetaOps:
                       tuple(NetSegment(i, (), tuple(rs)) for i, rs in sorted(segs.items())))
         verify_network(net, {n: None for n in names}, hw.total_crossbars)
         return _with_attrs(mod, updates).with_attr(A + "network", print_network(net))
+
+
+def _local_shares(cmap: mapping.ChipMap, hw: CIMHardware) -> dict[str, int]:
+    """Per region, the bytes of its cores' local memories its buffers may use (PIMCOMP's low-latency heap).
+
+    The regions of a segment run at once (element pipeline), so a core's local
+    memory is split evenly among the regions with crossbars on it; a region
+    gets its smallest share over its cores.
+    """
+    per_core = hw.core.crossbars
+    users: dict[tuple[int, int], set] = {}
+    cores_of: dict[str, set] = {}
+    for name, pl in cmap.placements.items():
+        cs = {xb // per_core for rep in pl.replicas for xb in rep}
+        cores_of[name] = cs
+        for c in cs:
+            users.setdefault((pl.segment, c), set()).add(name)
+    cap = int(hw.core.local_buffer.capacity_kb * 1024)
+    return {n: min(cap // len(users[(cmap.placements[n].segment, c)]) for c in cs) for n, cs in cores_of.items() if cs}
 
 
 _PROGRAMS: OrderedDict = OrderedDict()  # program name -> (text, Program): lowering need not re-parse the text
