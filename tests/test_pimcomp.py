@@ -353,3 +353,28 @@ def test_batched_sends_defer_the_results():
     n = kinds[4].count("DMOV.store")
     assert n == kinds[1].count("DMOV.store") and n > 4
     assert kinds[4][:8] == ["DCOM.dequantize"] * 4 + ["DMOV.store"] * 4
+
+
+def stepped(cores=12, per_core=16, seed=0):
+    """Six layers whose latency falls in steps (ceil(chunks / replicas) rounds), as the estimate's curves do."""
+    rng = np.random.default_rng(seed)
+    chunks = rng.integers(8, 64, 6)
+    per_round = rng.uniform(1.0, 5.0, 6)
+    units = rng.integers(1, 3, 6)
+    uxbs = rng.integers(1, 5, 6)
+    max_reps = np.minimum(chunks, cores * per_core // (units * uxbs))
+    lat = [np.array([math.ceil(c / d) * t for d in range(1, m + 1)]) for c, t, m in zip(chunks, per_round, max_reps)]
+    return RP.Problem(units, uxbs, units.copy(), max_reps, cores, per_core, 6, lat, 0.0)
+
+
+@pytest.mark.parametrize("seed", [0, 2, 4])
+def test_unseeded_ga_reaches_the_dp_on_stepped_curves(seed):
+    """Without the DP in its first population the GA still reaches the DP's cycle (the DP is exact here: its
+    answer is a lower bound on the counts alone), helped by the balance mutation that moves layers along their
+    plateaus."""
+    p = stepped(seed=seed)
+    dp = RP.dp_same_problem(p, p.cycle_ns)
+    out, best = RP.ga(p, p.cycle_search, generations=80, population=100, time_limit=None, seed=seed,
+                      progress=False, report=p.cycle_ns)
+    assert RP.legal(p, best)
+    assert out.fitness <= dp.fitness * (1 + 1e-9)

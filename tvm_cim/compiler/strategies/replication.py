@@ -18,7 +18,12 @@ of every core.
   directed to the slowest layer or away from layers with slack, ours),
   split a gene onto another core, gather a small gene onto a core already
   holding its layer, exchange two genes between cores (paper mutation II).
-  No crossover (neither the paper nor the code has one).
+  No crossover (neither the paper nor the code has one).  Ours, a sixth
+  mutation at the same rate, also the repair step: :func:`balance` trims
+  every layer to the start of its latency plateau under the current cycle
+  and moves the slowest layers several replicas at once to their curves'
+  next step, on the emptiest cores (without it, the GA without the DP's
+  seed stops short of the DP on stepped curves).
 * **Selection**: the shared DEAP driver (:func:`tvm_cim.compiler.solvers.ga.evolve`):
   the best 30 % survive, each other with probability 0.2, mutations refill
   a population of 200.
@@ -62,7 +67,7 @@ from .duplication import latency_curve, vectors
 
 BASE = 10000  # gene value = layer * BASE + units (PIMCOMP's encoding)
 MAX_SLOTS = 32  # PIMCOMP's max_AG_kind_per_core
-RATES = {"increase": 0.2, "decrease": 0.2, "split": 0.2, "gather": 0.2, "exchange": 0.2}
+RATES = {"increase": 0.2, "decrease": 0.2, "split": 0.2, "gather": 0.2, "exchange": 0.2, "balance": 0.2}
 RETRIES = 30
 
 
@@ -442,8 +447,68 @@ def _directed(p: Problem, h: np.ndarray, reps: np.ndarray, kind: str, rng: rando
     return tuple(cells[0]) if len(cells) else None
 
 
+def _min_reps(lt: np.ndarray, bound: float) -> int:
+    """Fewest replicas whose latency is within ``bound`` (the start of the curve's plateau at or under it)."""
+    ok = lt <= bound * (1 + 1e-12)
+    return int(np.argmax(ok)) + 1 if ok.any() else len(lt)
+
+
+def _next_step(lt: np.ndarray, d: int) -> int | None:
+    """Fewest replicas faster than ``d`` replicas (the next step down the curve), or None."""
+    faster = np.flatnonzero(lt[d:] < lt[d - 1] * (1 - 1e-12))
+    return d + 1 + int(faster[0]) if faster.size else None
+
+
+def _trim(p: Problem, h: np.ndarray, bound: float, rng: random.Random) -> None:
+    """Every layer down to the start of its plateau under ``bound`` (frees crossbars, no layer slower), in place."""
+    reps = decode(p, h)
+    for li in range(p.n):
+        d = _min_reps(p.lat[li][: int(reps[li])], bound)
+        if d < reps[li]:
+            _remove(p, h, li, int(p.units[li]) * int(reps[li] - d), None, rng)
+
+
+def balance(p: Problem, g: np.ndarray, rng: random.Random) -> np.ndarray:
+    """Repair and climb along the latency curves (ours, a mutation and the GA's repair step).
+
+    Trims every layer to the first replica count of its plateau under the
+    current cycle (the crossbars of replicas that do not make it faster come
+    free), then moves the slowest layers down to their curves' next step --
+    several replicas at once -- placed on the cores with the most free
+    crossbars, trimming again under the new cycle; repeated while the
+    replicas fit.  The AG layout of the untouched genes is kept.
+    """
+    h = g.copy()
+    lat = np.array([float(lt[d - 1]) for lt, d in zip(p.lat, decode(p, h))])
+    _trim(p, h, float(lat.max()), rng)
+    for _ in range(4 * p.n):
+        reps = decode(p, h)
+        lat = np.array([float(lt[d - 1]) for lt, d in zip(p.lat, reps)])
+        top = float(lat.max())
+        slow = np.flatnonzero(lat >= top * (1 - 1e-12))
+        steps = [_next_step(p.lat[li], int(reps[li])) for li in slow]
+        if any(st is None for st in steps):
+            break
+        trial = h.copy()
+        new_top = max([float(p.lat[li][st - 1]) for li, st in zip(slow, steps)]
+                      + [float(x) for i, x in enumerate(lat) if i not in set(slow.tolist())])
+        _trim(p, trial, new_top, rng)
+        free = free_xbs(p, trial)
+        ok = True
+        for li, st in zip(slow, steps):
+            order = np.argsort(-free, kind="stable").tolist()  # spread over the emptiest cores
+            if not _place(p, trial, int(li), int(p.units[li]) * (st - int(reps[li])), order, free):
+                ok = False
+                break
+        if not ok:
+            break
+        h = trial
+    return h
+
+
 def mutate(p: Problem, g: np.ndarray, rng: random.Random) -> np.ndarray:
-    """One of the five legal mutations (a new genome; the parent when none applies after retries).
+    """One of the legal mutations -- the code's five and our :func:`balance` -- (a new genome; the parent when
+    none applies after retries).
 
     Half of the replication mutations are directed (ours; the paper picks a
     random gene): an increase goes to the slowest layer, a decrease to a
@@ -465,6 +530,11 @@ def mutate(p: Problem, g: np.ndarray, rng: random.Random) -> np.ndarray:
                 c, s = int(cell[0]), int(cell[1])
         layer = int(h[c, s] // BASE)
         order = _order(rng, p.cores)
+        if kind == "balance":
+            out = balance(p, h, rng)
+            if not np.array_equal(out, g):
+                return out
+            continue
         if kind == "increase":
             k = min(_step(rng, int(reps[layer])), int(p.max_reps[layer] - reps[layer]))
             if k <= 0:
