@@ -148,6 +148,8 @@ def main(argv=None) -> int:
     ap.add_argument("--saturation", nargs="*", type=int, default=None,
                     help="HT throughput of pimcomp-ht and greedy on the first point at these batches")
     ap.add_argument("--resume", action="store_true", help="keep the points the --json file already holds")
+    ap.add_argument("--baselines", nargs="+", choices=BASELINES, default=BASELINES,
+                    help="baselines to run (cim-mlc's MVM-grained batch timeline is the slowest to simulate)")
     ap.add_argument("--image", type=int, default=None, help="image size of resnet34 and googlenet")
     ap.add_argument("--ga-time", type=float, default=None, help="GA time limit per model, seconds (default 10)")
     ap.add_argument("--ablations", action="store_true",
@@ -167,7 +169,8 @@ def main(argv=None) -> int:
         old = json.loads(Path(args.json).read_text())
         if old.get("batch") == batch and old.get("ga_time_limit_s") == ga_time:
             res = old
-    strats = BASELINES + ["pimcomp-ht", "pimcomp-ll"] + list(ABLATIONS if args.ablations else GA_ALONE)
+    bases = args.baselines
+    strats = bases + ["pimcomp-ht", "pimcomp-ll"] + list(ABLATIONS if args.ablations else GA_ALONE)
     for hw_name in hws:
         hw = tvm_cim.load(hw_name)
         for name in models:
@@ -216,7 +219,7 @@ def main(argv=None) -> int:
 
     print(f"\n[1] High throughput (batch {batch}): pimcomp-ht throughput over each baseline; energy per input ratio")
     ht = {}
-    for base in BASELINES:
+    for base in bases:
         th = [ratio(p, "pimcomp-ht", base, "throughput_per_s") for p in pts]
         en = [ratio(p, "pimcomp-ht", base, "energy_per_input_pj", inverse=True) for p in pts]
         ht[base] = {"throughput_geomean": geomean(th), "energy_geomean": geomean(en), "per_point": th}
@@ -225,7 +228,7 @@ def main(argv=None) -> int:
     print(f"  paper: x{PAPER['ht_vs_songc']} over SongC, x{PAPER['ht_vs_polyhedral']} over Polyhedral")
     print("\n[2] Low latency (one input): pimcomp-ll latency and energy gain over each baseline")
     ll = {}
-    for base in BASELINES:
+    for base in bases:
         la = [ratio(p, "pimcomp-ll", base, "latency_ns", inverse=True) for p in pts]
         en = [ratio(p, "pimcomp-ll", base, "energy_pj", inverse=True) for p in pts]
         ll[base] = {"latency_geomean": geomean(la), "energy_geomean": geomean(en), "per_point": la}
@@ -270,7 +273,8 @@ def plots(res: dict, out: Path) -> list[str]:
                                       ("latency_ns", "LL speedup over SongC-like", "pimcomp_ll.png", True)):
         fig = Figure(figsize=(max(6, 1.2 * len(keys)), 3.5))
         ax = fig.subplots()
-        strats = list(next(iter(res["points"].values()))["strategies"])
+        strats = [s for s in next(iter(res["points"].values()))["strategies"]
+                  if all(s in p["strategies"] for p in res["points"].values())]
         w = 0.8 / len(strats)
         for i, s in enumerate(strats):
             vals = []
