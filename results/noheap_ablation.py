@@ -1,10 +1,14 @@
-import json, sys
+import json
+import sys
+
 # run from the worktree root: python results/noheap_ablation.py
 sys.path.insert(0, "benchmarks")
 import pimcomp as B
+
 import tvm_cim
 from tvm_cim.common import zoo
 from tvm_cim.common.onnx_io import import_onnx
+
 path = "results/pimcomp_b32.json"
 res = json.load(open(path))
 s = "pimcomp-ll/no-heap"

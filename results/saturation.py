@@ -1,11 +1,15 @@
 """HT throughput of one (model, preset, strategy) at several batches: python results/saturation.py resnet18 224 pimcomp-a pimcomp-ht 16,32,128"""
-import sys, time, dataclasses, resource
+import resource
+import sys
+import time
+
 import tvm_cim
 from tvm_cim.common import zoo
 from tvm_cim.common.onnx_io import import_onnx
 from tvm_cim.compiler import strategies
 from tvm_cim.compiler.transform import offload
-from tvm_cim.report import simulate_timing, batch_summary
+from tvm_cim.report import batch_summary, simulate_timing
+
 name, img, hwn, strat = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 batches = [int(b) for b in sys.argv[5].split(",")]
 mod = import_onnx(zoo.build_model(name, image_size=img), name)[0]
