@@ -16,13 +16,21 @@
    average, Table VI).
 4. Compile time per model and strategy (Table VI).
 
-Models: vgg8 on 1x28x28 and resnet18 on 1x32x32 (the paper's MNIST models;
-our ResNet needs at least 32x32), resnet34 and googlenet on 3x224x224
-(``--quick``: 32x32 and two models, small batch).  Latency, throughput and
-energy come from the simulator's resource timeline in timing-only mode (the
-strategies' bit-exactness is covered by ``tests/test_exactness.py``).
+Every configuration runs the GA twice: seeded with our DP's answer (the
+strategies' default) and alone (``/ga-alone``, the paper's method).
 
-    python benchmarks/pimcomp.py                      # all models, all three architectures
+Models: vgg8 on 1x28x28 (the paper's MNIST model), resnet18, resnet34 and
+googlenet on 3x224x224 (the paper's resnet18 is an MNIST model; the public
+JSON and this benchmark use ImageNet size), ``--quick``: 32x32 and two
+models, small batch.  HT batch 128 as in the paper (``--batch``);
+``--saturation`` also runs one point's HT at several batches to show where
+throughput saturates.  Latency, throughput and energy come from the
+simulator's resource timeline in timing-only mode (the strategies'
+bit-exactness is covered by ``tests/test_exactness.py`` and
+``tests/test_build.py``).  The JSON is written after every point
+(``--resume`` skips the points it already holds).
+
+    python benchmarks/pimcomp.py --json pimcomp.json  # all models, all three architectures, batch 128
     python benchmarks/pimcomp.py --quick              # vgg8 and resnet18, Arch-A, batch 4
 """
 
@@ -42,7 +50,7 @@ import tvm_cim  # noqa: E402
 from tvm_cim.common import zoo  # noqa: E402
 from tvm_cim.common.onnx_io import import_onnx  # noqa: E402
 from tvm_cim.compiler import strategies  # noqa: E402
-from tvm_cim.compiler.transform import offload  # noqa: E402
+from tvm_cim.compiler.transform import last_compile_phases, offload  # noqa: E402
 from tvm_cim.report import build_report, simulate_timing  # noqa: E402
 
 R = dataclasses.replace
@@ -53,27 +61,34 @@ PAPER = {"ht_vs_songc": 149.5, "ht_vs_polyhedral": 3.3, "polyhedral_vs_songc": 4
          "ll_energy_vs": {"none": 5.6, "puma": 2.0, "greedy": 2.3}, "ga_minutes": 19.2}
 MODELS = {  # name -> zoo kwargs (full size)
     "vgg8": dict(image_size=28),
-    "resnet18": dict(image_size=32, in_channels=1, num_classes=10),
+    "resnet18": dict(image_size=224),
     "resnet34": dict(image_size=224),
     "googlenet": dict(image_size=224),
 }
+BIG = ("resnet18", "resnet34", "googlenet")
 
 
 def model_kwargs(name: str, quick: bool, image: int | None) -> dict:
     kw = dict(MODELS[name])
-    if image is not None and name in ("resnet34", "googlenet"):
+    if image is not None and name in BIG:
         kw["image_size"] = image
-    elif quick and name in ("resnet34", "googlenet"):
+    elif quick and name in BIG:
         kw["image_size"] = 32
     return kw
 
 
 # ablations of the PIMCOMP strategies: name -> (strategy, option overrides)
-ABLATIONS = {
-    "pimcomp-ht/im2col": ("pimcomp-ht", {"unfolding": "im2col"}),
+GA_ALONE = {
     "pimcomp-ht/ga-alone": ("pimcomp-ht", {"ga_seed_dp": False}),
     "pimcomp-ll/ga-alone": ("pimcomp-ll", {"ga_seed_dp": False}),
 }
+ABLATIONS = {
+    **GA_ALONE,
+    "pimcomp-ht/im2col": ("pimcomp-ht", {"unfolding": "im2col"}),
+    "pimcomp-ll/no-heap": ("pimcomp-ll", {"local_memory": False}),
+    "pimcomp-ll/send-each": ("pimcomp-ll", {"send_batch": 1}),
+}
+LOW_LATENCY = ("pimcomp-ll",)  # judged by one input's latency: no batch run
 
 
 def run_point(mod, hw, strategy: str, batch: int, ga_time: float) -> tuple[dict, dict]:
@@ -85,24 +100,38 @@ def run_point(mod, hw, strategy: str, batch: int, ga_time: float) -> tuple[dict,
     t0 = time.perf_counter()
     _, info = offload(mod, hw, strategy=strategy, options=opts)
     t1 = time.perf_counter()
+    phases = last_compile_phases()
     stats, _ = simulate_timing(info)
-    rep = build_report(info, stats, hw.name, batch=batch)
+    rep = build_report(info, stats, hw.name, batch=1 if strategy in LOW_LATENCY else batch)
     t2 = time.perf_counter()
     b = rep["batch"]
-    row = {"latency_ns": rep["latency_ns"], "energy_pj": rep["energy_pj"],
+    row = {"latency_ns": rep["latency_ns"], "energy_pj": rep["energy_pj"], "batch": b["inputs"],
            "throughput_per_s": b["throughput_per_s"], "batch_throughput_per_s": b["batch_throughput_per_s"],
            "energy_per_input_pj": b["energy_per_input_pj"], "makespan_ns": b["makespan_ns"],
            "crossbar_fraction": rep["utilisation"]["crossbar_fraction"],
-           "segments": rep["schedule"]["segments"], "compile_s": t1 - t0, "simulate_s": t2 - t1}
+           "segments": rep["schedule"]["segments"], "compile_s": t1 - t0, "simulate_s": t2 - t1,
+           "phases_s": {k: v["wall_s"] for k, v in phases.items()}}
+    if rep.get("local_memory"):
+        row["local_memory"] = {k: v for k, v in rep["local_memory"].items() if k != "per_region"}
     ga = {}
     for seg in info.replication:
         ga = {"objective": seg["objective"], "ga_ns": seg["ga"]["fitness_ns"], "ga_s": seg["ga"]["seconds"],
               "ga_generations": seg["ga"]["generations"], "ga_stopped": seg["ga"]["stopped"],
+              "ga_seeded": seg["ga"]["seeded_with_dp"], "cores_used": seg["cores_used"],
               "dp_ns": seg["dp"]["fitness_ns"], "dp_s": seg["dp"]["seconds"], "dp_packs": seg["dp"]["packs"],
+              "dp_counts_ns": seg["dp"]["counts_ns"],
               "unfolding": {f: sum(1 for v in seg["layers"].values() if v["unfolding"] == f)
                             for f in {v["unfolding"] for v in seg["layers"].values()}}}
         break  # one segment: every paper model fits every architecture
     return row, ga
+
+
+def save(res: dict, path: str | None) -> None:
+    """Write the results so far (a killed run loses at most the point in progress)."""
+    if path:
+        tmp = Path(path).with_suffix(".tmp")
+        tmp.write_text(json.dumps(res, indent=1))
+        tmp.replace(path)
 
 
 def geomean(xs):
@@ -115,40 +144,74 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="vgg8 and resnet18 on Arch-A, batch 4, GA 3 s")
     ap.add_argument("--models", nargs="+", choices=list(MODELS), default=None)
     ap.add_argument("--hw", nargs="+", default=None, help="presets (default pimcomp-a pimcomp-b pimcomp-c)")
-    ap.add_argument("--batch", type=int, default=None, help="HT batch (default 16; the paper uses 128)")
+    ap.add_argument("--batch", type=int, default=None, help="HT batch (default 128 as the paper; --quick 4)")
+    ap.add_argument("--saturation", nargs="*", type=int, default=None,
+                    help="HT throughput of pimcomp-ht and greedy on the first point at these batches")
+    ap.add_argument("--resume", action="store_true", help="keep the points the --json file already holds")
+    ap.add_argument("--baselines", nargs="+", choices=BASELINES, default=BASELINES,
+                    help="baselines to run (cim-mlc's MVM-grained batch timeline is the slowest to simulate)")
     ap.add_argument("--image", type=int, default=None, help="image size of resnet34 and googlenet")
     ap.add_argument("--ga-time", type=float, default=None, help="GA time limit per model, seconds (default 10)")
     ap.add_argument("--ablations", action="store_true",
-                    help="also pimcomp-ht with im2col unfolding, and both strategies with the GA alone (no DP seed)")
+                    help="also pimcomp-ht with im2col unfolding, pimcomp-ll without the heap and sending each result")
     ap.add_argument("--json", help="write every figure here")
     ap.add_argument("--plots", help="directory for plots")
     args = ap.parse_args(argv)
     models = args.models or (["vgg8", "resnet18"] if args.quick else list(MODELS))
     hws = args.hw or (["pimcomp-a"] if args.quick else ["pimcomp-a", "pimcomp-b", "pimcomp-c"])
-    batch = args.batch or (4 if args.quick else 16)
+    batch = args.batch or (4 if args.quick else 128)
     ga_time = args.ga_time if args.ga_time is not None else (3.0 if args.quick else 10.0)
     if batch < 2:
         print("--batch must be >= 2 (throughput is the interval between results)", file=sys.stderr)
         return 2
     res: dict = {"batch": batch, "ga_time_limit_s": ga_time, "paper": PAPER, "points": {}}
-    strats = BASELINES + ["pimcomp-ht", "pimcomp-ll"] + (list(ABLATIONS) if args.ablations else [])
+    if args.resume and args.json and Path(args.json).exists():
+        old = json.loads(Path(args.json).read_text())
+        if old.get("batch") == batch and old.get("ga_time_limit_s") == ga_time:
+            res = old
+    bases = args.baselines
+    strats = bases + ["pimcomp-ht", "pimcomp-ll"] + list(ABLATIONS if args.ablations else GA_ALONE)
     for hw_name in hws:
         hw = tvm_cim.load(hw_name)
         for name in models:
             kw = model_kwargs(name, args.quick, args.image)
-            mod = import_onnx(zoo.build_model(name, **kw), name)[0]
             key = f"{name}@{hw_name}"
-            rows, ga = {}, {}
+            pt = res["points"].setdefault(key, {"model": name, "model_kwargs": kw, "hw": hw_name,
+                                                "strategies": {}, "ga_vs_dp": {}})
+            if all(s in pt["strategies"] for s in strats):
+                continue
+            mod = import_onnx(zoo.build_model(name, **kw), name)[0]
+            rows, ga = pt["strategies"], pt["ga_vs_dp"]
             for s in strats:
+                if s in rows:
+                    continue
                 rows[s], g = run_point(mod, hw, s, batch, ga_time)
                 if g:
                     ga[s] = g
-                print(f"  {key:22s} {s:11s} latency {rows[s]['latency_ns'] / 1e3:10.1f} us  throughput "
-                      f"{rows[s]['throughput_per_s']:10.4g}/s  energy/input {rows[s]['energy_per_input_pj'] / 1e6:9.3f} uJ"
-                      f"  compile {rows[s]['compile_s']:6.1f} s", flush=True)
-            res["points"][key] = {"model": name, "model_kwargs": kw, "hw": hw_name, "strategies": rows, "ga_vs_dp": ga}
+                print(f"  {key:22s} {s:20s} latency {rows[s]['latency_ns'] / 1e3:10.1f} us  throughput "
+                      f"{rows[s]['throughput_per_s']:10.4g}/s (batch {rows[s]['batch']})  energy/input "
+                      f"{rows[s]['energy_per_input_pj'] / 1e6:9.3f} uJ  compile {rows[s]['compile_s']:6.1f} s",
+                      flush=True)
+                save(res, args.json)
+    if args.saturation:
+        name, hw_name = models[0], hws[0]
+        hw = tvm_cim.load(hw_name)
+        kw = model_kwargs(name, args.quick, args.image)
+        mod = import_onnx(zoo.build_model(name, **kw), name)[0]
+        sat = res.setdefault("saturation", {"point": f"{name}@{hw_name}", "strategies": {}})
+        print(f"\n[6] HT throughput against batch ({name}@{hw_name})")
+        for s in ("pimcomp-ht", "greedy"):
+            for b in args.saturation:
+                if str(b) in sat["strategies"].get(s, {}):
+                    continue
+                row, _ = run_point(mod, hw, s, b, ga_time)
+                sat["strategies"].setdefault(s, {})[str(b)] = {
+                    k: row[k] for k in ("throughput_per_s", "batch_throughput_per_s", "makespan_ns", "simulate_s")}
+                print(f"  {s:11s} batch {b:4d}: steady {row['throughput_per_s']:10.4g}/s, over the batch "
+                      f"{row['batch_throughput_per_s']:10.4g}/s  (simulated in {row['simulate_s']:.0f} s)", flush=True)
+                save(res, args.json)
     # ---- tables
-    pts = res["points"].values()
+    pts = [p for p in res["points"].values() if all(s in p["strategies"] for s in strats)]
 
     def ratio(p, num, den, metric, inverse=False):
         a, b = p["strategies"][num][metric], p["strategies"][den][metric]
@@ -156,7 +219,7 @@ def main(argv=None) -> int:
 
     print(f"\n[1] High throughput (batch {batch}): pimcomp-ht throughput over each baseline; energy per input ratio")
     ht = {}
-    for base in BASELINES:
+    for base in bases:
         th = [ratio(p, "pimcomp-ht", base, "throughput_per_s") for p in pts]
         en = [ratio(p, "pimcomp-ht", base, "energy_per_input_pj", inverse=True) for p in pts]
         ht[base] = {"throughput_geomean": geomean(th), "energy_geomean": geomean(en), "per_point": th}
@@ -165,7 +228,7 @@ def main(argv=None) -> int:
     print(f"  paper: x{PAPER['ht_vs_songc']} over SongC, x{PAPER['ht_vs_polyhedral']} over Polyhedral")
     print("\n[2] Low latency (one input): pimcomp-ll latency and energy gain over each baseline")
     ll = {}
-    for base in BASELINES:
+    for base in bases:
         la = [ratio(p, "pimcomp-ll", base, "latency_ns", inverse=True) for p in pts]
         en = [ratio(p, "pimcomp-ll", base, "energy_pj", inverse=True) for p in pts]
         ll[base] = {"latency_geomean": geomean(la), "energy_geomean": geomean(en), "per_point": la}
@@ -175,25 +238,27 @@ def main(argv=None) -> int:
           "over SongC / PUMA / Polyhedral")
     print("\n[3] GA vs DP on the same problem (objective on the shared estimate; lower is better)")
     for key, p in res["points"].items():
-        for s, g in p["ga_vs_dp"].items():
-            print(f"  {key:22s} {s:11s} GA {g['ga_ns'] / 1e3:10.2f} us in {g['ga_s']:5.1f} s ({g['ga_generations']} gen, "
+        for s, g in sorted(p["ga_vs_dp"].items()):
+            print(f"  {key:22s} {s:20s} GA {g['ga_ns'] / 1e3:10.2f} us in {g['ga_s']:5.1f} s ({g['ga_generations']} gen, "
                   f"{g['ga_stopped']})   DP {g['dp_ns'] / 1e3:10.2f} us in {g['dp_s']:5.2f} s   GA/DP "
                   f"{g['ga_ns'] / g['dp_ns']:.3f}")
-    if args.ablations:
-        print("\n[5] Ablations (geometric means over the points)")
-        for a, (base, _) in ABLATIONS.items():
-            th = geomean([ratio(p, a, base, "throughput_per_s") for p in pts])
-            la = geomean([ratio(p, a, base, "latency_ns", inverse=True) for p in pts])
-            en = geomean([ratio(p, a, base, "energy_per_input_pj", inverse=True) for p in pts])
-            print(f"  {a:20s} vs {base}: throughput x{th:.3f}, latency gain x{la:.3f}, energy gain x{en:.3f}")
-    print("\n[4] Compile time (s, calibration included)")
+    print("\n[5] Ablations (geometric means over the points)")
+    for a, (base, _) in (ABLATIONS if args.ablations else GA_ALONE).items():
+        th = geomean([ratio(p, a, base, "throughput_per_s") for p in pts])
+        la = geomean([ratio(p, a, base, "latency_ns", inverse=True) for p in pts])
+        en = geomean([ratio(p, a, base, "energy_per_input_pj", inverse=True) for p in pts])
+        print(f"  {a:20s} vs {base}: throughput x{th:.3f}, latency gain x{la:.3f}, energy gain x{en:.3f}")
+    print("\n[4] Compile time (s, calibration included; paper Table VI: 19.2 min on average)")
+    comp = []
     for key, p in res["points"].items():
         print(f"  {key:22s} " + "  ".join(f"{s} {r['compile_s']:.1f}" for s, r in p["strategies"].items()))
+        comp += [r["compile_s"] for s, r in p["strategies"].items() if s in ("pimcomp-ht", "pimcomp-ll")]
+    if comp:
+        print(f"  pimcomp-ht / pimcomp-ll mean {sum(comp) / len(comp):.1f} s over {len(comp)} compilations")
     res["summary"] = {"ht": ht, "ll": ll}
     if args.plots:
         res["plots"] = plots(res, Path(args.plots))
-    if args.json:
-        Path(args.json).write_text(json.dumps(res, indent=1))
+    save(res, args.json)
     return 0
 
 
@@ -208,7 +273,8 @@ def plots(res: dict, out: Path) -> list[str]:
                                       ("latency_ns", "LL speedup over SongC-like", "pimcomp_ll.png", True)):
         fig = Figure(figsize=(max(6, 1.2 * len(keys)), 3.5))
         ax = fig.subplots()
-        strats = list(next(iter(res["points"].values()))["strategies"])
+        strats = [s for s in next(iter(res["points"].values()))["strategies"]
+                  if all(s in p["strategies"] for p in res["points"].values())]
         w = 0.8 / len(strats)
         for i, s in enumerate(strats):
             vals = []

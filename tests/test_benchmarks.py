@@ -102,9 +102,11 @@ def test_scale_quick(tmp_path):
 
 def test_pimcomp_quick(tmp_path):
     res, out = bench("pimcomp.py", "--quick", "--models", "vgg8", "--batch", "2", "--ga-time", "1", "--plots", tmp_path,
-                     tmp=tmp_path)
+                     "--saturation", "2", "3", tmp=tmp_path)
     pt = res["points"]["vgg8@pimcomp-a"]
-    assert set(pt["strategies"]) == {"none", "puma", "greedy", "cim-mlc", "pimcomp-ht", "pimcomp-ll"}
-    assert set(pt["ga_vs_dp"]) == {"pimcomp-ht", "pimcomp-ll"} and "GA vs DP" in out
+    ga = {"pimcomp-ht", "pimcomp-ll", "pimcomp-ht/ga-alone", "pimcomp-ll/ga-alone"}
+    assert set(pt["strategies"]) == {"none", "puma", "greedy", "cim-mlc"} | ga
+    assert set(pt["ga_vs_dp"]) == ga and "GA vs DP" in out
+    assert set(res["saturation"]["strategies"]["pimcomp-ht"]) == {"2", "3"}
     assert all(r["throughput_per_s"] > 0 and r["latency_ns"] > 0 for r in pt["strategies"].values())
     assert all(p.endswith(".png") for p in res["plots"])

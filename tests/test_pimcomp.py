@@ -7,6 +7,7 @@ import random
 
 import numpy as np
 import pytest
+import tvm
 
 import tvm_cim
 from tvm_cim.common import zoo
@@ -189,6 +190,38 @@ def test_strategy_compiles_and_reports_ga_against_dp(resnet, strategy):
     assert tl.latency_ns > 0
 
 
+@pytest.mark.parametrize("strategy", ["pimcomp-ht", "pimcomp-ll"])
+def test_placement_follows_the_ga_layout(resnet, strategy):
+    """Every AG unit of every replica sits on one core, and each layer has on each core the units the GA's
+    genome gives it; no crossbar holds two tiles; the simulator runs the program on those crossbars."""
+    hw = tvm_cim.load("pimcomp-a")
+    opts = R(strategies.get(strategy).options(hw), ga_time_limit=2.0, ga_generations=10)
+    _, info = tvm_cim.offload(resnet, hw, strategy=strategy, options=opts)
+    rep = info.replication[0]
+    per_core = hw.core.crossbars
+    seen: set = set()
+    progs = {p.name: p for p in info.programs}
+    for r in info.regions:
+        pl = info.chip_map.placements[r.name]
+        units = RP.unit_tiles(pl.tiles, per_core)
+        count: dict = {}
+        for xbs in pl.replicas:
+            for unit in units:
+                cores = {xbs[t] // per_core for t in unit}
+                assert len(cores) == 1  # a unit never straddles cores
+                c = cores.pop()
+                count[c] = count.get(c, 0) + 1
+            assert not seen & set(xbs)
+            seen |= set(xbs)
+        assert count == {c: n for c, n in rep["layers"][r.name]["cores"]}
+        # the program binds exactly those crossbars
+        prog = next(p for n, p in progs.items() if n.endswith(r.name))
+        binds = {tuple(o["xbs"]) for o in prog.setup if getattr(o, "opcode", "") == "CIM.bind_vxb"}
+        assert binds == {tuple(x) for x in pl.replicas}
+    stats, tl = simulate_timing(info)
+    assert tl.latency_ns > 0
+
+
 def test_layer_grouping_runs_independent_layers_at_once(resnet):
     """Without the pipeline, grouping lets a residual branch overlap the main path; never slower than serial."""
     hw = tvm_cim.load("pimcomp-a")
@@ -254,3 +287,94 @@ def test_pseudo_instruction_errors():
         ISA.parse_isa('isa "t" cores=2\ncore 0 {\n  bogus(1)\n}\n')
     with pytest.raises(ValueError, match="takes 4 operands"):
         ISA.Instr("mvm", (1, 2))
+
+
+# --------------------------------------------------------------------------- low latency: heap and batched sends
+def test_heap_next_fit_waits_for_readers_and_spills():
+    from tvm_cim.simulator.localmem import Heap
+
+    h = Heap(100)
+    a, w = h.alloc(40)
+    assert (a.addr, w) == (0, [])
+    b, w = h.alloc(40)
+    assert (b.addr, w) == (40, [])
+    assert h.alloc(40)[0] is None  # both still unread: no room, a spill
+    h.read(a, 7)
+    c, w = h.alloc(30)  # next fit wraps to the start and reuses a's bytes after a's reader
+    assert (c.addr, w) == (0, [7])
+    assert h.alloc(101)[0] is None and h.peak == 80
+
+
+def test_low_latency_heap_stalls_when_memory_is_small_and_keeps_outputs_bit_identical():
+    """The heap bounds what a core holds: a smaller local memory makes senders wait (slower, never faster),
+    the unread bytes never exceed a region's share, and the outputs equal those of a strategy without it."""
+    from tvm import relax
+
+    mod = import_onnx(zoo.build_model("vgg8", image_size=8), "v8")[0]
+    x = np.random.default_rng(0).standard_normal((1, 1, 8, 8)).astype("float32")
+    base = tvm_cim.load("pimcomp-a")
+    outs, lat, mem = {}, {}, {}
+    for label, kb, strat in (("big", 64.0, "pimcomp-ll"), ("tiny", 1.0, "pimcomp-ll"), ("ref", 64.0, "none")):
+        hw = R(base, core=R(base.core, local_buffer=R(base.core.local_buffer, capacity_kb=kb)))
+        opts = strategies.get(strat).options(hw)
+        if opts.duplication == "ga":
+            opts = R(opts, ga_time_limit=1.0, ga_generations=3)
+        lowered, info = tvm_cim.offload(mod, hw, strategy=strat, options=opts)
+        with tvm_cim.runtime.collect() as stats:
+            outs[label] = relax.VirtualMachine(relax.build(lowered, target="llvm"), tvm.cpu())["main"](
+                tvm.runtime.tensor(x)).numpy()
+        lat[label] = info
+        mem[label] = [s.localmem for s in stats]
+    np.testing.assert_array_equal(outs["big"], outs["ref"])
+    np.testing.assert_array_equal(outs["tiny"], outs["ref"])
+    assert all(m is None for m in mem["ref"])
+    tiny = [m for m in mem["tiny"] if m]
+    assert tiny and all(m["peak_bytes"] <= m["capacity_bytes"] for m in tiny)
+    assert sum(m["waits"] for m in tiny) > sum(m["waits"] for m in mem["big"] if m)
+    _, t_big = simulate_timing(lat["big"])
+    _, t_tiny = simulate_timing(lat["tiny"])
+    assert t_tiny.latency_ns >= t_big.latency_ns
+
+
+def test_batched_sends_defer_the_results():
+    """Alg. 2: with a threshold of T chunks, stores come in groups of T after T chunks' computations."""
+    hw = tvm_cim.load("pimcomp-a")
+    r = conv(16, 16, 3, 8)
+    r.x_scale, r.x_zero, r.x_signed, r.w_scale = 1.0, 0, False, np.ones(16, np.float32)
+    from tvm_cim.compiler import codegen, mapping
+
+    opts = strategies.get("pimcomp-ll").options(hw)
+    pl = mapping.allocate([r], hw).placements[r.name]
+    kinds = {}
+    for t in (1, 4):
+        prog = codegen.generate(r, pl, hw, R(opts, send_batch=t), "pimcomp-ll")
+        kinds[t] = [o.kind for o in prog.ops("run") if o.kind in ("DMOV.store", "DCOM.dequantize")]
+    assert kinds[1][:4] == ["DCOM.dequantize", "DMOV.store"] * 2
+    n = kinds[4].count("DMOV.store")
+    assert n == kinds[1].count("DMOV.store") and n > 4
+    assert kinds[4][:8] == ["DCOM.dequantize"] * 4 + ["DMOV.store"] * 4
+
+
+def stepped(cores=12, per_core=16, seed=0):
+    """Six layers whose latency falls in steps (ceil(chunks / replicas) rounds), as the estimate's curves do."""
+    rng = np.random.default_rng(seed)
+    chunks = rng.integers(8, 64, 6)
+    per_round = rng.uniform(1.0, 5.0, 6)
+    units = rng.integers(1, 3, 6)
+    uxbs = rng.integers(1, 5, 6)
+    max_reps = np.minimum(chunks, cores * per_core // (units * uxbs))
+    lat = [np.array([math.ceil(c / d) * t for d in range(1, m + 1)]) for c, t, m in zip(chunks, per_round, max_reps)]
+    return RP.Problem(units, uxbs, units.copy(), max_reps, cores, per_core, 6, lat, 0.0)
+
+
+@pytest.mark.parametrize("seed", [0, 2, 4])
+def test_unseeded_ga_reaches_the_dp_on_stepped_curves(seed):
+    """Without the DP in its first population the GA still reaches the DP's cycle (the DP is exact here: its
+    answer is a lower bound on the counts alone), helped by the balance mutation that moves layers along their
+    plateaus."""
+    p = stepped(seed=seed)
+    dp = RP.dp_same_problem(p, p.cycle_ns)
+    out, best = RP.ga(p, p.cycle_search, generations=80, population=100, time_limit=None, seed=seed,
+                      progress=False, report=p.cycle_ns)
+    assert RP.legal(p, best)
+    assert out.fitness <= dp.fitness * (1 + 1e-9)

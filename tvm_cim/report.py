@@ -83,6 +83,19 @@ def batch_summary(info: CompileInfo, stats: list, batch: int, latency_ns: float,
     }
 
 
+def local_memory_summary(stats: list) -> dict | None:
+    """PIMCOMP's low-latency heap (:mod:`tvm_cim.simulator.localmem`) over all regions: allocations, those
+    that waited for earlier buffers' readers (a full local memory stalls the sender), spills, and the
+    busiest core's peak bytes in use against its share; None when no region manages local memory."""
+    lm = [(s.name, s.localmem) for s in stats if getattr(s, "localmem", None)]
+    if not lm:
+        return None
+    tot = {k: int(sum(x[k] for _, x in lm)) for k in ("allocations", "waits", "spills", "spilled_bytes")}
+    worst = max(lm, key=lambda nx: nx[1]["peak_bytes"] / max(1, nx[1]["capacity_bytes"]))
+    return {**tot, "peak_bytes": worst[1]["peak_bytes"], "peak_share_bytes": worst[1]["capacity_bytes"],
+            "peak_region": worst[0], "per_region": {n: x for n, x in lm}}
+
+
 def build_report(info: CompileInfo, stats: list, hw_name: str, batch: int = 1) -> dict:
     """Aggregate the per-region statistics of one inference (and of ``batch`` inputs through the pipeline).
 
@@ -221,6 +234,7 @@ def build_report(info: CompileInfo, stats: list, hw_name: str, batch: int = 1) -
         },
         "dual_mode": dual_mode_summary(info, tl, energy, counts),
         "replication": info.replication,
+        "local_memory": local_memory_summary(stats),
         "accuracy": accuracy_summary(info.accuracy),
         "adc": {
             "bits": hw.crossbar.adc_bits,

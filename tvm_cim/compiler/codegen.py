@@ -45,7 +45,7 @@ from .strategies import Options
 
 def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | None = None,
              strategy: str = "none", name: str | None = None, loopnest: dict | None = None,
-             memory: dict | None = None) -> Program:
+             memory: dict | None = None, local_bytes: int = 0) -> Program:
     """Generate the meta-operator program of a region.
 
     Parameters
@@ -75,6 +75,10 @@ def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | 
         in a later segment), ``toc`` / ``tom`` the arrays switched
         (``CM.switch``) before anything else, in ``run`` if ``in_run`` (the
         segment's first region, every inference) else in ``setup``.
+    local_bytes : int
+        With ``options.local_memory``: the bytes of each of its cores' local
+        memories the region's buffers may use (the simulator's heap,
+        :mod:`tvm_cim.simulator.localmem`); 0: not managed.
 
     Returns
     -------
@@ -140,6 +144,10 @@ def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | 
     ]
     if memory:
         attrs += [("mem_in", len(mem_in)), ("mem_out", len(mem_out))]
+    if opts.local_memory and local_bytes > 0:
+        attrs.append(("local_bytes", int(local_bytes)))
+    if opts.send_batch > 1:
+        attrs.append(("send_batch", int(opts.send_batch)))
     # the crossbar mapping chosen for accuracy (only where it departs from the chip's defaults)
     if region.rows_per_step is not None and region.rows_per_step < hw.crossbar.rows_active:
         attrs.append(("rows_per_step", int(region.rows_per_step)))
@@ -281,11 +289,21 @@ def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | 
     if len(pl.passes) == 1:
         if not pl.resident:
             run += writes(0)
+        queue: list = []  # Alg. 2: transmit requests, sent when the queue reaches the threshold
         for c_idx, v in enumerate(chunks):
             r_idx = c_idx % n_rep
             run += prep(c_idx, v)
             run += reads(v, 0, r_idx)
-            run += post(v, r_idx)
+            ops = post(v, r_idx)
+            if opts.send_batch > 1:
+                queue.append(ops.pop())
+                run += ops
+                if len(queue) >= opts.send_batch:
+                    run += queue
+                    queue = []
+            else:
+                run += ops
+        run += queue
     else:  # weights larger than the chip: every pass rewrites the crossbars
         for c_idx, v in enumerate(chunks):
             run += prep(c_idx, v)

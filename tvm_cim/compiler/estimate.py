@@ -182,16 +182,17 @@ class Estimator:
 
     def region_ns(self, r: Region, replicas: int, tile_rows: int, resident: bool = True, passes: int = 1,
                   mem_in: int = 0, mem_out: int = 0, mem_wb: int = 0, cap: int | None = None,
-                  inplace: bool = False) -> float:
+                  inplace: bool = False, spread: bool = False) -> float:
         """Analytical latency of one region with ``replicas`` copies, inputs ready at time 0.
 
         ``mem_in`` / ``mem_out``: memory-mode arrays its input is loaded from / its output is stored into;
         ``mem_wb``: memory-mode arrays whose live output is written back after it (:meth:`writeback_ns`);
         ``cap``: crossbars its passes may use (default: the whole chip); ``inplace``: a ``dmatmul``'s
-        run-time operand is already in its arrays (keys in place).
+        run-time operand is already in its arrays (keys in place); ``spread``: every replica on its own core
+        (a layout that says so, PIMCOMP's GA), not packed.
         """
         fin, busy = self.chunk_finish(r, replicas, tile_rows, resident, passes, mem_in=mem_in, mem_out=mem_out,
-                                      cap=cap, inplace=inplace)
+                                      cap=cap, inplace=inplace, spread=spread)
         return max(float(np.max(fin)) + self.writeback_ns(r, mem_wb), *busy)
 
     def writeback_ns(self, r: Region, arrays: int) -> float:
@@ -241,7 +242,7 @@ class Estimator:
                      t_free: float | None = None,
                      t_offchip: float | None = None, mem_in: int = 0,
                      mem_out: int = 0, cap: int | None = None,
-                     inplace: bool = False) -> tuple[np.ndarray, tuple[float, float, float]]:
+                     inplace: bool = False, spread: bool = False) -> tuple[np.ndarray, tuple[float, float, float]]:
         """When each chunk of a region is stored, given when its input is available.
 
         Weights written at run time (not resident, or a ``dmatmul``'s run-time
@@ -279,6 +280,9 @@ class Estimator:
             A ``dmatmul`` whose run-time operand was stored into its arrays in
             memory mode and kept at the switch to compute mode (CMSwitch's keys
             in place): it is neither loaded nor written, but waits for all of it.
+        spread : bool
+            Every replica on cores of its own (its link and ALU unshared);
+            otherwise replicas are packed onto consecutive crossbars.
 
         Returns
         -------
@@ -360,7 +364,8 @@ class Estimator:
         nb = row_blocks if (self.mvm_pipeline and hw.chip.computing_mode != "core" and row_blocks > 1) else 1
         n_tiles = len(tiles)
         per_core = hw.core.crossbars
-        q = 1 if (hw.chip.computing_mode == "core" or n_tiles >= per_core) else min(reps, -(-per_core // n_tiles))
+        q = 1 if (spread or hw.chip.computing_mode == "core" or n_tiles >= per_core) else min(
+            reps, -(-per_core // n_tiles))
         R = -(-reps // q) * q
         rounds = -(-nch // reps)
 

@@ -74,6 +74,10 @@ class RegionPlan:
         mode keeping the data (its one replica's crossbars; neither loaded nor
         written); on the producer: the arrays it stores into (switched to
         memory mode at its start every inference).
+    ag_cores : list, optional
+        PIMCOMP's AG layout: per replica, the core of each of its AG units
+        (:func:`~tvm_cim.compiler.strategies.replication.unit_cores`); ``Place``
+        puts the crossbars there.  None: replicas packed.
     """
 
     replicas: int = 1
@@ -91,6 +95,7 @@ class RegionPlan:
     mem_wb: int = 0
     pass_xbs: int = 0
     inplace_xbs: tuple = ()
+    ag_cores: list | None = None
 
 
 @dataclass
@@ -177,6 +182,7 @@ def duplicate(regions: list[Region], segment_of: list[int], resident: bool, hw: 
             reps, info = pimcomp_replication(seg, est, tile_rows, hw, opts, resident, s_idx, producers)
             if summary is not None:
                 summary.append(info)
+            layouts = info.pop("_unit_cores")
         else:
             reps = [1] * len(seg)
         if opts.crossbar_dup:
@@ -191,8 +197,10 @@ def duplicate(regions: list[Region], segment_of: list[int], resident: bool, hw: 
                     reps = alt
         if opts.remap:
             reps = duplication.remap(seg, reps, est, tile_rows, hw, resident)
-        for r, c, d in zip(seg, costs, reps):
+        for i, (r, c, d) in enumerate(zip(seg, costs, reps)):
             plans[r.name] = make_plan(r, est, d, tile_rows[r.name], s_idx, resident, cores=c)
+            if opts.duplication == "ga" and sum(costs) <= budget and hw.chip.computing_mode != "core":
+                plans[r.name].ag_cores = layouts[i]
     return plans
 
 
@@ -211,9 +219,10 @@ def pimcomp_replication(seg: list[Region], est: Estimator, tile_rows: dict, hw: 
     replicas : list of int
     summary : dict
         Per-layer unfolding, replicas and core layout, the GA's and the DP's
-        fitness and time.
+        fitness and time; ``_unit_cores``: per layer, the core of every AG unit
+        of every replica (what ``Place`` follows).
     """
-    prob = replication.problem(seg, est, tile_rows, hw, resident)
+    prob = replication.problem(seg, est, tile_rows, hw, resident, layout=hw.chip.computing_mode != "core")
     if opts.pipeline:
         def fitness(reps):
             plans = {r.name: make_plan(r, est, int(d), tile_rows[r.name], 0, resident, latency=False)
@@ -227,13 +236,16 @@ def pimcomp_replication(seg: list[Region], est: Estimator, tile_rows: dict, hw: 
     out, best = replication.ga(prob, search, generations=opts.ga_generations, population=opts.ga_population,
                                time_limit=opts.ga_time_limit, seed=opts.ga_seed, seeds=seeds, report=fitness)
     lay = replication.layout(prob, best)
+    cores_used = {c for cs in lay.values() for c, _ in cs}
     info = {
         "segment": s_idx,
         "objective": "one input's latency (element pipeline)" if opts.pipeline else "pipeline cycle",
         "ga": {"fitness_ns": out.fitness, "seconds": out.seconds, "seeded_with_dp": seeds is not None,
                **{k: v for k, v in out.detail.items() if k != "history"}},
         "dp": ({"fitness_ns": dp.fitness, "seconds": dp.seconds, "replicas": dp.replicas,
-                "packs": dp.detail["packs"]} if dp else None),
+                "packs": dp.detail["packs"], "counts_ns": dp.detail["counts_ns"]} if dp else None),
+        "cores_used": len(cores_used),
+        "_unit_cores": replication.unit_cores(prob, best),
         "layers": {r.name: {"unfolding": _unfolding_name(r, opts, tile_rows[r.name], hw), "tile_rows": tile_rows[r.name], "array_groups": int(prob.ags[i]),
                             "replicas": out.replicas[i], "cores": lay.get(i, [])}
                    for i, r in enumerate(seg)},

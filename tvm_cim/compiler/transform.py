@@ -81,7 +81,7 @@ from .partition import PREFIX, PartitionForCIM
 from .plan import pass_ranges
 from .quantize import CalibrationConfig, activation_params, describe_composite, observation, observe, quantize_weights
 from .region import CONV2D, DMATMUL, MATMUL, Region, unfold_conv_weight
-from .strategies import modes
+from .strategies import modes, replication
 
 RUN_REGION = "tvm_cim.run_region"
 A = "cim."  # prefix of every attribute the passes write
@@ -423,6 +423,15 @@ def _xbs_text(replicas: list[list[int]]) -> str:
     return " ".join(out)
 
 
+def _cores_text(cores: list[list[int]]) -> str:
+    """An AG layout (per replica, the core of each AG unit) as ``3,3,4 5,5,5`` (``cim.ag_cores``)."""
+    return " ".join(",".join(str(int(c)) for c in rep) for rep in cores)
+
+
+def _cores_parse(text: str) -> list[list[int]]:
+    return [[int(c) for c in rep.split(",")] for rep in str(text).split()]
+
+
 def _xbs_count(text) -> int:
     """Arrays named by an attribute written by :func:`_xbs_text` (0 when absent or empty)."""
     return 0 if text is None or not str(text).strip() else sum(len(r) for r in _xbs_parse(str(text)))
@@ -668,7 +677,9 @@ class DuplicateWeights:
         summary: list = []
         plans = schedule.duplicate(regions, seg_of, resident, hw, opts, est, producers_of(mod), summary)
         mod = _with_attrs(mod, {g: {"replicas": plans[r.name].replicas, "tile_rows": plans[r.name].tile_rows,
-                                    "passes": plans[r.name].passes}
+                                    "passes": plans[r.name].passes,
+                                    **({"ag_cores": _cores_text(plans[r.name].ag_cores)}
+                                       if plans[r.name].ag_cores else {})}
                                 for (g, _), r in zip(fs, regions)})
         return mod.with_attr(A + "replication", json.dumps(summary)) if summary else mod
 
@@ -770,8 +781,11 @@ def _memory_of(f) -> dict | None:
 class Place:
     """Assign chip crossbars to every replica of every region (``cim.xbs``).
 
-    Fails with a clear message when a segment's replicas (as edited, say)
-    do not fit the chip; never lowers them silently.
+    Replicas are packed onto consecutive crossbars, or, for a region with an
+    AG layout (``cim.ag_cores``, PIMCOMP's GA), each AG unit of each replica
+    goes to the crossbars of the core the layout names.  Fails with a clear
+    message when a segment's replicas (as edited, say) do not fit the chip;
+    never lowers them silently.
 
     Parameters
     ----------
@@ -790,6 +804,27 @@ class Place:
         fs = region_functions(mod)
         regions = [region_of(f) for _, f in fs]
         cmap = mapping.allocate(regions, hw, plans_of(mod, hw, est, latency=False))
+        nxt: dict[int, dict] = {}  # segment -> core -> next free crossbar of the core
+        laid: dict[int, set] = {}
+        for (_, f), r in zip(fs, regions):
+            text = _attr(f, "ag_cores")
+            if not text:
+                continue
+            pl = cmap.placements[r.name]
+            cores = _cores_parse(text)
+            if len(cores) != len(pl.replicas):
+                raise mapping.PlacementError(f"region {r.name}: cim.ag_cores lays out {len(cores)} replicas, "
+                                             f"cim.replicas asks for {len(pl.replicas)}; edit both or drop cim.ag_cores")
+            try:
+                pl.replicas = replication.crossbars(pl.tiles, cores, hw.core.crossbars, nxt.setdefault(pl.segment, {}))
+            except ValueError as e:
+                raise mapping.PlacementError(f"region {r.name}: {e}") from None
+            laid.setdefault(pl.segment, set()).add(r.name)
+        for seg, names in laid.items():  # a segment is laid out whole, or its packed regions would collide
+            others = [n for n, pl in cmap.placements.items() if pl.segment == seg and n not in names]
+            if others:
+                raise mapping.PlacementError(f"segment {seg}: regions {', '.join(others)} have no cim.ag_cores "
+                                             "while others of the segment do; lay out all or none")
         return _with_attrs(mod, {g: {"xbs": _xbs_text(cmap.placements[r.name].replicas)}
                                  for (g, _), r in zip(fs, regions)})
 
@@ -899,12 +934,13 @@ class GenerateMetaOps:
         uid = _build_uid(mod, hw)
         regions = [region_of(f) for _, f in fs]
         cmap = _chip_map(mod, hw, regions)
+        share = _local_shares(cmap, hw) if opts.local_memory else {}
         updates, names, segs = {}, [], {}
         for (g, f), r in zip(fs, regions):
             df = _attr(f, "dataflow")
             nest = json.loads(str(df))["op"] if df is not None else None
             prog = codegen.generate(r, cmap.placements[r.name], hw, opts, strategy, name=f"m{uid}.{r.name}",
-                                    loopnest=nest, memory=_memory_of(f))
+                                    loopnest=nest, memory=_memory_of(f), local_bytes=share.get(r.name, 0))
             text = print_program(prog)
             _remember(prog, text)
             updates[g] = {"program": text}
@@ -914,6 +950,25 @@ class GenerateMetaOps:
                       tuple(NetSegment(i, (), tuple(rs)) for i, rs in sorted(segs.items())))
         verify_network(net, {n: None for n in names}, hw.total_crossbars)
         return _with_attrs(mod, updates).with_attr(A + "network", print_network(net))
+
+
+def _local_shares(cmap: mapping.ChipMap, hw: CIMHardware) -> dict[str, int]:
+    """Per region, the bytes of its cores' local memories its buffers may use (PIMCOMP's low-latency heap).
+
+    The regions of a segment run at once (element pipeline), so a core's local
+    memory is split evenly among the regions with crossbars on it; a region
+    gets its smallest share over its cores.
+    """
+    per_core = hw.core.crossbars
+    users: dict[tuple[int, int], set] = {}
+    cores_of: dict[str, set] = {}
+    for name, pl in cmap.placements.items():
+        cs = {xb // per_core for rep in pl.replicas for xb in rep}
+        cores_of[name] = cs
+        for c in cs:
+            users.setdefault((pl.segment, c), set()).add(name)
+    cap = int(hw.core.local_buffer.capacity_kb * 1024)
+    return {n: min(cap // len(users[(cmap.placements[n].segment, c)]) for c in cs) for n, cs in cores_of.items() if cs}
 
 
 _PROGRAMS: OrderedDict = OrderedDict()  # program name -> (text, Program): lowering need not re-parse the text

@@ -423,7 +423,8 @@ NOT_MODELLED: dict[str, str] = {
     "chip.noc.hop_latency_cycles": "transfers are bandwidth-bound (link_bandwidth_bits); per-hop latency is not added",
     "chip.global_buffer.double_buffer": "the timeline overlaps loads with compute wherever dependencies allow",
     "core.local_buffer.double_buffer": "the timeline overlaps loads with compute wherever dependencies allow",
-    "core.local_buffer.capacity_kb": "chunks are sized by the pipeline granularity, not by the local buffer",
+    "core.local_buffer.capacity_kb": "chunks are sized by the pipeline granularity, not by the local buffer "
+                                     "(only PIMCOMP's low-latency heap, Options.local_memory, is bounded by it)",
     "core.input_register_bits": "L0 registers are folded into the crossbar read step",
     "core.output_register_bits": "L0 registers are folded into the crossbar read step",
     "crossbar.device.endurance_writes": "wear is not modelled",

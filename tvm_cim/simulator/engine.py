@@ -48,6 +48,7 @@ from ..hardware import cost, loopnest
 from ..hardware import crossbar as X
 from ..hardware.schema import CIMHardware
 from ..program import OPS, Op, Parallel, Program, Range, Ref
+from .localmem import LocalMemory
 from .loopnest import simulate as simulate_loopnest
 from .timeline import Events, schedule_graph
 
@@ -75,6 +76,7 @@ class RegionStats:
     events: Events | None = None
     segment: int = 0
     pipeline: bool = False
+    localmem: dict | None = None  # the cores' heaps (programs with ``local_bytes``: PIMCOMP low latency)
 
     def total_energy(self) -> float:
         return float(sum(self.energy_pj.values()))
@@ -240,6 +242,8 @@ class Chip:
         self._write_memo: dict = {}
         self._sp = None
         self._identity = None
+        cap = int(prog.attr("local_bytes", 0))
+        self._lmem = None
         if prog.name not in self._setup_done or any(
             self.xb_owner.get(o["xb"]) != (prog.name,) for o in prog.ops("setup") if o.opcode == "CIM.write_xb"
         ):
@@ -256,9 +260,13 @@ class Chip:
         ev = Events()
         self._reset_board()
         self._energy = defaultdict(float)
+        self._lmem = LocalMemory(cap) if cap > 0 else None  # pixel-level buffers in the cores' local memories
+        self._lbuf: dict = {}
         self._block(prog.run, env, stats, ev)
         self._flush(env, stats)
         stats.events = ev
+        if self._lmem is not None:
+            stats.localmem = self._lmem.summary()
         if not self.options.functional:
             out = prog.decl("output")[0]
             env["out"] = np.broadcast_to(np.float32(0), out.shape)  # timing only: no values
@@ -739,6 +747,10 @@ class Chip:
         for k2, val in energy.items():
             self._energy[k2] += val
         i = ev.add(dur, (tag,), deps, total, True, o.opcode)
+        if self._lmem is not None:  # the input slice it reads may be reused after it
+            held = self._lbuf.get((src_key, v.start, v.stop))
+            if held is not None:
+                held[0].read(held[1], i)
         readers = self._xb_readers
         for k in xb_keys:
             readers[k].append(i)
@@ -775,10 +787,25 @@ class Chip:
         if sub == "scatter":
             cores = sorted({xb // hw.core.crossbars for xb, _, _, _ in self._entries(o)}) if "vxb" in dict(o.args) else [0]
             dur, e = cost.scatter(hw, nbytes)
-            self._energy["noc+buffer"] += e
-            i = ev.add(dur, tuple(f"link:{c}" for c in cores[:1]), self._deps(src, v, False), e, False, "DMOV.scatter")
+            res = tuple(f"link:{c}" for c in cores[:1])
+            deps = self._deps(src, v, False)
             blk = o.get("block")
-            self._mark(f"{src}@{o['vxb']}" + (f":{blk.start}" if blk is not None else ""), v, i, True)
+            key = f"{src}@{o['vxb']}" + (f":{blk.start}" if blk is not None else "")
+            held = None
+            if self._lmem is not None:  # a buffer in the receiving core's local memory (PIMCOMP's heap)
+                buf, waits = self._lmem.alloc(cores[0], nbytes)
+                deps = deps + waits  # bytes freed by earlier slices: after their reads (a full memory stalls)
+                if buf is None:  # cannot be held: stays in the global buffer, streamed from there
+                    d2, e2 = cost.load_store(hw, nbytes, False)
+                    dur, e = max(dur, float(d2)), e + float(sum(e2.values()))
+                    res = res + ("gbuf",)
+                else:
+                    held = (self._lmem.heaps[cores[0]], buf)
+            self._energy["noc+buffer"] += e
+            i = ev.add(dur, res, deps, e, False, "DMOV.scatter")
+            if held is not None:
+                self._lbuf[(key, v.start, v.stop)] = held
+            self._mark(key, v, i, True)
             return
         if sub == "writeback":  # live data out of memory-mode arrays (CMSwitch T^wb), after what it holds
             xbs = tuple(o["xbs"])
@@ -820,6 +847,9 @@ class Chip:
             self._mark(src, v, i, True)
         else:  # store
             i = ev.add(dur, res, self._deps(src, v, False) + mem_deps, e, False, "DMOV.store")
+            held = self._lbuf.get(("out", v.start, v.stop)) if self._lmem is not None else None
+            if held is not None:  # the output pixels it sends leave the core's local memory
+                held[0].read(held[1], i)
             for r in mem:
                 self._mark(r, Range(0, 1), i, False)
             ev.outputs.append((i, float(f[0]), float(f[1])))
@@ -845,7 +875,15 @@ class Chip:
         for _, val in o.args:
             if isinstance(val, Ref) and (dst is None or val.name != dst.name or sub in ("reduce",)):
                 deps += self._deps(val.name, rng_in, False)
+        held = None
+        if self._lmem is not None and sub == "dequantize" and core is not None:  # output pixels, until sent
+            buf, waits = self._lmem.alloc(int(core), self._batch * v.size * int(self.prog.attr("N", 1)))
+            deps += waits
+            if buf is not None:
+                held = (self._lmem.heaps[int(core)], buf)
         i = ev.add(dur, res if dur else (), deps, e, False, o.kind)
+        if held is not None:
+            self._lbuf[("out", v.start, v.stop)] = held
         if dst is not None:
             whole = sub in ("layout", "colsum", "zeros", "reshape") and not o.get("vecs")
             self._mark(dst.name, Range(0, 1 << 60) if whole else v, i, True)

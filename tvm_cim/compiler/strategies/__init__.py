@@ -92,6 +92,17 @@ class Options:
     ga_seed_dp : bool
         Put our DP's replication (packed first-fit) into the GA's first
         population (ours; the paper starts from one replica per layer).
+    local_memory : bool
+        PIMCOMP's pixel-level memory management (low latency): every input
+        slice a core receives and every output it produces is a buffer in that
+        core's local memory, allocated and freed by a heap
+        (:mod:`tvm_cim.simulator.localmem`); the program carries each region's
+        share of its cores' local memories (``local_bytes``) and the simulator
+        stalls a sender when the memory is full and spills what cannot be held.
+    send_batch : int
+        Alg. 2's batched sends: results are sent when this many chunks have
+        been computed (the transmit-request queue's threshold); 1 sends each
+        result as soon as it is computed.
     """
 
     segmentation: str = "greedy"
@@ -111,6 +122,8 @@ class Options:
     ga_time_limit: float = 10.0
     ga_seed: int = 0
     ga_seed_dp: bool = True
+    local_memory: bool = False
+    send_batch: int = 1
 
     def as_attrs(self) -> dict:
         """The options as plain values (module attributes, reports)."""
@@ -229,11 +242,15 @@ register(Strategy("cmswitch", "CMSwitch's dual-mode method: segmentation by DP w
                   "operators' outputs, CM.switch between segments", _cmswitch))
 
 
+SEND_BATCH = 8  # Alg. 2's transmit threshold (the paper gives none; 8 chunks, an ablation sets 1)
+
+
 def _pimcomp(hw: CIMHardware, mode: str) -> Options:
     xbar = hw.chip.computing_mode in ("crossbar", "wordline")
     if mode == "ht":
         return Options(duplication="ga", unfolding="ht", grouping=True)
-    return Options(duplication="ga", unfolding="ll", pipeline=True, mvm_pipeline=xbar)
+    return Options(duplication="ga", unfolding="ll", pipeline=True, mvm_pipeline=xbar, local_memory=True,
+                   send_batch=SEND_BATCH)
 
 
 register(Strategy("pimcomp-ht", "PIMCOMP high throughput: Table IV unfolding per layer (least load), replication and "

@@ -18,7 +18,12 @@ of every core.
   directed to the slowest layer or away from layers with slack, ours),
   split a gene onto another core, gather a small gene onto a core already
   holding its layer, exchange two genes between cores (paper mutation II).
-  No crossover (neither the paper nor the code has one).
+  No crossover (neither the paper nor the code has one).  Ours, a sixth
+  mutation at the same rate, also the repair step: :func:`balance` trims
+  every layer to the start of its latency plateau under the current cycle
+  and moves the slowest layers several replicas at once to their curves'
+  next step, on the emptiest cores (without it, the GA without the DP's
+  seed stops short of the DP on stepped curves).
 * **Selection**: the shared DEAP driver (:func:`tvm_cim.compiler.solvers.ga.evolve`):
   the best 30 % survive, each other with probability 0.2, mutations refill
   a population of 200.
@@ -27,11 +32,14 @@ of every core.
   pipeline cycle -- the slowest layer at its replicas, or the global-buffer
   port and chip ALU all layers share, if busier; for low latency the
   estimate of one input through the element pipeline
-  (:meth:`Estimator.graph_ns`).  The paper runs its profiler on a simplified
-  instruction stream; ours sees the AG layout only through replica counts
-  (activations pass through the global buffer in our programs, so which core
-  holds an AG does not change the estimate), and the executed placement is
-  the ``Place`` pass's packing of those replicas.
+  (:meth:`Estimator.graph_ns`), each bounded below by the busiest core under
+  the genome's layout (:meth:`Problem.core_ns`: a replica reduces and
+  dequantises on the core of its first AG unit and receives its input over
+  that core's link, so replicas homed on one core share them).  The paper
+  runs its profiler on a simplified instruction stream.
+* **Layout is executed**: :func:`unit_cores` gives every AG unit of every
+  replica its core; the ``Place`` pass puts the unit's crossbars there
+  (:func:`crossbars`), so the program and the simulator follow the genome.
 
 :func:`dp_same_problem` gives our duplication DP
 (:func:`tvm_cim.compiler.solvers.knapsack.duplicate`) the same problem
@@ -59,7 +67,7 @@ from .duplication import latency_curve, vectors
 
 BASE = 10000  # gene value = layer * BASE + units (PIMCOMP's encoding)
 MAX_SLOTS = 32  # PIMCOMP's max_AG_kind_per_core
-RATES = {"increase": 0.2, "decrease": 0.2, "split": 0.2, "gather": 0.2, "exchange": 0.2}
+RATES = {"increase": 0.2, "decrease": 0.2, "split": 0.2, "gather": 0.2, "exchange": 0.2, "balance": 0.2}
 RETRIES = 30
 
 
@@ -83,6 +91,14 @@ class Problem:
     shared_ns : float
         Busy time of the global-buffer port and chip ALU summed over the layers (the
         pipeline cycle's floor: every layer of every input uses them).
+    post_ns, link_ns : numpy.ndarray, optional
+        Per layer, one input's work on the core ALUs (partial-sum reduction,
+        dequantisation) and on the core links (input slices), summed over its
+        chunks: shared out among the replicas, on the cores the layout gives
+        (:meth:`core_ns`).
+    per_unit_links : bool
+        Each AG gets its input slice over its own core's link (MVM-grained
+        pipeline); otherwise a replica's input goes over its first core's link.
     """
 
     units: np.ndarray
@@ -94,6 +110,9 @@ class Problem:
     slots: int
     lat: list = field(default_factory=list)
     shared_ns: float = 0.0
+    post_ns: np.ndarray | None = None
+    link_ns: np.ndarray | None = None
+    per_unit_links: bool = False
 
     @property
     def n(self) -> int:
@@ -107,6 +126,36 @@ class Problem:
         """The high-throughput objective: the slowest layer at its replicas, or the shared units."""
         return max(self.shared_ns, max(float(lt[min(int(d), len(lt)) - 1]) for lt, d in zip(self.lat, reps)))
 
+    def core_ns(self, g: np.ndarray) -> float:
+        """The busiest core's ALU or link for one input under the layout of genome ``g``.
+
+        A replica does ``1/d`` of its layer's chunks: its reduction and
+        dequantisation run on the ALU of the core holding its first AG unit
+        (where the program accumulates), its input slices go over the link of
+        that core (or of each unit's core, :attr:`per_unit_links`).  Replicas of
+        any layers homed on one core share that core's ALU and link, in the
+        simulator as here; this is how the AG layout enters the fitness.
+        """
+        if self.post_ns is None:
+            return 0.0
+        alu = np.zeros(self.cores)
+        link = np.zeros(self.cores)
+        cells = np.argwhere(g > 0)
+        vals = g[cells[:, 0], cells[:, 1]]
+        lay, cnt = vals // BASE, vals % BASE
+        for li in np.unique(lay):
+            sel = lay == li
+            seq = np.repeat(cells[sel, 0], cnt[sel])  # cores of the layer's units, in core order
+            u = int(self.units[li])
+            d = len(seq) // u
+            home = seq[::u]
+            np.add.at(alu, home, self.post_ns[li] / d)
+            if self.per_unit_links:
+                np.add.at(link, seq, self.link_ns[li] / (d * u))
+            else:
+                np.add.at(link, home, self.link_ns[li] / d)
+        return float(max(alu.max(), link.max()))
+
     def cycle_search(self, reps) -> float:
         """:meth:`cycle_ns` with a tie-breaker the GA climbs on: plus a millionth of the layers' latencies'
         8-norm, so speeding up any of the slowest layers improves the fitness before the slowest one moves."""
@@ -114,7 +163,8 @@ class Problem:
         return self.cycle_ns(reps) + 1e-6 * float(np.sum((lat / lat.max()) ** 8) ** 0.125 * lat.max())
 
 
-def problem(seg: list[Region], est: Estimator, tile_rows: dict, hw: CIMHardware, resident: bool = True) -> Problem:
+def problem(seg: list[Region], est: Estimator, tile_rows: dict, hw: CIMHardware, resident: bool = True,
+            layout: bool = True) -> Problem:
     """The replication problem of one segment on the estimate.
 
     Parameters
@@ -126,33 +176,125 @@ def problem(seg: list[Region], est: Estimator, tile_rows: dict, hw: CIMHardware,
     hw : CIMHardware
     resident : bool
         Weights programmed once.
+    layout : bool
+        The AG layout reaches the fitness: a layer's latency curve has its
+        replicas on cores of their own, and :meth:`Problem.core_ns` charges the
+        replicas that share a core (otherwise the curve packs replicas onto
+        consecutive crossbars, as the ``Place`` pass does without a layout).
 
     Returns
     -------
     Problem
     """
     per_core, cores = hw.core.crossbars, hw.cores
-    units, unit_xbs, ags, max_reps, lat = [], [], [], [], []
+    units, unit_xbs, ags, max_reps, lat, post, link = [], [], [], [], [], [], []
     shared = [0.0, 0.0]
     cap = cores * per_core
     for r in seg:
         tiles = est.tile_list(r, tile_rows[r.name])
-        blocks = row_blocks(tiles)
-        n_ag = max(1, len(blocks))
-        per_ag = max(1, math.ceil(len(tiles) / n_ag))
-        pieces = math.ceil(per_ag / per_core)
-        u = math.ceil(per_ag / pieces)
-        units.append(n_ag * pieces)
+        cut = unit_tiles(tiles, per_core)
+        n_ag = max(1, len(row_blocks(tiles)))
+        u = max(len(x) for x in cut)
+        units.append(len(cut))
         unit_xbs.append(u)
         ags.append(n_ag)
-        md = max(1, min(vectors(r), cap // (n_ag * pieces * u)))
+        md = max(1, min(vectors(r), cap // (len(cut) * u)))
         max_reps.append(md)
-        lat.append(latency_curve(lambda d, r=r: est.region_ns(r, d, tile_rows[r.name], resident), md))
+        lat.append(latency_curve(lambda d, r=r: est.region_ns(r, d, tile_rows[r.name], resident, spread=layout), md))
         _, busy = est.chunk_finish(r, 1, tile_rows[r.name], resident)
         shared[0] += busy[0]
         shared[1] += busy[1]
+        work = est._chunk_work(r, est.chunks(r, 1), tile_rows[r.name])
+        link.append(float(np.sum(work[2])))
+        post.append(float(np.sum(work[4])))
     return Problem(np.array(units), np.array(unit_xbs), np.array(ags), np.array(max_reps), cores, per_core,
-                   min(MAX_SLOTS, max(1, len(seg))), lat, max(shared))
+                   min(MAX_SLOTS, max(1, len(seg))), lat, max(shared),
+                   np.array(post) if layout else None, np.array(link) if layout else None,
+                   bool(est.mvm_pipeline and hw.chip.computing_mode != "core"))
+
+
+def unit_tiles(tiles: list, per_core: int) -> list[list[int]]:
+    """The AG units of one replica: per unit, the indices of its tiles.
+
+    An AG is a row block of the tiles (:func:`tvm_cim.compiler.plan.row_blocks`,
+    row-major order); an AG wider than a core is cut into ``pieces`` units of
+    at most ``u`` tiles, the same cut for every AG (``pieces`` and ``u`` from the
+    largest AG: the AGs of a grouped convolution hold different numbers of
+    non-zero tiles), so every unit of a layer fits the ``u`` crossbars the GA
+    counts for it.
+    """
+    groups: dict[int, list[int]] = {}
+    for i, t in enumerate(tiles):
+        groups.setdefault(t.k0, []).append(i)
+    per_ag = max(len(g) for g in groups.values())
+    pieces = math.ceil(per_ag / per_core)
+    u = math.ceil(per_ag / pieces)
+    return [groups[k][j * u:(j + 1) * u] for k in sorted(groups) for j in range(pieces)]
+
+
+def unit_cores(p: Problem, g: np.ndarray) -> list[list[list[int]]]:
+    """The core of every AG unit of every replica of every layer, from a genome.
+
+    A layer's genes, in core order, give a sequence of units; replica ``r``
+    takes units ``r * units[l]`` to ``(r + 1) * units[l] - 1`` of it (so a
+    replica's AGs stay together on as few cores as the genes allow).
+
+    Returns
+    -------
+    list
+        ``out[layer][replica][unit]`` -> core.
+    """
+    seq: list[list[int]] = [[] for _ in range(p.n)]
+    for c, s in np.argwhere(g > 0):  # row-major: cores in order
+        v = int(g[c, s])
+        seq[v // BASE].extend([int(c)] * (v % BASE))
+    out = []
+    for li, cores in enumerate(seq):
+        u = int(p.units[li])
+        out.append([cores[i:i + u] for i in range(0, len(cores), u)])
+    return out
+
+
+def crossbars(tiles: list, cores: list[list[int]], per_core: int, nxt: dict) -> list[list[int]]:
+    """Chip crossbars of every replica of a layer laid out as the GA says (what ``Place`` records).
+
+    Parameters
+    ----------
+    tiles : list of Tile
+        One replica's tiles.
+    cores : list of list of int
+        Per replica, the core of each of its AG units (:func:`unit_cores`).
+    per_core : int
+        Crossbars per core.
+    nxt : dict
+        Core -> its next free crossbar (local index), shared by the layers of
+        one segment and updated in place.
+
+    Returns
+    -------
+    list of list of int
+        Per replica, the crossbar id of every tile (tile order).
+
+    Raises
+    ------
+    ValueError
+        The units do not fit a core (a layout edited by hand, say).
+    """
+    cut = unit_tiles(tiles, per_core)
+    out = []
+    for rep in cores:
+        if len(rep) != len(cut):
+            raise ValueError(f"a replica has {len(rep)} AG units in the layout, the layer has {len(cut)}")
+        ids = [0] * len(tiles)
+        for c, unit in zip(rep, cut):
+            base = nxt.get(c, 0)
+            if base + len(unit) > per_core:
+                raise ValueError(f"core {c} holds more than its {per_core} crossbars in the layout")
+            for j, t in enumerate(unit):
+                ids[t] = c * per_core + base + j
+            nxt[c] = base + len(unit)
+        out.append(ids)
+    return out
 
 
 # --------------------------------------------------------------------------- genome helpers
@@ -305,8 +447,68 @@ def _directed(p: Problem, h: np.ndarray, reps: np.ndarray, kind: str, rng: rando
     return tuple(cells[0]) if len(cells) else None
 
 
+def _min_reps(lt: np.ndarray, bound: float) -> int:
+    """Fewest replicas whose latency is within ``bound`` (the start of the curve's plateau at or under it)."""
+    ok = lt <= bound * (1 + 1e-12)
+    return int(np.argmax(ok)) + 1 if ok.any() else len(lt)
+
+
+def _next_step(lt: np.ndarray, d: int) -> int | None:
+    """Fewest replicas faster than ``d`` replicas (the next step down the curve), or None."""
+    faster = np.flatnonzero(lt[d:] < lt[d - 1] * (1 - 1e-12))
+    return d + 1 + int(faster[0]) if faster.size else None
+
+
+def _trim(p: Problem, h: np.ndarray, bound: float, rng: random.Random) -> None:
+    """Every layer down to the start of its plateau under ``bound`` (frees crossbars, no layer slower), in place."""
+    reps = decode(p, h)
+    for li in range(p.n):
+        d = _min_reps(p.lat[li][: int(reps[li])], bound)
+        if d < reps[li]:
+            _remove(p, h, li, int(p.units[li]) * int(reps[li] - d), None, rng)
+
+
+def balance(p: Problem, g: np.ndarray, rng: random.Random) -> np.ndarray:
+    """Repair and climb along the latency curves (ours, a mutation and the GA's repair step).
+
+    Trims every layer to the first replica count of its plateau under the
+    current cycle (the crossbars of replicas that do not make it faster come
+    free), then moves the slowest layers down to their curves' next step --
+    several replicas at once -- placed on the cores with the most free
+    crossbars, trimming again under the new cycle; repeated while the
+    replicas fit.  The AG layout of the untouched genes is kept.
+    """
+    h = g.copy()
+    lat = np.array([float(lt[d - 1]) for lt, d in zip(p.lat, decode(p, h))])
+    _trim(p, h, float(lat.max()), rng)
+    for _ in range(4 * p.n):
+        reps = decode(p, h)
+        lat = np.array([float(lt[d - 1]) for lt, d in zip(p.lat, reps)])
+        top = float(lat.max())
+        slow = np.flatnonzero(lat >= top * (1 - 1e-12))
+        steps = [_next_step(p.lat[li], int(reps[li])) for li in slow]
+        if any(st is None for st in steps):
+            break
+        trial = h.copy()
+        new_top = max([float(p.lat[li][st - 1]) for li, st in zip(slow, steps)]
+                      + [float(x) for i, x in enumerate(lat) if i not in set(slow.tolist())])
+        _trim(p, trial, new_top, rng)
+        free = free_xbs(p, trial)
+        ok = True
+        for li, st in zip(slow, steps):
+            order = np.argsort(-free, kind="stable").tolist()  # spread over the emptiest cores
+            if not _place(p, trial, int(li), int(p.units[li]) * (st - int(reps[li])), order, free):
+                ok = False
+                break
+        if not ok:
+            break
+        h = trial
+    return h
+
+
 def mutate(p: Problem, g: np.ndarray, rng: random.Random) -> np.ndarray:
-    """One of the five legal mutations (a new genome; the parent when none applies after retries).
+    """One of the legal mutations -- the code's five and our :func:`balance` -- (a new genome; the parent when
+    none applies after retries).
 
     Half of the replication mutations are directed (ours; the paper picks a
     random gene): an increase goes to the slowest layer, a decrease to a
@@ -328,6 +530,11 @@ def mutate(p: Problem, g: np.ndarray, rng: random.Random) -> np.ndarray:
                 c, s = int(cell[0]), int(cell[1])
         layer = int(h[c, s] // BASE)
         order = _order(rng, p.cores)
+        if kind == "balance":
+            out = balance(p, h, rng)
+            if not np.array_equal(out, g):
+                return out
+            continue
         if kind == "increase":
             k = min(_step(rng, int(reps[layer])), int(p.max_reps[layer] - reps[layer]))
             if k <= 0:
@@ -435,13 +642,14 @@ def ga(p: Problem, fitness: Callable[[np.ndarray], float], *, generations: int =
         key = reps.tobytes()
         if key not in cache:
             cache[key] = float(fitness(reps))
-        return cache[key]
+        return max(cache[key], p.core_ns(g))
 
     res = evolve(lambda rng: random_genome(p, rng), lambda g, rng: mutate(p, g, rng), fit,
                  population=population, generations=generations, seed=seed, time_limit=time_limit,
                  stagnation=stagnation, progress=progress, desc="PIMCOMP GA", seeds=seeds)
     reps = decode(p, res.best)
-    return Outcome([int(d) for d in reps], float(report(reps)) if report else res.fitness, res.seconds, {
+    return Outcome([int(d) for d in reps], max(float(report(reps)), p.core_ns(res.best)) if report else res.fitness,
+                   res.seconds, {
         "generations": res.generations, "stopped": res.stopped, "history": [float(h) for h in res.history],
         "evaluations": len(cache), "population": population, "seed": seed}), res.best
 
@@ -460,12 +668,34 @@ def dp_same_problem(p: Problem, fitness: Callable[[np.ndarray], float]) -> Outco
     reps = [int(np.argmax(lt <= bott * (1 + 1e-9))) + 1 for lt in p.lat]  # balanced to the bottleneck
     g = pack(p, reps)
     secs = time.perf_counter() - t0
-    return Outcome(reps, float(fitness(np.array(reps))), secs, {"packs": g is not None, "genome": g})
+    f = float(fitness(np.array(reps)))
+    return Outcome(reps, max(f, p.core_ns(g)) if g is not None else f, secs,
+                   {"packs": g is not None, "genome": g, "counts_ns": f})
 
 
 def pack(p: Problem, reps) -> np.ndarray | None:
-    """A genome holding ``reps`` replicas of every layer, packed first-fit (largest units first), or None."""
+    """A genome holding ``reps`` replicas of every layer, or None if they do not fit.
+
+    Largest units first; each replica first-fit from the core after the
+    previous replica's first core (round robin), so that replicas spread over
+    the cores' ALUs and links where capacity allows; the whole thing
+    first-fit from core 0 when that fails.
+    """
+    order = sorted(range(p.n), key=lambda i: -p.unit_xbs[i])
     g = np.zeros((p.cores, p.slots), dtype=np.int64)
-    ok = all(_place(p, g, li, int(p.units[li]) * int(reps[li]), range(p.cores))
-             for li in sorted(range(p.n), key=lambda i: -p.unit_xbs[i]))
+    free = np.full(p.cores, p.per_core, dtype=np.int64)
+    start, ok = 0, True
+    for li in order:
+        for _ in range(int(reps[li])):
+            cores = [(start + j) % p.cores for j in range(p.cores)]
+            if not _place(p, g, li, int(p.units[li]), cores, free):
+                ok = False
+                break
+            start = (start + 1) % p.cores
+        if not ok:
+            break
+    if ok:
+        return g
+    g = np.zeros((p.cores, p.slots), dtype=np.int64)
+    ok = all(_place(p, g, li, int(p.units[li]) * int(reps[li]), range(p.cores)) for li in order)
     return g if ok else None
