@@ -53,6 +53,8 @@ from .factorize import factors_of, residual_bounds
 from .milp import Model
 
 EPS = (0.0, 0.1, 0.3, 1.0)
+NODE_LIMIT = 50  # branch-and-bound nodes per solve (deterministic)
+SAFETY_TIME_LIMIT = 60.0  # seconds per solve, reported when hit
 
 
 def _qsum(terms):
@@ -82,7 +84,7 @@ def _subset_products(fs: list[int]) -> list[int]:
 
 
 def solve(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, objective: str = "latency", ws: bool = False,
-          time_limit: float = 10.0, seed: int = 0, flexible: bool = True, start: LN.Mapping | None = None,
+          node_limit: int = NODE_LIMIT, time_limit: float = SAFETY_TIME_LIMIT, seed: int = 0, flexible: bool = True, start: LN.Mapping | None = None,
           fix_order: bool = False, lexicographic: bool = True):
     """Solve the dataflow MIP of one spatial unrolling.
 
@@ -94,8 +96,13 @@ def solve(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, objective: str = 
     objective : {'latency', 'edp'}
     ws : bool
         Add the weight-stationary constraints.
+    node_limit : int
+        Branch-and-bound nodes per HiGHS solve (``mip_max_nodes``): the limit
+        that decides where the search stops, the same on every machine and
+        under any load, so a layer always gets the same mapping.
     time_limit : float
-        Seconds per HiGHS solve.
+        Seconds per HiGHS solve: only a safety net (the status then says
+        ``Time limit reached`` and the result may depend on the machine).
     seed : int
     flexible : bool
         Alg. 1 factors (else prime factors).
@@ -128,6 +135,7 @@ def solve(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, objective: str = 
     active = math.prod(core_sp.values()) if core_sp else 1
 
     mdl = Model(f"miredo-{layer.name}", time_limit=time_limit, seed=seed)
+    mdl.h.setOptionValue("mip_max_nodes", int(node_limit))
     tsc = 1.0 / max(1.0, steps * hier.mvm_cycles)  # cycles are scaled to O(1) for the solver's tolerances
     X = [[mdl.binary(f"X{f}_{i}") for i in range(n)] for f in range(n)]
     for f in range(n):
