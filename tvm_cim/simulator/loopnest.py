@@ -95,7 +95,7 @@ def _stream(uses: list, t: float) -> float:
     pts = sorted({x[1] for iv in ivs for x in iv} | {x[0] for iv in ivs for x in iv if x[0] > t})
     left, now, k = 1.0, t, 0  # share of the transfer still to move
     segs = []
-    while left > 1e-12:
+    while left * w_max > 1e-9:
         while k < len(pts) and pts[k] <= now:
             k += 1
         nxt = pts[k] if k < len(pts) else math.inf
@@ -107,6 +107,8 @@ def _stream(uses: list, t: float) -> float:
             now = nxt
             continue
         end = min(now + left / rate, nxt)
+        if end <= now:  # what is left is below the clock's resolution
+            break
         if segs and segs[-1][1] == now and segs[-1][2] == rate:
             segs[-1][1] = end
         else:
