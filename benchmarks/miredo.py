@@ -90,13 +90,16 @@ def run_network(name: str, layers: list, hier: LN.Hierarchy, settings: dict, obj
         if key not in cache:
             res = {}
             for meth in METHODS:
+                c0 = time.process_time()
                 r = DF.optimise(layer, hier, meth, objective, **settings)
+                cpu = time.process_time() - c0
                 sim = simulate(layer, hier, r.mapping)
                 res[meth] = {
                     "cycles_sim": sim.cycles, "energy_pj_sim": sim.total_energy_pj,
                     "cycles_model": r.cost.cycles, "energy_pj_model": r.cost.energy_pj,
                     "cycles_mip": None if math.isnan(r.mip_cycles) else r.mip_cycles,
-                    "solve_s": r.seconds, "status": r.status, "mapping": r.mapping.text(),
+                    "solve_s": r.seconds, "solve_cpu_s": cpu, "status": r.status,
+                    "time_limit_hit": r.time_limit_hit, "mapping": r.mapping.text(),
                     "stall_share": sim.stall_cycles / sim.cycles,
                 }
                 res[meth]["edp_sim"] = res[meth]["cycles_sim"] * hier.cycle_ns * res[meth]["energy_pj_sim"]
@@ -115,6 +118,8 @@ def run_network(name: str, layers: list, hier: LN.Hierarchy, settings: dict, obj
         tot[meth] = {
             "latency_ns": lat, "energy_pj": en, "edp": lat * en,
             "solve_s_network": sum(r[meth]["solve_s"] for r in rows if r["solved"]),
+            "solve_cpu_s_network": sum(r[meth]["solve_cpu_s"] for r in rows if r["solved"]),
+            "time_limit_hits": sum(bool(r[meth]["time_limit_hit"]) for r in rows if r["solved"]),
             "solve_s_max_layer": max(r[meth]["solve_s"] for r in rows),
             "model_accuracy": float(np.mean(acc_model)),
             "mip_accuracy": float(np.mean(acc_mip)) if acc_mip else None,
@@ -142,8 +147,10 @@ def print_network(name: str, res: dict) -> None:
     for m in METHODS:
         acc = "" if t[m]["mip_accuracy"] is None else f", MIP latency accuracy {t[m]['mip_accuracy']:.3f}"
         print(f"  {m:<7} latency {t[m]['latency_ns'] / 1e3:10.1f} us  energy {t[m]['energy_pj'] / 1e6:9.2f} uJ  "
-              f"EDP {t[m]['edp']:.3e} pJ.ns  solve {t[m]['solve_s_network']:.1f} s (max layer "
-              f"{t[m]['solve_s_max_layer']:.1f} s)  model accuracy {t[m]['model_accuracy']:.3f}{acc}")
+              f"EDP {t[m]['edp']:.3e} pJ.ns  solve {t[m]['solve_s_network']:.1f} s wall, "
+              f"{t[m]['solve_cpu_s_network']:.1f} s CPU (max layer "
+              f"{t[m]['solve_s_max_layer']:.1f} s, safety-net hits {t[m]['time_limit_hits']})  "
+              f"model accuracy {t[m]['model_accuracy']:.3f}{acc}")
     print(f"  EDP gain of miredo: vs zigzag {res['edp_gain']['zigzag']:.2f}x, vs ws {res['edp_gain']['ws']:.2f}x "
           f"(paper vs heuristic: {PAPER['edp_gain_vs_heuristic'][0]}-{PAPER['edp_gain_vs_heuristic'][1]}x); "
           f"latency speedup vs zigzag {res['latency_speedup']['zigzag']:.2f}x, vs ws {res['latency_speedup']['ws']:.2f}x")
@@ -187,7 +194,10 @@ def main() -> int:
     ap.add_argument("--image", type=int, help="input size (default 224, 32 with --quick)")
     ap.add_argument("--objective", choices=DF.OBJECTIVES, default="latency",
                     help="what every mapper minimises (default latency, as the paper's MIP)")
-    ap.add_argument("--time-limit", type=float, help="seconds per HiGHS solve (default 1, 0.5 with --quick)")
+    ap.add_argument("--node-limit", type=int, help="branch-and-bound nodes per HiGHS solve, the deterministic limit "
+                    f"(default {DF.dataflow_mip.NODE_LIMIT})")
+    ap.add_argument("--time-limit", type=float, help="seconds per HiGHS solve, a safety net only, reported when hit "
+                    f"(default {DF.dataflow_mip.SAFETY_TIME_LIMIT:g})")
     ap.add_argument("--hw", default="miredo", help="a preset or file with a [dataflow] table")
     ap.add_argument("--layers", type=int, help="only the first N layers of every network")
     ap.add_argument("--seed", type=int, default=0)
@@ -206,16 +216,20 @@ def main() -> int:
     if unknown:
         print(f"error: unknown zoo model(s) {unknown}; choose from {sorted(zoo.MODELS)}", file=sys.stderr)
         return 2
-    settings = dict(time_limit=a.time_limit or (0.5 if a.quick else 1.0), spatial_top=1,
-                    starts=1 if a.quick else 2, max_orders=60 if a.quick else 300, seed=a.seed)
+    settings = dict(node_limit=a.node_limit or DF.dataflow_mip.NODE_LIMIT,
+                    time_limit=a.time_limit or DF.dataflow_mip.SAFETY_TIME_LIMIT, spatial_top=1,
+                    starts=1, max_orders=60 if a.quick else 300, seed=a.seed)
     results = {}
     t0 = time.perf_counter()
+    out = {"hw": hw.name, "image": image, "objective": a.objective, "settings": settings, "paper": PAPER,
+           "networks": results}
     for net in tqdm(nets, desc="networks"):
         layers = layers_of(zoo.build_model(net, image_size=image))[: a.layers]
         results[net] = run_network(net, layers, hier, settings, a.objective)
         print_network(net, results[net])
-    out = {"hw": hw.name, "image": image, "objective": a.objective, "settings": settings, "paper": PAPER,
-           "networks": results, "wall_s": time.perf_counter() - t0}
+        out["wall_s"] = time.perf_counter() - t0
+        if a.json:  # after every network: a killed run keeps what it finished
+            Path(a.json).write_text(json.dumps(out, indent=1, default=float))
     if a.plots:
         out["plots"] = plots(results, Path(a.plots))
     if a.json:

@@ -38,6 +38,7 @@ from .solvers import dataflow_mip
 from .solvers.factorize import factors_of, residual_bounds
 
 METHODS = ("miredo", "ws", "zigzag")
+TIME_LIMIT_STATUS = "Time limit reached"  # HiGHS's status when the safety net stopped a solve
 OBJECTIVES = ("latency", "edp")
 
 
@@ -308,6 +309,9 @@ class Result:
         Solver status of the chosen point (``heuristic`` for the baseline).
     mip_cycles : float
         Latency the MIP itself computed (nan for the heuristic).
+    time_limit_hit : bool
+        Some solve stopped at the wall-clock safety net instead of its node
+        limit (the mapping may then depend on the machine's load).
     """
 
     mapping: LN.Mapping
@@ -317,11 +321,12 @@ class Result:
     objective: str
     status: str
     mip_cycles: float = math.nan
+    time_limit_hit: bool = False
 
 
 def optimise(layer: LN.Layer, hier: LN.Hierarchy, method: str = "miredo", objective: str = "latency",
-             time_limit: float = 3.0, spatial_top: int = 2, starts: int = 3, max_orders: int = 500,
-             seed: int = 0) -> Result:
+             node_limit: int = dataflow_mip.NODE_LIMIT, spatial_top: int = 2, starts: int = 3,
+             max_orders: int = 500, seed: int = 0, time_limit: float = dataflow_mip.SAFETY_TIME_LIMIT) -> Result:
     """The dataflow of one layer.
 
     Parameters
@@ -330,8 +335,10 @@ def optimise(layer: LN.Layer, hier: LN.Hierarchy, method: str = "miredo", object
     hier : Hierarchy
     method : {'miredo', 'ws', 'zigzag'}
     objective : {'latency', 'edp'}
+    node_limit : int
+        Branch-and-bound nodes per MIP solve (deterministic: the same mapping on any machine).
     time_limit : float
-        Seconds per MIP solve (the whole layer may take ``spatial_top`` times that, more for ``edp``).
+        Seconds per MIP solve, a safety net only (``Result.status`` says when it was hit).
     spatial_top : int
         Spatial candidates tried (best utilisation first).
     starts : int
@@ -357,6 +364,7 @@ def optimise(layer: LN.Layer, hier: LN.Hierarchy, method: str = "miredo", object
     best = None
     rng = random.Random(seed)
     ws = method == "ws"
+    hit = False
     # spatial candidates ranked by their best greedy orders (the utilisation bound ties often)
     ranked = []
     for sp in spatial_candidates(layer, hier, top=max(spatial_top, 6)):
@@ -368,29 +376,31 @@ def optimise(layer: LN.Layer, hier: LN.Hierarchy, method: str = "miredo", object
         # warm start: the best greedy orders, each with its levels and buffering solved exactly
         pool = [(st, math.nan, "heuristic") for st in sts]
         for st in sts:
-            for m, cyc, status in dataflow_mip.solve(layer, hier, sp, ws=ws, time_limit=min(1.0, time_limit),
-                                                     seed=seed, start=st, fix_order=True,
+            for m, cyc, status in dataflow_mip.solve(layer, hier, sp, ws=ws, node_limit=node_limit,
+                                                     time_limit=time_limit, seed=seed, start=st, fix_order=True,
                                                      lexicographic=objective == "edp"):
                 pool.append((m, cyc, status))
         valid = [(key(LN.evaluate(layer, hier, m)), i, m) for i, (m, _, _) in enumerate(pool)
                  if not LN.check(layer, hier, m)]
         start = min(valid, key=lambda x: x[:2])[2] if valid else None
-        pool += dataflow_mip.solve(layer, hier, sp, objective=objective, ws=ws, time_limit=time_limit, seed=seed,
-                                   start=start)
+        pool += dataflow_mip.solve(layer, hier, sp, objective=objective, ws=ws, node_limit=node_limit,
+                                   time_limit=time_limit, seed=seed, start=start)
         for m, mip_cyc, status in pool:
             if LN.check(layer, hier, m):
                 continue
             c = LN.evaluate(layer, hier, m)
             if best is None or key(c) < key(best[1]) - 1e-9:
                 best = (m, c, status, mip_cyc)
+        hit = hit or any(status == TIME_LIMIT_STATUS for _, _, status in pool)
     if best is None:
         raise ValueError(f"the {method} MIP found no mapping of {layer.name}")
-    return Result(best[0], best[1], time.perf_counter() - t0, method, objective, best[2], best[3])
+    return Result(best[0], best[1], time.perf_counter() - t0, method, objective, best[2], best[3], hit)
 
 
 # ============================================================================ the dataflow piece of the pipeline
 # settings the compiler uses per layer (the benchmark passes its own)
-PIPELINE_SETTINGS = dict(method="miredo", objective="latency", time_limit=1.0, spatial_top=1, starts=2, max_orders=200)
+PIPELINE_SETTINGS = dict(method="miredo", objective="latency", node_limit=dataflow_mip.NODE_LIMIT, spatial_top=1, starts=2,
+                         max_orders=200)
 _PLANS: dict = {}
 
 

@@ -436,22 +436,108 @@ def mvm_port_share(layer: Layer, hier: Hierarchy, m: Mapping) -> dict:
     return share
 
 
+def port_shares(hier: Hierarchy, m: Mapping, t: Transfer) -> dict:
+    """Share of each of its ports a refill of ``t`` takes (1 on the slower end)."""
+    pc = port_cycles(hier, m, t)
+    top = max(pc.values())
+    return {p: (c / top if top > 0 else 0.0) for p, c in pc.items()}
+
+
+def heavy(share: float) -> bool:
+    """A transfer taking more than half of a port excludes every other transfer from it."""
+    return share > 0.5 + 1e-9
+
+
+def occupancy_terms(hier: Hierarchy, m: Mapping, t: Transfer) -> list:
+    """What one refill of ``t`` adds to the port-occupancy classes, per cycle of its duration.
+
+    Returns ``(port, cls, weight)`` triples.  A transfer taking more than half
+    of a port excludes every other transfer from it (``cls = '*'``: weight 1 in
+    every class of the port).  The lighter ones share the port (class ``None``:
+    weight = share), except that those heavy on another port ``q`` exclude each
+    other there (class ``q``: weight 1): a DRAM-to-buffer stream occupies half
+    the buffer's port, and no buffer-to-core transfer, which needs all of it,
+    can run meanwhile.
+    """
+    sh = port_shares(hier, m, t)
+    out = []
+    for p, x in sh.items():
+        if heavy(x):
+            out.append((p, "*", 1.0))
+        else:
+            out.append((p, None, x))
+            out += [(p, q, 1.0) for q, y in sh.items() if q != p and heavy(y)]
+    return out
+
+
+def occupancy_classes(hier: Hierarchy, m: Mapping, trs: list) -> list:
+    """The ``(port, cls)`` occupancy classes of a mapping's transfers (see :func:`occupancy_terms`)."""
+    keys = set()
+    for t in trs:
+        for p, c, _ in occupancy_terms(hier, m, t):
+            keys.add((p, None))
+            if c != "*":
+                keys.add((p, c))
+    return sorted(keys, key=str)
+
+
+def _occupy(occ: dict, p: str, c, w: float) -> None:
+    """Add ``w`` cycles of port ``p`` to class ``c`` (``'*'``: every class of the port)."""
+    for k in occ:
+        if k[0] == p and (c == "*" or k[1] == c):
+            occ[k] += w
+
+
+def pass_through(trs: list) -> dict:
+    """Refills whose level only feeds a child level refilled at the same loop: ``{id(parent): child}``.
+
+    Such a level's tile is in use only while the child copies it (inputs) or
+    sends its partial sums up (outputs), not while the macros compute, so its
+    own refill overlaps the computation even when it is single-buffered.
+    """
+    out = {}
+    for t in trs:
+        for c in trs:
+            if c.operand == t.operand and c.parent == t.level and c.slot == t.slot:
+                out[id(t)] = c
+    return out
+
+
 def latency(layer: Layer, hier: Hierarchy, m: Mapping) -> float:
-    """Cycles of the layer under mapping ``m`` (the stall-aware recursion of the module docstring)."""
+    """Cycles of the layer under mapping ``m`` (the stall-aware recursion of the module docstring).
+
+    Per loop ``i`` (innermost first), one iteration lasts the longest of
+
+    * the inner loops plus every single-buffered refill at ``i`` whose tile the
+      inner loops use (``T + body``);
+    * every double-buffered refill (``T``: it overlaps the body);
+    * every single-buffered level that only feeds a child refilled at the same
+      loop: its refill plus the child's (:func:`pass_through`);
+    * every port's occupancy (:func:`occupancy_terms`): the inner loops'
+      occupancy (with the MVMs' input and partial-sum traffic) plus that of
+      every refill at ``i``.
+    """
     trs = transfers(layer, hier, m)
+    passing = pass_through(trs)
     lat = leaf_cycles(layer, hier, m)
-    feed_share = mvm_port_share(layer, hier, m)
+    occ = {c: 0.0 for c in occupancy_classes(hier, m, trs)}
+    for p, u in mvm_port_share(layer, hier, m).items():  # the MVMs' inputs and partial sums, per step
+        occ[(p, None)] = occ.get((p, None), 0.0) + u * lat
     for i in range(len(m.loops) - 1, -1, -1):
         n = m.loops[i][1]
         here = [t for t in trs if t.slot == i]
-        serial = sum(t.times * t.cycles for t in here if not t.double)
-        dbl = [t for t in here if t.double]
-        over = max((t.times * t.cycles for t in dbl), default=0.0)
-        busy = {p: u * lat for p, u in feed_share.items()}  # the MVMs inside use these ports meanwhile
-        for t in dbl:  # overlapped refills of one loop share their ports with them and each other
-            for p, c in port_cycles(hier, m, t).items():
-                busy[p] = busy.get(p, 0.0) + t.times * c
-        lat = n * max(lat + serial, over, max(busy.values(), default=0.0))
+        crit = lat + sum(t.times * t.cycles for t in here if not t.double and id(t) not in passing)
+        for t in here:
+            if t.double:
+                crit = max(crit, t.times * t.cycles)
+            elif id(t) in passing:
+                c = passing[id(t)]
+                crit = max(crit, t.times * t.cycles + c.times * c.cycles)
+            for p, c, w in occupancy_terms(hier, m, t):
+                _occupy(occ, p, c, w * t.times * t.cycles)
+        crit = max(crit, max(occ.values(), default=0.0))
+        lat = n * crit
+        occ = {k: n * v for k, v in occ.items()}
     # a double-buffered stream prefetches across loop boundaries: only its first tile is exposed
     prologue = sum(t.cycles for t in trs if t.double and t.slot >= 0)
     total = lat + prologue + sum(t.times * t.cycles for t in trs if t.slot == -1)

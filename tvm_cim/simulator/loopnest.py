@@ -52,38 +52,73 @@ class _Stream:
 class _Port:
     """A level's port shared by time: bookings ``(start, end, share)``; shares at any time add up to at most 1.
 
-    A transfer moving ``bits`` in ``dur`` cycles takes ``bits / bandwidth / dur``
-    of each port it uses (the slower port fully), so transfers over a faster
-    port interleave, as on a single-ported SRAM serving requests in turn.
+    A transfer takes of each port it uses the share its bits need; when other
+    bookings leave less than that, it proceeds at the pace of the port with
+    the least room left (a DMA streaming bursts into the free cycles of the
+    port, as an arbiter interleaves requests on a single-ported SRAM).
     """
 
-    __slots__ = ("iv",)
-    KEEP = 24
+    __slots__ = ("iv", "horizon")
+    KEEP = 96  # bookings kept; older ones are forgotten and the port counts as full until they end
 
     def __init__(self):
         self.iv: list = []
+        self.horizon = 0.0
 
     def load(self, t: float) -> float:
         return sum(f for a, b, f in self.iv if a <= t < b)
 
-    def fits(self, start: float, end: float, share: float) -> bool:
-        pts = [start] + [a for a, _, _ in self.iv if start < a < end]
-        return all(self.load(t) + share <= 1.0 + 1e-9 for t in pts)
-
     def add(self, start: float, end: float, share: float) -> None:
+        if end <= start or share <= 0:
+            return
         self.iv.append((start, end, share))
         if len(self.iv) > self.KEEP:
             self.iv.sort(key=lambda x: x[1])
-            del self.iv[: len(self.iv) - self.KEEP]
+            drop = len(self.iv) - self.KEEP // 2
+            self.horizon = max(self.horizon, self.iv[drop - 1][1])
+            del self.iv[:drop]
 
 
-def _earliest(uses: list, t: float, dur: float) -> float:
-    """The earliest start at or after ``t`` where every ``(port, share)`` fits for ``dur`` cycles."""
-    cands = sorted({t} | {b for p, _ in uses for _, b, _ in p.iv if b > t})
-    for c in cands:
-        if all(p.fits(c, c + dur, f) for p, f in uses):
-            return c
-    return cands[-1]
+def _stream(uses: list, t: float) -> float:
+    """Book a transfer that needs ``w`` cycles of every ``(port, w)`` in ``uses`` at full pace (the slowest
+    port's ``w`` is its duration when nothing else is moving), from ``t`` on, into the room the ports
+    leave; returns its end."""
+    w_max = max(w for _, w in uses)
+    if w_max <= 0:
+        return t
+    t = max([t] + [p.horizon for p, _ in uses])
+    ivs = [[x for x in p.iv if x[1] > t] for p, _ in uses]
+    if not any(ivs):  # nothing else on these ports: full pace
+        for p, w in uses:
+            p.add(t, t + w_max, w / w_max)
+        return t + w_max
+    pts = sorted({x[1] for iv in ivs for x in iv} | {x[0] for iv in ivs for x in iv if x[0] > t})
+    left, now, k = 1.0, t, 0  # share of the transfer still to move
+    segs = []
+    while left * w_max > 1e-9:
+        while k < len(pts) and pts[k] <= now:
+            k += 1
+        nxt = pts[k] if k < len(pts) else math.inf
+        rate = 1.0 / w_max  # transfer fraction per cycle
+        for (_, w), iv in zip(uses, ivs):
+            if w > 0:
+                rate = min(rate, max(0.0, 1.0 - sum(f for a, b, f in iv if a <= now < b)) / w)
+        if rate <= 1e-12:
+            now = nxt
+            continue
+        end = min(now + left / rate, nxt)
+        if end <= now:  # what is left is below the clock's resolution
+            break
+        if segs and segs[-1][1] == now and segs[-1][2] == rate:
+            segs[-1][1] = end
+        else:
+            segs.append([now, end, rate])
+        left -= rate * (end - now)
+        now = end
+    for a, b, r in segs:
+        for p, w in uses:
+            p.add(a, b, r * w)
+    return now
 
 
 @dataclass(frozen=True)
@@ -165,18 +200,13 @@ def simulate(layer: LN.Layer, hier: LN.Hierarchy, m: LN.Mapping, max_events: int
 
     w_blocks = not hier.weight_double_buffer
 
-    def book(s: _Stream, earliest: float, reps: int = 1) -> float:
-        dur = reps * s.t.cycles
-        if dur <= 0:
+    def book(s: _Stream, earliest: float) -> float:
+        if s.t.cycles <= 0:
             return earliest
         par, lv = hier.level(s.t.parent), hier.level(s.t.level)
         per = s.t.bits / max(1, LN.copies(hier, m, s.t.operand)) if lv.per_core else s.t.bits
-        uses = [(ports[x.name], min(1.0, reps * (per if x.per_core else s.t.bits) / x.bandwidth_bits / dur))
-                for x in (par, lv)]
-        start = _earliest(uses, earliest, dur)
-        for p, f in uses:
-            p.add(start, start + dur, f)
-        return start + dur
+        return _stream([(ports[x.name], (per if x.per_core else s.t.bits) / x.bandwidth_bits) for x in (par, lv)],
+                       earliest)
 
     def slot_free(s: _Stream) -> float:
         k = 2 if s.t.double else 1
@@ -198,7 +228,9 @@ def simulate(layer: LN.Layer, hier: LN.Hierarchy, m: LN.Mapping, max_events: int
         child_done = 0.0
         for s in outs_inner_first:
             if id(s) in changed and s.key is not None:
-                s.ready = book(s, max(s.uses[-1], child_done))
+                # into the parent's current tile: it must be there (a single-buffered parent's own write-back done)
+                par_ready = s.parent_stream.ready if s.parent_stream is not None else 0.0
+                s.ready = book(s, max(s.uses[-1], child_done, par_ready))
                 child_done = s.uses[-1] = s.ready  # the buffer is free once written back
                 if s.parent_stream is not None:  # the parent's tile is in use until its children are back
                     s.parent_stream.uses[-1] = max(s.parent_stream.uses[-1], s.ready)
@@ -233,7 +265,8 @@ def simulate(layer: LN.Layer, hier: LN.Hierarchy, m: LN.Mapping, max_events: int
             if s.parent_stream is not None:  # the parent's tile is in use until its children have copied it
                 s.parent_stream.uses[-1] = max(s.parent_stream.uses[-1], s.ready)
         # ---- the compute block
-        start = max([macro_free] + [s.ready for s in order])
+        # the MVMs need the tiles of the innermost levels (an outer output level may still be writing back)
+        start = max([macro_free] + [s.ready for s in innermost])
         end = start + block_steps * step
         for lvn, t in ((i_lv, feed), (o_lv, drain)):  # the MVMs' inputs and partial sums use these ports
             if t > 0:

@@ -53,6 +53,8 @@ from .factorize import factors_of, residual_bounds
 from .milp import Model
 
 EPS = (0.0, 0.1, 0.3, 1.0)
+NODE_LIMIT = 50  # branch-and-bound nodes per solve (deterministic)
+SAFETY_TIME_LIMIT = 60.0  # seconds per solve, reported when hit
 
 
 def _qsum(terms):
@@ -82,7 +84,7 @@ def _subset_products(fs: list[int]) -> list[int]:
 
 
 def solve(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, objective: str = "latency", ws: bool = False,
-          time_limit: float = 10.0, seed: int = 0, flexible: bool = True, start: LN.Mapping | None = None,
+          node_limit: int = NODE_LIMIT, time_limit: float = SAFETY_TIME_LIMIT, seed: int = 0, flexible: bool = True, start: LN.Mapping | None = None,
           fix_order: bool = False, lexicographic: bool = True):
     """Solve the dataflow MIP of one spatial unrolling.
 
@@ -94,8 +96,13 @@ def solve(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, objective: str = 
     objective : {'latency', 'edp'}
     ws : bool
         Add the weight-stationary constraints.
+    node_limit : int
+        Branch-and-bound nodes per HiGHS solve (``mip_max_nodes``): the limit
+        that decides where the search stops, the same on every machine and
+        under any load, so a layer always gets the same mapping.
     time_limit : float
-        Seconds per HiGHS solve.
+        Seconds per HiGHS solve: only a safety net (the status then says
+        ``Time limit reached`` and the result may depend on the machine).
     seed : int
     flexible : bool
         Alg. 1 factors (else prime factors).
@@ -128,6 +135,7 @@ def solve(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, objective: str = 
     active = math.prod(core_sp.values()) if core_sp else 1
 
     mdl = Model(f"miredo-{layer.name}", time_limit=time_limit, seed=seed)
+    mdl.h.setOptionValue("mip_max_nodes", int(node_limit))
     tsc = 1.0 / max(1.0, steps * hier.mvm_cycles)  # cycles are scaled to O(1) for the solver's tolerances
     X = [[mdl.binary(f"X{f}_{i}") for i in range(n)] for f in range(n)]
     for f in range(n):
@@ -311,36 +319,76 @@ def solve(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, objective: str = 
                 _add(mdl, leaf >= (fi + fo) * tsc - (fi + fo) * tsc * mis)
     lat_next = leaf
     prologues = []  # first tile of every double-buffered stream (it prefetches across loop boundaries)
+    # a level whose only reader is a child refilled at the same loop (pass-through, loopnest.pass_through)
+    children = {}
+    for o, lv, parent in streams:
+        if (o, parent.name) in E:
+            children.setdefault((o, parent.name), []).append((o, lv.name))
+    # port-occupancy classes (loopnest.occupancy_terms): per stream, (port, class, weight)
+    occ_terms = {}
+    for key in E:
+        sh = frac[key]
+        terms = []
+        for pn, x in sh.items():
+            if LN.heavy(x):
+                terms.append((pn, "*", 1.0))
+            else:
+                terms.append((pn, None, x))
+                terms += [(pn, q, 1.0) for q, y in sh.items() if q != pn and LN.heavy(y)]
+        occ_terms[key] = terms
+    classes = sorted({(pn, None) for ts_ in occ_terms.values() for pn, _, _ in ts_}
+                     | {(pn, c) for ts_ in occ_terms.values() for pn, c, _ in ts_ if c != "*"}
+                     | {(pn, None) for share, _ in scen.values() for pn in share}, key=str)
+    # occupancy of one leaf step: the MVMs' inputs and partial sums (per scenario)
+    occ_next = {}
+    for cl in classes:
+        v = mdl.var(f"occL{cl}")
+        if cl[1] is None:
+            for (li, lo), (share, mis) in scen.items():
+                if share.get(cl[0], 0.0):
+                    _add(mdl, v >= share[cl[0]] * leaf - mc * mis)
+        occ_next[cl] = v
     for i in range(n - 1, -1, -1):
         crit = mdl.var(f"crit{i}")
         serial, pro, on_port = [], [], {}
+        passing = {}
+        for key, kids in children.items():
+            for kid in kids:
+                pv = mdl.var(f"PS{key}{kid}{i}", lb=0.0, ub=1.0)
+                _add(mdl, pv <= Z[key][i + 1])
+                _add(mdl, pv <= Z[kid][i + 1])
+                _add(mdl, pv >= Z[key][i + 1] + Z[kid][i + 1] - 1)
+                passing.setdefault(key, []).append((kid, pv))
         for key in E:
             z = Z[key][i + 1]
             mt = Tmax[key]
-            if D[key] is None:
-                ts = mdl.var(f"TS{key}{i}")
-                _add(mdl, ts >= Teff[key] - mt * (1 - z))
-                serial.append(ts)
-            else:
-                ts = mdl.var(f"TS{key}{i}")
-                _add(mdl, ts >= Teff[key] - mt * (1 - z) - mt * D[key])
-                serial.append(ts)
+            pas = _qsum(pv for _, pv in passing.get(key, []))
+            ts = mdl.var(f"TS{key}{i}")
+            _add(mdl, ts >= Teff[key] - mt * (1 - z) - (mt * D[key] if D[key] is not None else 0.0) - mt * pas)
+            serial.append(ts)
+            for kid, pv in passing.get(key, []):  # the level is busy for its refill and the child's
+                dm = mt * D[key] if D[key] is not None else 0.0
+                _add(mdl, crit >= Teff[key] + Teff[kid] - (mt + Tmax[kid]) * (1 - pv) - dm)
+            ot = mdl.var(f"OT{key}{i}")  # the refill at this loop, whole duration
+            _add(mdl, ot >= Teff[key] - mt * (1 - z))
+            for pn, c, w in occ_terms[key]:
+                for cl in classes:
+                    if cl[0] == pn and (c == "*" or cl[1] == c):
+                        on_port.setdefault(cl, []).append(w * ot)
+            if D[key] is not None:
                 td = mdl.var(f"TD{key}{i}")
                 _add(mdl, td >= Teff[key] - mt * (1 - z) - mt * (1 - D[key]))
                 _add(mdl, crit >= td)
-                for pn, fr in frac[key].items():  # overlapped refills of one loop share their ports
-                    on_port.setdefault(pn, []).append(fr * td)
                 tp = mdl.var(f"TP{key}{i}")
                 _add(mdl, tp >= Tb[key] - mt * (1 - z) - mt * (1 - D[key]))
                 pro.append(tp)
         _add(mdl, crit >= lat_next + _qsum(serial))
-        for terms in on_port.values():
-            if len(terms) > 1:
-                _add(mdl, crit >= _qsum(terms))
-        # the MVMs inside use the ports of the innermost input/output levels meanwhile (per scenario)
-        for (li, lo), (share, mis) in scen.items():
-            for pn, u in share.items():
-                _add(mdl, crit >= _qsum(on_port.get(pn, [])) + u * lat_next - mc * mis)
+        occ_here = {}
+        for cl in classes:  # every port's occupancy in one iteration (loopnest.latency)
+            oc = mdl.var(f"occ{cl}{i}")
+            _add(mdl, oc >= occ_next[cl] + _qsum(on_port.get(cl, [])))
+            _add(mdl, crit >= oc)
+            occ_here[cl] = oc
         lat = mdl.var(f"lat{i}")
         ws_ = []
         for f in range(n):
@@ -348,6 +396,15 @@ def solve(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, objective: str = 
             _add(mdl, w >= crit - mc * (1 - X[f][i]))
             ws_.append(facs[f][1] * w)
         _add(mdl, lat >= _qsum(ws_))
+        for pn, oc in occ_here.items():  # N_i x occupancy, linearised like N_i x crit
+            nxt = mdl.var(f"occN{pn}{i}")
+            wp = []
+            for f in range(n):
+                w = mdl.var(f"WO{pn}{f}_{i}")
+                _add(mdl, w >= oc - mc * (1 - X[f][i]))
+                wp.append(facs[f][1] * w)
+            _add(mdl, nxt >= _qsum(wp))
+            occ_next[pn] = nxt
         prologues += pro
         lat_next = lat
     total = mdl.var("total", ub=ub if ub is not None else math.inf)
