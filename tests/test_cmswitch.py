@@ -365,15 +365,18 @@ def test_cmswitch_bit_identical_to_cim_mlc_with_integer_reference(small):
 
 
 def test_segmented_network_switches_at_run_time_and_stays_exact():
-    """ResNet-18 (32x32) does not fit Dynaplasia's 96 arrays: segments rewrite weights and switch modes
-    every inference; outputs equal cim-mlc's, and the estimate follows the simulator."""
+    """MobileNetV2 (32x32) does not fit Dynaplasia's 96 arrays: segments rewrite weights and switch modes
+    every inference; outputs equal cim-mlc's, and the estimate follows the simulator.  (ResNet-18 at 32
+    keeps no array in memory mode since quantisation moved to the producing cores: its first segment's
+    memory-mode allocation is 0.1% slower by the estimate than all-compute, so MobileNetV2, where memory
+    mode pays clearly, exercises the switches.)"""
     from tvm import relax
 
     from tvm_cim.common import zoo
     from tvm_cim.common.onnx_io import import_onnx
     from tvm_cim.report import build_report
 
-    mod = import_onnx(zoo.build_model("resnet18", image_size=32), "r18")[0]
+    mod = import_onnx(zoo.build_model("mobilenetv2", image_size=32), "mnv2")[0]
     x = np.random.default_rng(1).standard_normal((1, 3, 32, 32)).astype("float32")
     hw = _dyn()
     outs = {}
