@@ -16,6 +16,11 @@ Experiments (``--experiment``):
               tiling) and DCC (every PIM-capable operator where DCC's draft
               beats the GPU).
 ``simspeed``  wall time of simulating one 4096x4096 GEMV draft (every draft of its pruned space).
+``graphs``    decode graphs as exporters write them, compiled and simulated end to end on
+              ``attacc`` with ``--resident k_cache,v_cache`` semantics: ``zoo:gpt_decode`` /
+              ``zoo:llama_decode`` (K stored pre-transposed), the same layers with K stored
+              ``(B, H, T, D)`` and transposed in the graph, and the attention blocks of
+              :mod:`tvm_pim.attention_graphs` (GPT-2 / SDPA / head-split / LLaMA GQA exports).
 
 RED, VA and RELU run in two residency scenarios: inputs already in PIM
 memory (``resident``; what the paper's speedups require, see the README) and
@@ -42,19 +47,26 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
+import onnx
+from onnx import helper
+from tvm import relax
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tqdm import tqdm  # noqa: E402
 
 import tvm_pim  # noqa: E402
-from tvm_cim.common.report import finish_benchmark  # noqa: E402
+from tvm_cim.common.onnx_io import import_onnx, load_onnx, model_inputs  # noqa: E402
+from tvm_cim.common.report import finish_benchmark, run_vm  # noqa: E402
+from tvm_pim import report  # noqa: E402
+from tvm_pim.attention_graphs import attention_block  # noqa: E402
 from tvm_pim.compiler.codegen import DCC, CodegenOptions, generate  # noqa: E402
 from tvm_pim.compiler.kernels import KernelSpec  # noqa: E402
 from tvm_pim.compiler.space import default_draft, enumerate_drafts  # noqa: E402
@@ -413,6 +425,76 @@ def print_simspeed(res):
         )
 
 
+# ============================================================================ exported graphs
+def standard_k(model):
+    """A zoo decode layer with K stored ``(B, H, T, D)`` and transposed in the graph, as exporters write it."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    inp = next(i for i in m.graph.input if i.name == "k_cache")
+    dims = inp.type.tensor_type.shape.dim
+    d2, d3 = dims[2].dim_value, dims[3].dim_value
+    dims[2].dim_value, dims[3].dim_value = d3, d2
+    for n in m.graph.node:
+        n.input[:] = ["k_cache_T" if i == "k_cache" else i for i in n.input]
+    m.graph.node.insert(0, helper.make_node("Transpose", ["k_cache"], ["k_cache_T"], perm=[0, 1, 3, 2]))
+    onnx.checker.check_model(m)
+    return m
+
+
+def graph_cases(scale: str) -> list[tuple[str, object]]:
+    """(label, ONNX model) of the ``graphs`` experiment."""
+    if scale == "quick":
+        lay, blk = "batch=1,ctx=128,hidden=256,heads=2,ffn=512", dict(batch=1, ctx=128, heads=2, head_dim=128)
+    else:
+        lay, blk = "batch=4,ctx=1024,hidden=1024,heads=8,ffn=4096", dict(batch=4, ctx=1024, heads=8, head_dim=128)
+    out = []
+    for arch in ("gpt", "llama"):
+        m = load_onnx(f"zoo:{arch}_decode?{lay}")
+        out.append((f"zoo:{arch}_decode K pre-transposed", m))
+        out.append((f"zoo:{arch}_decode K transposed in graph", standard_k(m)))
+    for style, mask in (("gpt2", "none"), ("gpt2", "zeros"), ("sdpa", "none"), ("split", "none"), ("llama", "zeros"),
+                        ("gpt2", "input")):
+        out.append((f"attention {style} mask={mask}", attention_block(style, mask=mask, **blk)))
+    return out
+
+
+def run_graphs(scale: str, device: str = "attacc", json_path: str | None = None) -> dict:
+    """Compile and simulate each exported graph with the KV cache resident (``--resident k_cache,v_cache``)."""
+    rows = []
+    for label, model in tqdm(graph_cases(scale), desc=f"exported graphs ({device})", unit="graph"):
+        mod, shapes, dtypes = import_onnx(model, label)
+        inputs = model_inputs(None, shapes, dtypes, 0)
+        with tvm_pim.offload_options(resident=("k_cache", "v_cache")):
+            ex = relax.build(mod, target=f"pim -hw={device}")
+        info = tvm_pim.last_compile_info()
+        with tvm_pim.runtime.collect() as stats:
+            run_vm(ex, inputs, list(shapes))
+        rep = report.build_report(info, stats, device)
+        attn = [k for k in info.kernels if k.pattern == "attn"]
+        rows.append({
+            "graph": label,
+            "latency_ns": rep["latency_ns"],
+            "gpu_latency_ns": rep["gpu_latency_ns"],
+            "speedup_over_gpu": rep["speedup_over_gpu"],
+            "attention": (f"attn on PIM, resident {','.join(attn[0].spec.resident) or '-'}" if attn and attn[0].offloaded
+                          else "attn on host" if attn else
+                          "QK^T/PV as GEMV: " + ", ".join(f"{k.spec.name}{'' if k.offloaded else ' (host)'}"
+                                                          for k in info.kernels if k.pattern == "bgemv")),
+            "host_ops": info.host_ops,
+        })
+        if json_path:  # incremental: a killed run keeps the graphs done
+            Path(json_path).write_text(json.dumps({"graphs": rows}, indent=1, default=str))
+    return {"device": device, "rows": rows}
+
+
+def print_graphs(res):
+    print(f"\n== Exported decode graphs on {res['device']}, KV cache resident (A100 datasheet host) ==")
+    print(f"{'graph':44s} {'PIM+host':>10s} {'GPU only':>10s} {'speedup':>8s}  attention")
+    for r in res["rows"]:
+        print(f"{r['graph']:44s} {r['latency_ns'] / 1e3:9.1f}u {r['gpu_latency_ns'] / 1e3:9.1f}u "
+              f"{r['speedup_over_gpu']:7.2f}x  {r['attention']}")
+
+
 # ============================================================================ plots
 def plot(res: dict, outdir: Path) -> list[str]:
     import matplotlib
@@ -493,7 +575,7 @@ def plot(res: dict, outdir: Path) -> list[str]:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--experiment", default="all", choices=["all", "kernels", "decode", "simspeed"])
+    p.add_argument("--experiment", default="all", choices=["all", "kernels", "decode", "simspeed", "graphs"])
     p.add_argument("--scale", default="small", choices=["small", "full"])
     p.add_argument("--quick", action="store_true", help="one small size per kernel and decode step (seconds)")
     p.add_argument("--json", help="write all results here")
@@ -514,6 +596,9 @@ def main(argv=None) -> int:
         print_decode(res["decode"])
         res["decode_unconstrained"] = run_decode(args.scale, "attacc-unconstrained")
         print_decode(res["decode_unconstrained"])
+    if args.experiment in ("all", "graphs"):
+        res["graphs"] = run_graphs(args.scale, json_path=args.json)
+        print_graphs(res["graphs"])
     return finish_benchmark(res, plot(res, Path(args.plots)), args.json, t0)
 
 
