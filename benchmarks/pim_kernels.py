@@ -56,7 +56,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 from onnx import helper
-from tvm import relax
+from tvm import relax, te
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -69,7 +69,7 @@ from tvm_pim import report  # noqa: E402
 from tvm_pim.attention_graphs import attention_block  # noqa: E402
 from tvm_pim.compiler.codegen import DCC, CodegenOptions, generate  # noqa: E402
 from tvm_pim.compiler.kernels import KernelSpec  # noqa: E402
-from tvm_pim.compiler.space import default_draft, enumerate_drafts  # noqa: E402
+from tvm_pim.compiler.space import default_draft, enumerate_drafts, rule1_on_func, rule_shrinkage  # noqa: E402
 from tvm_pim.cost.host import kernel_time, roofline  # noqa: E402
 from tvm_pim.cost.measure import best_by_simulation  # noqa: E402
 from tvm_pim.hardware.view import PimView  # noqa: E402
@@ -77,6 +77,8 @@ from tvm_pim.simulator import Simulator  # noqa: E402
 from tvm_pim.workloads import LLMS, decode_ops  # noqa: E402
 
 BASELINE = CodegenOptions(staging=False, hierarchical=True)  # the backend's plain copy, native broadcast
+FLAT_DCC = CodegenOptions(staging=True, hierarchical=False)  # DCC's optimiser without hierarchical commands
+FLAT_BASELINE = CodegenOptions(staging=False, hierarchical=False)
 DEVICES = ("hbm-pim", "hbm-pim-hbm3", "attacc", "attacc-unconstrained")
 LAUNCH_US = (0.0, 1.5, 5.0)  # launch overhead per kernel the tables re-price
 # batch multipliers and tensor sizes per scale
@@ -124,6 +126,10 @@ def run_kernels(scale: str) -> dict:
         d0 = default_draft(spec, view)
         base = _sim(spec, view, d0, BASELINE)
         base_opt = _sim(spec, view, d0, DCC)
+        d_lit = default_draft(spec, view, literal=True)
+        lit = base if d_lit == d0 else _sim(spec, view, d_lit, BASELINE)
+        dcc_flat = _sim(spec, view, best_d, FLAT_DCC)
+        base_flat = _sim(spec, view, d0, FLAT_BASELINE)
         gpu = kernel_time(view, spec).ns
         hosts = {h: {f"{L:g}us": kernel_time(view, spec, host=hm, launch_us=L).ns for L in LAUNCH_US}
                  for h, hm in view.hosts.items()}
@@ -140,8 +146,12 @@ def run_kernels(scale: str) -> dict:
                 "default_ns": base.latency_ns,
                 "default_with_dcc_optimiser_ns": base_opt.latency_ns,
                 "dcc_ns": dcc.latency_ns,
+                "default_literal_ns": lit.latency_ns,
+                "dcc_no_hierarchical_ns": dcc_flat.latency_ns,
+                "default_no_hierarchical_ns": base_flat.latency_ns,
                 "dcc_draft": str(best_d),
                 "default_draft": str(d0),
+                "default_literal_draft": str(d_lit),
                 "speedup_dcc_vs_gpu": gpu / dcc.latency_ns,
                 "speedup_default_vs_gpu": gpu / base.latency_ns,
                 "speedup_dcc_vs_default": base.latency_ns / dcc.latency_ns,
@@ -157,10 +167,60 @@ def run_kernels(scale: str) -> dict:
                     "dcc": {"rearrangement_ns": dcc.rearrangement_ns, "compute_ns": dcc.compute_ns, "host_ns": dcc.host_ns},
                 },
                 "space": st.as_dict(),
+                "rules_alone": rule_shrinkage(spec, view),
                 "search_s": search_s,
             }
         )
-    return {"rows": rows, "summary": summarise(rows)}
+    return {"rows": rows, "summary": summarise(rows), "baselines": baseline_summary(rows), "rule1": rule1_demo()}
+
+
+def _fig10(r) -> bool:
+    """The rows of the Fig. 10 breakdown (tensor size 4096)."""
+    sz = r["sizes"]
+    return max(sz.get("n", 0), int(math.isqrt(sz.get("i", 0)))) == 4096
+
+
+def baseline_summary(rows) -> dict:
+    """Per device: DCC over the adjusted and the literal default tiling, hierarchical commands on / off,
+    and the Fig. 10 gains (default / DCC time of data rearrangement and of compute, size 4096)."""
+    out = {}
+    for dev in sorted({r["device"] for r in rows}):
+        sel = [r for r in rows if r["device"] == dev]
+        big = [r for r in sel if _fig10(r)]
+        rea = [r["breakdown"]["default"]["rearrangement_ns"] / r["breakdown"]["dcc"]["rearrangement_ns"] for r in big
+               if r["breakdown"]["dcc"]["rearrangement_ns"] > 0 and r["breakdown"]["default"]["rearrangement_ns"] > 0]
+        com = [r["breakdown"]["default"]["compute_ns"] / r["breakdown"]["dcc"]["compute_ns"] for r in big
+               if r["breakdown"]["dcc"]["compute_ns"] > 0]
+        out[dev] = {
+            "dcc_vs_default_adjusted": _stats([r["default_ns"] / r["dcc_ns"] for r in sel]),
+            "dcc_vs_default_literal": _stats([r["default_literal_ns"] / r["dcc_ns"] for r in sel]),
+            "hierarchical_gain_dcc": _stats([r["dcc_no_hierarchical_ns"] / r["dcc_ns"] for r in sel]),
+            "hierarchical_gain_default": _stats([r["default_no_hierarchical_ns"] / r["default_ns"] for r in sel]),
+            "fig10_rearrangement_gain": _stats(rea) if rea else None,
+            "fig10_compute_gain": _stats(com) if com else None,
+        }
+    big = [r for r in rows if _fig10(r)]
+    rea = [r["breakdown"]["default"]["rearrangement_ns"] / r["breakdown"]["dcc"]["rearrangement_ns"] for r in big
+           if r["breakdown"]["dcc"]["rearrangement_ns"] > 0 and r["breakdown"]["default"]["rearrangement_ns"] > 0]
+    com = [r["breakdown"]["default"]["compute_ns"] / r["breakdown"]["dcc"]["compute_ns"] for r in big
+           if r["breakdown"]["dcc"]["compute_ns"] > 0]
+    out["ALL"] = {"fig10_rearrangement_gain": _stats(rea) if rea else None, "fig10_compute_gain": _stats(com) if com else None}
+    return out
+
+
+def rule1_demo() -> dict:
+    """Rule 1 where it matters: a batched 1-D convolution ``y[b, n] = sum_r x[b, n + r] * w[b, r]``, whose
+    dimension set {n, r} has members indexed by three different functions, against a GEMV."""
+    view = PimView(tvm_pim.load("hbm-pim"))
+    B, N, R = 8, 1024, 16
+    x = te.placeholder((B, N + R - 1), "float16", name="x")
+    w = te.placeholder((B, R), "float16", name="w")
+    r = te.reduce_axis((0, R), "r")
+    y = te.compute((B, N), lambda b, n: te.sum(x[b, n + r] * w[b, r], axis=r), name="y")
+    conv = rule1_on_func(te.create_prim_func([x, w, y]), "y", view)
+    spec = KernelSpec.make("gemv", b=B, m=1, n=N, k=R)
+    gemv = rule1_on_func(spec.prim_func(), spec.block_name, view)
+    return {"device": view.name, "conv1d_b8_n1024_r16": conv, spec.name: gemv}
 
 
 def _stats(vals):
@@ -237,21 +297,50 @@ def print_kernels(res):
             f"{b['default']['rearrangement_ns'] / tot:9.3f} {b['default']['compute_ns'] / tot:9.3f} "
             f"{b['dcc']['rearrangement_ns'] / tot:9.3f} {b['dcc']['compute_ns'] / tot:9.3f} {r['speedup_dcc_vs_default']:7.2f}x"
         )
-    print("\n== Pruning (DCC's three rules) ==")
+    print("\n== Baselines (mean / max over workloads): DCC over the default tiling as adjusted (leftover channels "
+          "split the first dimension) and as AttAcc writes it (literal); hierarchical commands off / on ==")
+    print("(Fig. 10 gains: default / DCC time of data rearrangement and of compute, size-4096 rows; "
+          "paper: rearrangement 1.79x, compute 1.73x)")
+    print(f"{'device':22s} {'DCC/adjusted':>15s} {'DCC/literal':>17s} {'hier. gain DCC':>15s} {'hier. gain def':>15s} "
+          f"{'rearr. gain':>15s} {'compute gain':>15s}")
+    f2 = lambda v: f"{v['mean']:6.2f} / {v['max']:7.2f}" if v else "-"  # noqa: E731
+    for dev, b in res["baselines"].items():
+        if dev == "ALL":
+            print(f"{'ALL':22s} {'':>15s} {'':>17s} {'':>15s} {'':>15s} {f2(b['fig10_rearrangement_gain']):>15s} "
+                  f"{f2(b['fig10_compute_gain']):>15s}")
+            continue
+        print(f"{dev:22s} {f2(b['dcc_vs_default_adjusted']):>15s} {f2(b['dcc_vs_default_literal']):>17s} "
+              f"{f2(b['hierarchical_gain_dcc']):>15s} {f2(b['hierarchical_gain_default']):>15s} "
+              f"{f2(b['fig10_rearrangement_gain']):>15s} {f2(b['fig10_compute_gain']):>15s}")
+    print("\n== Pruning (DCC's three rules): cumulative, and rules 2 and 3 each alone on the rule-1 space ==")
     seen = set()
-    print(f"{'device':8s} {'workload':34s} {'total':>9s} {'rule 1':>8s} {'rule 2':>8s} {'rule 3':>8s} {'kept':>8s}")
+    print(f"{'device':8s} {'workload':34s} {'total':>9s} {'rule 1':>8s} {'rule 2':>8s} {'rule 3':>8s} {'kept':>8s} "
+          f"{'2 alone':>8s} {'3 alone':>8s}")
     for r in rows:
         key = (r["device"], r["workload"])
         if key in seen:
             continue
         seen.add(key)
         s = r["space"]
+        a = r["rules_alone"]
         print(f"{r['device'][:8]:8s} {r['workload'][:34]:34s} {s['total']:9d} {s['after_rule1']:8d} {s['after_rule2']:8d} "
-              f"{s['after_rule3']:8d} {100 * s['kept_fraction']:7.3f}%")
+              f"{s['after_rule3']:8d} {100 * s['kept_fraction']:7.3f}% {a['rule2_alone']:8d} {a['rule3_alone']:8d}")
+    sh = [(r["rules_alone"]["rule1"], r["rules_alone"]) for r in rows]
+    print("geomean shrinkage on the rule-1 space: rule 2 alone "
+          f"{np.exp(np.mean([np.log(n / a['rule2_alone']) for n, a in sh])):.2f}x, rule 3 alone "
+          f"{np.exp(np.mean([np.log(n / a['rule3_alone']) for n, a in sh])):.2f}x, rules 2+3 "
+          f"{np.exp(np.mean([np.log(n / a['rules23']) for n, a in sh])):.2f}x")
+    d = res["rule1"]
+    print(f"\n== Rule 1 where dimension-set members index differently ({d['device']}) ==")
+    for name, v in d.items():
+        if name == "device":
+            continue
+        print(f"{name:22s} sets {v['sets']}: {v['total']} drafts -> {v['after_rule1']} after rule 1")
 
 
 # ============================================================================ decode
-DECODE_VARIANTS = ("gpu", "attacc_base", "attacc_full", "attacc_base_fb", "attacc_full_fb", "dcc")
+DECODE_VARIANTS = ("gpu", "attacc_base", "attacc_full", "attacc_base_fb", "attacc_full_fb", "attacc_full_lit",
+                   "attacc_full_lit_fb", "dcc")
 
 
 def _gpu_attention(view, d, host, L):
@@ -282,8 +371,9 @@ def run_decode(scale: str, device: str = "attacc") -> dict:
     def pim(spec, how):
         key = (spec, how)
         if key not in cache:
-            if how == "default":
-                cache[key] = _sim(spec, view, default_draft(spec, view), BASELINE).latency_ns
+            if how in ("default", "literal"):
+                d = default_draft(spec, view, literal=how == "literal")
+                cache[key] = _sim(spec, view, d, BASELINE).latency_ns
             else:
                 drafts, _ = enumerate_drafts(spec, view)
                 cache[key] = best_by_simulation(spec, view, drafts)[2]
@@ -309,6 +399,7 @@ def run_decode(scale: str, device: str = "attacc") -> dict:
                     else:
                         gpu = kernel_time(view, op.kernel, host=host, launch_us=L).ns
                     dflt = pim(op.kernel, "default") + (L - L0) * 1e3
+                    lit = pim(op.kernel, "literal") + (L - L0) * 1e3
                     dcc = pim(op.kernel, "dcc") + (L - L0) * 1e3
                     on_b = op.phase == "attention"
                     on_f = op.phase in ("attention", "ffn")
@@ -318,6 +409,8 @@ def run_decode(scale: str, device: str = "attacc") -> dict:
                         "attacc_full": dflt if on_f else gpu,
                         "attacc_base_fb": min(dflt, gpu) if on_b else gpu,
                         "attacc_full_fb": min(dflt, gpu) if on_f else gpu,
+                        "attacc_full_lit": lit if on_f else gpu,
+                        "attacc_full_lit_fb": min(lit, gpu) if on_f else gpu,
                         "dcc": min(dcc, gpu),
                     }
                     for v, t in times.items():
@@ -342,10 +435,13 @@ def run_decode(scale: str, device: str = "attacc") -> dict:
                 "speedup_dcc_vs_attacc_base_fb": tot["attacc_base_fb"] / tot["dcc"],
                 "speedup_dcc_vs_attacc_full_fb": tot["attacc_full_fb"] / tot["dcc"],
                 "speedup_attacc_full_vs_gpu": tot["gpu"] / tot["attacc_full"],
+                "speedup_dcc_vs_attacc_full_lit": tot["attacc_full_lit"] / tot["dcc"],
+                "speedup_dcc_vs_attacc_full_lit_fb": tot["attacc_full_lit_fb"] / tot["dcc"],
             }
         )
     metrics = ("speedup_dcc_vs_gpu", "speedup_dcc_vs_attacc_base", "speedup_dcc_vs_attacc_full",
-               "speedup_dcc_vs_attacc_base_fb", "speedup_dcc_vs_attacc_full_fb", "speedup_attacc_full_vs_gpu")
+               "speedup_dcc_vs_attacc_base_fb", "speedup_dcc_vs_attacc_full_fb", "speedup_attacc_full_vs_gpu",
+               "speedup_dcc_vs_attacc_full_lit", "speedup_dcc_vs_attacc_full_lit_fb")
     summ = {m: _stats([r[m] for r in rows]) for m in metrics}
     summ["by_host_launch"] = {
         k: {f"dcc_vs_{v}": _stats([r["by_host_launch"][k][v] / r["by_host_launch"][k]["dcc"] for r in rows])
@@ -359,16 +455,18 @@ def print_decode(res):
     print(f"\n== LLM decode step on {res['device']} (all layers, A100 datasheet host, launch as in the file; "
           "paper: DCC 4.88x avg over GPU, 1.86x avg over AttAcc-Full) ==")
     print("(A-B / A-F: AttAcc-Base / -Full as defined, always on PIM; A-B fb / A-F fb: with the per-operator GPU "
-          "fallback DCC gets)")
+          "fallback DCC gets; A-F lit: AttAcc-Full with the literal default tiling, leftover channels idle)")
     print(f"{'model':11s} {'B':>3s} {'ctx':>5s} {'GPU':>9s} {'AttAcc-B':>9s} {'AttAcc-F':>9s} {'A-F fb':>9s} {'DCC':>9s} "
-          f"{'DCC/GPU':>8s} {'DCC/A-B':>8s} {'DCC/A-F':>8s} {'DCC/A-Bfb':>9s} {'DCC/A-Ffb':>9s}")
+          f"{'DCC/GPU':>8s} {'DCC/A-B':>8s} {'DCC/A-F':>8s} {'DCC/A-Bfb':>9s} {'DCC/A-Ffb':>9s} {'DCC/A-Flit':>10s} "
+          f"{'DCC/A-Flitfb':>12s}")
     for r in res["rows"]:
         t = r["step_ns"]
         print(
             f"{r['model']:11s} {r['batch']:3d} {r['ctx']:5d} {t['gpu'] / 1e6:8.3f}m {t['attacc_base'] / 1e6:8.3f}m "
             f"{t['attacc_full'] / 1e6:8.3f}m {t['attacc_full_fb'] / 1e6:8.3f}m {t['dcc'] / 1e6:8.3f}m "
             f"{r['speedup_dcc_vs_gpu']:7.2f}x {r['speedup_dcc_vs_attacc_base']:7.2f}x {r['speedup_dcc_vs_attacc_full']:7.2f}x "
-            f"{r['speedup_dcc_vs_attacc_base_fb']:8.2f}x {r['speedup_dcc_vs_attacc_full_fb']:8.2f}x"
+            f"{r['speedup_dcc_vs_attacc_base_fb']:8.2f}x {r['speedup_dcc_vs_attacc_full_fb']:8.2f}x "
+            f"{r['speedup_dcc_vs_attacc_full_lit']:9.2f}x {r['speedup_dcc_vs_attacc_full_lit_fb']:11.2f}x"
         )
     s = res["summary"]
     print("mean (max): " + ", ".join(f"{k} {v['mean']:.2f}x ({v['max']:.2f}x)" for k, v in s.items() if k != "by_host_launch"))
