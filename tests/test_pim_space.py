@@ -195,6 +195,33 @@ def test_predictor_learns_and_ranks_well():
     assert predictor.LookupTable.from_json(table.to_json()).entries == table.entries
 
 
+def test_ranking_predictor_with_active_sampling(tmp_path):
+    """Per-workload ranking (qid groups) plus active sampling: picks near the optimum of an unseen size,
+    adds only drafts of the training workloads, and survives save / load; it predicts no times."""
+    wl = [KernelSpec.make("gemv", b=b, m=1, n=n, k=128) for b in (1, 4) for n in (256, 1024)]
+    first = predictor.generate_samples(wl, HBM, drafts_per_workload=30, seed=0, progress=False)
+    model, samples = predictor.active_samples(
+        lambda: predictor.Predictor(n_estimators=80, seed=0, objective="rank:pairwise"), first, wl, HBM,
+        rounds=2, per_round=6, progress=False)
+    assert len(samples) > len(first) and {s.spec for s in samples} == set(wl)
+    assert len({(s.spec, s.draft) for s in samples}) == len(samples)  # nothing simulated twice
+    test = KernelSpec.make("gemv", b=2, m=1, n=512, k=128)  # a size not seen in training
+    assert test not in wl
+    drafts, _ = space.enumerate_drafts(test, HBM)
+    sim = np.array([evaluate(test, HBM, d)[1] for d in drafts])
+    cost = model.cost(test, drafts, HBM)
+    rho = np.corrcoef(np.argsort(np.argsort(sim)), np.argsort(np.argsort(cost)))[0, 1]
+    assert rho > 0.7
+    assert sim[drafts.index(model.best(test, HBM, drafts))] <= 1.1 * sim.min()
+    with pytest.raises(RuntimeError, match="predicts no times"):
+        model.predict_ns(test, drafts, HBM)
+    model.save(tmp_path / "p.ubj")
+    again = predictor.Predictor.load(tmp_path / "p.ubj")
+    assert again.ranking and np.array_equal(again.cost(test, drafts, HBM), cost)
+    with pytest.raises(ValueError, match="unknown objective"):
+        predictor.Predictor(objective="rank:map")
+
+
 @pytest.mark.usefixtures("metaschedule_ready")
 def test_short_tuning_improves_on_first_candidate(tmp_path, monkeypatch):
     monkeypatch.setenv("TVM_PIM_CACHE", str(tmp_path))
