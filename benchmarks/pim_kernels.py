@@ -42,6 +42,7 @@ Usage::
     python benchmarks/pim_kernels.py [--experiment all] [--scale small|full]
                                      [--json out.json] [--plots out/pim]
     python benchmarks/pim_kernels.py --quick   # one small size of everything, seconds (a test runs it)
+    python benchmarks/pim_kernels.py --summarise out.json   # the kernels tables of an earlier run again
 """
 
 from __future__ import annotations
@@ -180,31 +181,34 @@ def _fig10(r) -> bool:
     return max(sz.get("n", 0), int(math.isqrt(sz.get("i", 0)))) == 4096
 
 
+def _fig10_gains(rows) -> dict:
+    """Default / DCC time of data rearrangement and of compute over the Fig. 10 rows (size 4096): all, and
+    per scenario (resident operands, or streamed from the host)."""
+    out = {}
+    for scen in ("all", "resident", "streamed"):
+        big = [r for r in rows if _fig10(r) and scen in ("all", r["scenario"])]
+        b = [r["breakdown"] for r in big]
+        rea = [x["default"]["rearrangement_ns"] / x["dcc"]["rearrangement_ns"] for x in b
+               if x["dcc"]["rearrangement_ns"] > 0 and x["default"]["rearrangement_ns"] > 0]
+        com = [x["default"]["compute_ns"] / x["dcc"]["compute_ns"] for x in b if x["dcc"]["compute_ns"] > 0]
+        out[scen] = {"rearrangement": _stats(rea) if rea else None, "compute": _stats(com) if com else None}
+    return out
+
+
 def baseline_summary(rows) -> dict:
     """Per device: DCC over the adjusted and the literal default tiling, hierarchical commands on / off,
-    and the Fig. 10 gains (default / DCC time of data rearrangement and of compute, size 4096)."""
+    and the Fig. 10 gains (:func:`_fig10_gains`)."""
     out = {}
     for dev in sorted({r["device"] for r in rows}):
         sel = [r for r in rows if r["device"] == dev]
-        big = [r for r in sel if _fig10(r)]
-        rea = [r["breakdown"]["default"]["rearrangement_ns"] / r["breakdown"]["dcc"]["rearrangement_ns"] for r in big
-               if r["breakdown"]["dcc"]["rearrangement_ns"] > 0 and r["breakdown"]["default"]["rearrangement_ns"] > 0]
-        com = [r["breakdown"]["default"]["compute_ns"] / r["breakdown"]["dcc"]["compute_ns"] for r in big
-               if r["breakdown"]["dcc"]["compute_ns"] > 0]
         out[dev] = {
             "dcc_vs_default_adjusted": _stats([r["default_ns"] / r["dcc_ns"] for r in sel]),
             "dcc_vs_default_literal": _stats([r["default_literal_ns"] / r["dcc_ns"] for r in sel]),
             "hierarchical_gain_dcc": _stats([r["dcc_no_hierarchical_ns"] / r["dcc_ns"] for r in sel]),
             "hierarchical_gain_default": _stats([r["default_no_hierarchical_ns"] / r["default_ns"] for r in sel]),
-            "fig10_rearrangement_gain": _stats(rea) if rea else None,
-            "fig10_compute_gain": _stats(com) if com else None,
+            "fig10": _fig10_gains(sel),
         }
-    big = [r for r in rows if _fig10(r)]
-    rea = [r["breakdown"]["default"]["rearrangement_ns"] / r["breakdown"]["dcc"]["rearrangement_ns"] for r in big
-           if r["breakdown"]["dcc"]["rearrangement_ns"] > 0 and r["breakdown"]["default"]["rearrangement_ns"] > 0]
-    com = [r["breakdown"]["default"]["compute_ns"] / r["breakdown"]["dcc"]["compute_ns"] for r in big
-           if r["breakdown"]["dcc"]["compute_ns"] > 0]
-    out["ALL"] = {"fig10_rearrangement_gain": _stats(rea) if rea else None, "fig10_compute_gain": _stats(com) if com else None}
+    out["ALL"] = {"fig10": _fig10_gains(rows)}
     return out
 
 
@@ -302,16 +306,17 @@ def print_kernels(res):
     print("(Fig. 10 gains: default / DCC time of data rearrangement and of compute, size-4096 rows; "
           "paper: rearrangement 1.79x, compute 1.73x)")
     print(f"{'device':22s} {'DCC/adjusted':>15s} {'DCC/literal':>17s} {'hier. gain DCC':>15s} {'hier. gain def':>15s} "
-          f"{'rearr. gain':>15s} {'compute gain':>15s}")
+          f"{'rearr. gain res':>16s} {'rearr. str':>16s} {'compute res':>15s} {'compute str':>15s}")
     f2 = lambda v: f"{v['mean']:6.2f} / {v['max']:7.2f}" if v else "-"  # noqa: E731
     for dev, b in res["baselines"].items():
+        g = b["fig10"]
+        tail = (f"{f2(g['resident']['rearrangement']):>16s} {f2(g['streamed']['rearrangement']):>16s} "
+                f"{f2(g['resident']['compute']):>15s} {f2(g['streamed']['compute']):>15s}")
         if dev == "ALL":
-            print(f"{'ALL':22s} {'':>15s} {'':>17s} {'':>15s} {'':>15s} {f2(b['fig10_rearrangement_gain']):>15s} "
-                  f"{f2(b['fig10_compute_gain']):>15s}")
+            print(f"{'ALL':22s} {'':>15s} {'':>17s} {'':>15s} {'':>15s} " + tail)
             continue
         print(f"{dev:22s} {f2(b['dcc_vs_default_adjusted']):>15s} {f2(b['dcc_vs_default_literal']):>17s} "
-              f"{f2(b['hierarchical_gain_dcc']):>15s} {f2(b['hierarchical_gain_default']):>15s} "
-              f"{f2(b['fig10_rearrangement_gain']):>15s} {f2(b['fig10_compute_gain']):>15s}")
+              f"{f2(b['hierarchical_gain_dcc']):>15s} {f2(b['hierarchical_gain_default']):>15s} " + tail)
     print("\n== Pruning (DCC's three rules): cumulative, and rules 2 and 3 each alone on the rule-1 space ==")
     seen = set()
     print(f"{'device':8s} {'workload':34s} {'total':>9s} {'rule 1':>8s} {'rule 2':>8s} {'rule 3':>8s} {'kept':>8s} "
@@ -678,7 +683,18 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="one small size per kernel and decode step (seconds)")
     p.add_argument("--json", help="write all results here")
     p.add_argument("--plots", default="out/pim_kernels", help="directory for PNG plots")
+    p.add_argument("--summarise", metavar="JSON", help="re-summarise and print the kernels table of an earlier --json")
     args = p.parse_args(argv)
+    if args.summarise:
+        try:
+            old = json.loads(Path(args.summarise).read_text())["kernels"]
+        except (OSError, KeyError, ValueError) as e:
+            print(f"error: {args.summarise}: no kernels results ({e})", file=sys.stderr)
+            return 2
+        old["summary"], old["baselines"] = summarise(old["rows"]), baseline_summary(old["rows"])
+        old.setdefault("rule1", rule1_demo())
+        print_kernels(old)
+        return 0
     if args.quick:
         args.scale = "quick"
     t0 = time.perf_counter()
