@@ -16,6 +16,11 @@ Experiments (``--experiment``):
               tiling) and DCC (every PIM-capable operator where DCC's draft
               beats the GPU).
 ``simspeed``  wall time of simulating one 4096x4096 GEMV draft (every draft of its pruned space).
+``graphs``    decode graphs as exporters write them, compiled and simulated end to end on
+              ``attacc`` with ``--resident k_cache,v_cache`` semantics: ``zoo:gpt_decode`` /
+              ``zoo:llama_decode`` (K stored pre-transposed), the same layers with K stored
+              ``(B, H, T, D)`` and transposed in the graph, and the attention blocks of
+              :mod:`tvm_pim.attention_graphs` (GPT-2 / SDPA / head-split / LLaMA GQA exports).
 
 RED, VA and RELU run in two residency scenarios: inputs already in PIM
 memory (``resident``; what the paper's speedups require, see the README) and
@@ -37,27 +42,35 @@ Usage::
     python benchmarks/pim_kernels.py [--experiment all] [--scale small|full]
                                      [--json out.json] [--plots out/pim]
     python benchmarks/pim_kernels.py --quick   # one small size of everything, seconds (a test runs it)
+    python benchmarks/pim_kernels.py --summarise out.json   # the kernels tables of an earlier run again
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
+import onnx
+from onnx import helper
+from tvm import relax, te
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tqdm import tqdm  # noqa: E402
 
 import tvm_pim  # noqa: E402
-from tvm_cim.common.report import finish_benchmark  # noqa: E402
+from tvm_cim.common.onnx_io import import_onnx, load_onnx, model_inputs  # noqa: E402
+from tvm_cim.common.report import finish_benchmark, run_vm  # noqa: E402
+from tvm_pim import report  # noqa: E402
+from tvm_pim.attention_graphs import attention_block  # noqa: E402
 from tvm_pim.compiler.codegen import DCC, CodegenOptions, generate  # noqa: E402
 from tvm_pim.compiler.kernels import KernelSpec  # noqa: E402
-from tvm_pim.compiler.space import default_draft, enumerate_drafts  # noqa: E402
+from tvm_pim.compiler.space import default_draft, enumerate_drafts, rule1_on_func, rule_shrinkage  # noqa: E402
 from tvm_pim.cost.host import kernel_time, roofline  # noqa: E402
 from tvm_pim.cost.measure import best_by_simulation  # noqa: E402
 from tvm_pim.hardware.view import PimView  # noqa: E402
@@ -65,6 +78,8 @@ from tvm_pim.simulator import Simulator  # noqa: E402
 from tvm_pim.workloads import LLMS, decode_ops  # noqa: E402
 
 BASELINE = CodegenOptions(staging=False, hierarchical=True)  # the backend's plain copy, native broadcast
+FLAT_DCC = CodegenOptions(staging=True, hierarchical=False)  # DCC's optimiser without hierarchical commands
+FLAT_BASELINE = CodegenOptions(staging=False, hierarchical=False)
 DEVICES = ("hbm-pim", "hbm-pim-hbm3", "attacc", "attacc-unconstrained")
 LAUNCH_US = (0.0, 1.5, 5.0)  # launch overhead per kernel the tables re-price
 # batch multipliers and tensor sizes per scale
@@ -112,6 +127,10 @@ def run_kernels(scale: str) -> dict:
         d0 = default_draft(spec, view)
         base = _sim(spec, view, d0, BASELINE)
         base_opt = _sim(spec, view, d0, DCC)
+        d_lit = default_draft(spec, view, literal=True)
+        lit = base if d_lit == d0 else _sim(spec, view, d_lit, BASELINE)
+        dcc_flat = _sim(spec, view, best_d, FLAT_DCC)
+        base_flat = _sim(spec, view, d0, FLAT_BASELINE)
         gpu = kernel_time(view, spec).ns
         hosts = {h: {f"{L:g}us": kernel_time(view, spec, host=hm, launch_us=L).ns for L in LAUNCH_US}
                  for h, hm in view.hosts.items()}
@@ -128,8 +147,12 @@ def run_kernels(scale: str) -> dict:
                 "default_ns": base.latency_ns,
                 "default_with_dcc_optimiser_ns": base_opt.latency_ns,
                 "dcc_ns": dcc.latency_ns,
+                "default_literal_ns": lit.latency_ns,
+                "dcc_no_hierarchical_ns": dcc_flat.latency_ns,
+                "default_no_hierarchical_ns": base_flat.latency_ns,
                 "dcc_draft": str(best_d),
                 "default_draft": str(d0),
+                "default_literal_draft": str(d_lit),
                 "speedup_dcc_vs_gpu": gpu / dcc.latency_ns,
                 "speedup_default_vs_gpu": gpu / base.latency_ns,
                 "speedup_dcc_vs_default": base.latency_ns / dcc.latency_ns,
@@ -145,10 +168,63 @@ def run_kernels(scale: str) -> dict:
                     "dcc": {"rearrangement_ns": dcc.rearrangement_ns, "compute_ns": dcc.compute_ns, "host_ns": dcc.host_ns},
                 },
                 "space": st.as_dict(),
+                "rules_alone": rule_shrinkage(spec, view),
                 "search_s": search_s,
             }
         )
-    return {"rows": rows, "summary": summarise(rows)}
+    return {"rows": rows, "summary": summarise(rows), "baselines": baseline_summary(rows), "rule1": rule1_demo()}
+
+
+def _fig10(r) -> bool:
+    """The rows of the Fig. 10 breakdown (tensor size 4096)."""
+    sz = r["sizes"]
+    return max(sz.get("n", 0), int(math.isqrt(sz.get("i", 0)))) == 4096
+
+
+def _fig10_gains(rows) -> dict:
+    """Default / DCC time of data rearrangement and of compute over the Fig. 10 rows (size 4096): all, and
+    per scenario (resident operands, or streamed from the host)."""
+    out = {}
+    for scen in ("all", "resident", "streamed"):
+        big = [r for r in rows if _fig10(r) and scen in ("all", r["scenario"])]
+        b = [r["breakdown"] for r in big]
+        rea = [x["default"]["rearrangement_ns"] / x["dcc"]["rearrangement_ns"] for x in b
+               if x["dcc"]["rearrangement_ns"] > 0 and x["default"]["rearrangement_ns"] > 0]
+        com = [x["default"]["compute_ns"] / x["dcc"]["compute_ns"] for x in b if x["dcc"]["compute_ns"] > 0]
+        out[scen] = {"rearrangement": _stats(rea) if rea else None, "compute": _stats(com) if com else None}
+    return out
+
+
+def baseline_summary(rows) -> dict:
+    """Per device: DCC over the adjusted and the literal default tiling, hierarchical commands on / off,
+    and the Fig. 10 gains (:func:`_fig10_gains`)."""
+    out = {}
+    for dev in sorted({r["device"] for r in rows}):
+        sel = [r for r in rows if r["device"] == dev]
+        out[dev] = {
+            "dcc_vs_default_adjusted": _stats([r["default_ns"] / r["dcc_ns"] for r in sel]),
+            "dcc_vs_default_literal": _stats([r["default_literal_ns"] / r["dcc_ns"] for r in sel]),
+            "hierarchical_gain_dcc": _stats([r["dcc_no_hierarchical_ns"] / r["dcc_ns"] for r in sel]),
+            "hierarchical_gain_default": _stats([r["default_no_hierarchical_ns"] / r["default_ns"] for r in sel]),
+            "fig10": _fig10_gains(sel),
+        }
+    out["ALL"] = {"fig10": _fig10_gains(rows)}
+    return out
+
+
+def rule1_demo() -> dict:
+    """Rule 1 where it matters: a batched 1-D convolution ``y[b, n] = sum_r x[b, n + r] * w[b, r]``, whose
+    dimension set {n, r} has members indexed by three different functions, against a GEMV."""
+    view = PimView(tvm_pim.load("hbm-pim"))
+    B, N, R = 8, 1024, 16
+    x = te.placeholder((B, N + R - 1), "float16", name="x")
+    w = te.placeholder((B, R), "float16", name="w")
+    r = te.reduce_axis((0, R), "r")
+    y = te.compute((B, N), lambda b, n: te.sum(x[b, n + r] * w[b, r], axis=r), name="y")
+    conv = rule1_on_func(te.create_prim_func([x, w, y]), "y", view)
+    spec = KernelSpec.make("gemv", b=B, m=1, n=N, k=R)
+    gemv = rule1_on_func(spec.prim_func(), spec.block_name, view)
+    return {"device": view.name, "conv1d_b8_n1024_r16": conv, spec.name: gemv}
 
 
 def _stats(vals):
@@ -225,21 +301,51 @@ def print_kernels(res):
             f"{b['default']['rearrangement_ns'] / tot:9.3f} {b['default']['compute_ns'] / tot:9.3f} "
             f"{b['dcc']['rearrangement_ns'] / tot:9.3f} {b['dcc']['compute_ns'] / tot:9.3f} {r['speedup_dcc_vs_default']:7.2f}x"
         )
-    print("\n== Pruning (DCC's three rules) ==")
+    print("\n== Baselines (mean / max over workloads): DCC over the default tiling as adjusted (leftover channels "
+          "split the first dimension) and as AttAcc writes it (literal); hierarchical commands off / on ==")
+    print("(Fig. 10 gains: default / DCC time of data rearrangement and of compute, size-4096 rows; "
+          "paper: rearrangement 1.79x, compute 1.73x)")
+    print(f"{'device':22s} {'DCC/adjusted':>15s} {'DCC/literal':>17s} {'hier. gain DCC':>15s} {'hier. gain def':>15s} "
+          f"{'rearr. gain res':>16s} {'rearr. str':>16s} {'compute res':>15s} {'compute str':>15s}")
+    f2 = lambda v: f"{v['mean']:6.2f} / {v['max']:7.2f}" if v else "-"  # noqa: E731
+    for dev, b in res["baselines"].items():
+        g = b["fig10"]
+        tail = (f"{f2(g['resident']['rearrangement']):>16s} {f2(g['streamed']['rearrangement']):>16s} "
+                f"{f2(g['resident']['compute']):>15s} {f2(g['streamed']['compute']):>15s}")
+        if dev == "ALL":
+            print(f"{'ALL':22s} {'':>15s} {'':>17s} {'':>15s} {'':>15s} " + tail)
+            continue
+        print(f"{dev:22s} {f2(b['dcc_vs_default_adjusted']):>15s} {f2(b['dcc_vs_default_literal']):>17s} "
+              f"{f2(b['hierarchical_gain_dcc']):>15s} {f2(b['hierarchical_gain_default']):>15s} " + tail)
+    print("\n== Pruning (DCC's three rules): cumulative, and rules 2 and 3 each alone on the rule-1 space ==")
     seen = set()
-    print(f"{'device':8s} {'workload':34s} {'total':>9s} {'rule 1':>8s} {'rule 2':>8s} {'rule 3':>8s} {'kept':>8s}")
+    print(f"{'device':8s} {'workload':34s} {'total':>9s} {'rule 1':>8s} {'rule 2':>8s} {'rule 3':>8s} {'kept':>8s} "
+          f"{'2 alone':>8s} {'3 alone':>8s}")
     for r in rows:
         key = (r["device"], r["workload"])
         if key in seen:
             continue
         seen.add(key)
         s = r["space"]
+        a = r["rules_alone"]
         print(f"{r['device'][:8]:8s} {r['workload'][:34]:34s} {s['total']:9d} {s['after_rule1']:8d} {s['after_rule2']:8d} "
-              f"{s['after_rule3']:8d} {100 * s['kept_fraction']:7.3f}%")
+              f"{s['after_rule3']:8d} {100 * s['kept_fraction']:7.3f}% {a['rule2_alone']:8d} {a['rule3_alone']:8d}")
+    sh = [(r["rules_alone"]["rule1"], r["rules_alone"]) for r in rows]
+    print("geomean shrinkage on the rule-1 space: rule 2 alone "
+          f"{np.exp(np.mean([np.log(n / a['rule2_alone']) for n, a in sh])):.2f}x, rule 3 alone "
+          f"{np.exp(np.mean([np.log(n / a['rule3_alone']) for n, a in sh])):.2f}x, rules 2+3 "
+          f"{np.exp(np.mean([np.log(n / a['rules23']) for n, a in sh])):.2f}x")
+    d = res["rule1"]
+    print(f"\n== Rule 1 where dimension-set members index differently ({d['device']}) ==")
+    for name, v in d.items():
+        if name == "device":
+            continue
+        print(f"{name:22s} sets {v['sets']}: {v['total']} drafts -> {v['after_rule1']} after rule 1")
 
 
 # ============================================================================ decode
-DECODE_VARIANTS = ("gpu", "attacc_base", "attacc_full", "attacc_base_fb", "attacc_full_fb", "dcc")
+DECODE_VARIANTS = ("gpu", "attacc_base", "attacc_full", "attacc_base_fb", "attacc_full_fb", "attacc_full_lit",
+                   "attacc_full_lit_fb", "dcc")
 
 
 def _gpu_attention(view, d, host, L):
@@ -270,8 +376,9 @@ def run_decode(scale: str, device: str = "attacc") -> dict:
     def pim(spec, how):
         key = (spec, how)
         if key not in cache:
-            if how == "default":
-                cache[key] = _sim(spec, view, default_draft(spec, view), BASELINE).latency_ns
+            if how in ("default", "literal"):
+                d = default_draft(spec, view, literal=how == "literal")
+                cache[key] = _sim(spec, view, d, BASELINE).latency_ns
             else:
                 drafts, _ = enumerate_drafts(spec, view)
                 cache[key] = best_by_simulation(spec, view, drafts)[2]
@@ -297,6 +404,7 @@ def run_decode(scale: str, device: str = "attacc") -> dict:
                     else:
                         gpu = kernel_time(view, op.kernel, host=host, launch_us=L).ns
                     dflt = pim(op.kernel, "default") + (L - L0) * 1e3
+                    lit = pim(op.kernel, "literal") + (L - L0) * 1e3
                     dcc = pim(op.kernel, "dcc") + (L - L0) * 1e3
                     on_b = op.phase == "attention"
                     on_f = op.phase in ("attention", "ffn")
@@ -306,6 +414,8 @@ def run_decode(scale: str, device: str = "attacc") -> dict:
                         "attacc_full": dflt if on_f else gpu,
                         "attacc_base_fb": min(dflt, gpu) if on_b else gpu,
                         "attacc_full_fb": min(dflt, gpu) if on_f else gpu,
+                        "attacc_full_lit": lit if on_f else gpu,
+                        "attacc_full_lit_fb": min(lit, gpu) if on_f else gpu,
                         "dcc": min(dcc, gpu),
                     }
                     for v, t in times.items():
@@ -330,10 +440,13 @@ def run_decode(scale: str, device: str = "attacc") -> dict:
                 "speedup_dcc_vs_attacc_base_fb": tot["attacc_base_fb"] / tot["dcc"],
                 "speedup_dcc_vs_attacc_full_fb": tot["attacc_full_fb"] / tot["dcc"],
                 "speedup_attacc_full_vs_gpu": tot["gpu"] / tot["attacc_full"],
+                "speedup_dcc_vs_attacc_full_lit": tot["attacc_full_lit"] / tot["dcc"],
+                "speedup_dcc_vs_attacc_full_lit_fb": tot["attacc_full_lit_fb"] / tot["dcc"],
             }
         )
     metrics = ("speedup_dcc_vs_gpu", "speedup_dcc_vs_attacc_base", "speedup_dcc_vs_attacc_full",
-               "speedup_dcc_vs_attacc_base_fb", "speedup_dcc_vs_attacc_full_fb", "speedup_attacc_full_vs_gpu")
+               "speedup_dcc_vs_attacc_base_fb", "speedup_dcc_vs_attacc_full_fb", "speedup_attacc_full_vs_gpu",
+               "speedup_dcc_vs_attacc_full_lit", "speedup_dcc_vs_attacc_full_lit_fb")
     summ = {m: _stats([r[m] for r in rows]) for m in metrics}
     summ["by_host_launch"] = {
         k: {f"dcc_vs_{v}": _stats([r["by_host_launch"][k][v] / r["by_host_launch"][k]["dcc"] for r in rows])
@@ -347,16 +460,18 @@ def print_decode(res):
     print(f"\n== LLM decode step on {res['device']} (all layers, A100 datasheet host, launch as in the file; "
           "paper: DCC 4.88x avg over GPU, 1.86x avg over AttAcc-Full) ==")
     print("(A-B / A-F: AttAcc-Base / -Full as defined, always on PIM; A-B fb / A-F fb: with the per-operator GPU "
-          "fallback DCC gets)")
+          "fallback DCC gets; A-F lit: AttAcc-Full with the literal default tiling, leftover channels idle)")
     print(f"{'model':11s} {'B':>3s} {'ctx':>5s} {'GPU':>9s} {'AttAcc-B':>9s} {'AttAcc-F':>9s} {'A-F fb':>9s} {'DCC':>9s} "
-          f"{'DCC/GPU':>8s} {'DCC/A-B':>8s} {'DCC/A-F':>8s} {'DCC/A-Bfb':>9s} {'DCC/A-Ffb':>9s}")
+          f"{'DCC/GPU':>8s} {'DCC/A-B':>8s} {'DCC/A-F':>8s} {'DCC/A-Bfb':>9s} {'DCC/A-Ffb':>9s} {'DCC/A-Flit':>10s} "
+          f"{'DCC/A-Flitfb':>12s}")
     for r in res["rows"]:
         t = r["step_ns"]
         print(
             f"{r['model']:11s} {r['batch']:3d} {r['ctx']:5d} {t['gpu'] / 1e6:8.3f}m {t['attacc_base'] / 1e6:8.3f}m "
             f"{t['attacc_full'] / 1e6:8.3f}m {t['attacc_full_fb'] / 1e6:8.3f}m {t['dcc'] / 1e6:8.3f}m "
             f"{r['speedup_dcc_vs_gpu']:7.2f}x {r['speedup_dcc_vs_attacc_base']:7.2f}x {r['speedup_dcc_vs_attacc_full']:7.2f}x "
-            f"{r['speedup_dcc_vs_attacc_base_fb']:8.2f}x {r['speedup_dcc_vs_attacc_full_fb']:8.2f}x"
+            f"{r['speedup_dcc_vs_attacc_base_fb']:8.2f}x {r['speedup_dcc_vs_attacc_full_fb']:8.2f}x "
+            f"{r['speedup_dcc_vs_attacc_full_lit']:9.2f}x {r['speedup_dcc_vs_attacc_full_lit_fb']:11.2f}x"
         )
     s = res["summary"]
     print("mean (max): " + ", ".join(f"{k} {v['mean']:.2f}x ({v['max']:.2f}x)" for k, v in s.items() if k != "by_host_launch"))
@@ -411,6 +526,76 @@ def print_simspeed(res):
             f"{dev:8s} {r['drafts']} drafts: timing {r['timing_ms_mean']:.2f} ms mean, {r['timing_ms_max']:.2f} ms max; "
             f"code generation {r['codegen_ms_mean']:.2f} ms; functional FP16 run of the chosen draft {r['functional_ms_best_draft']:.0f} ms"
         )
+
+
+# ============================================================================ exported graphs
+def standard_k(model):
+    """A zoo decode layer with K stored ``(B, H, T, D)`` and transposed in the graph, as exporters write it."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    inp = next(i for i in m.graph.input if i.name == "k_cache")
+    dims = inp.type.tensor_type.shape.dim
+    d2, d3 = dims[2].dim_value, dims[3].dim_value
+    dims[2].dim_value, dims[3].dim_value = d3, d2
+    for n in m.graph.node:
+        n.input[:] = ["k_cache_T" if i == "k_cache" else i for i in n.input]
+    m.graph.node.insert(0, helper.make_node("Transpose", ["k_cache"], ["k_cache_T"], perm=[0, 1, 3, 2]))
+    onnx.checker.check_model(m)
+    return m
+
+
+def graph_cases(scale: str) -> list[tuple[str, object]]:
+    """(label, ONNX model) of the ``graphs`` experiment."""
+    if scale == "quick":
+        lay, blk = "batch=1,ctx=128,hidden=256,heads=2,ffn=512", dict(batch=1, ctx=128, heads=2, head_dim=128)
+    else:
+        lay, blk = "batch=4,ctx=1024,hidden=1024,heads=8,ffn=4096", dict(batch=4, ctx=1024, heads=8, head_dim=128)
+    out = []
+    for arch in ("gpt", "llama"):
+        m = load_onnx(f"zoo:{arch}_decode?{lay}")
+        out.append((f"zoo:{arch}_decode K pre-transposed", m))
+        out.append((f"zoo:{arch}_decode K transposed in graph", standard_k(m)))
+    for style, mask in (("gpt2", "none"), ("gpt2", "zeros"), ("sdpa", "none"), ("split", "none"), ("llama", "zeros"),
+                        ("gpt2", "input")):
+        out.append((f"attention {style} mask={mask}", attention_block(style, mask=mask, **blk)))
+    return out
+
+
+def run_graphs(scale: str, device: str = "attacc", json_path: str | None = None) -> dict:
+    """Compile and simulate each exported graph with the KV cache resident (``--resident k_cache,v_cache``)."""
+    rows = []
+    for label, model in tqdm(graph_cases(scale), desc=f"exported graphs ({device})", unit="graph"):
+        mod, shapes, dtypes = import_onnx(model, label)
+        inputs = model_inputs(None, shapes, dtypes, 0)
+        with tvm_pim.offload_options(resident=("k_cache", "v_cache")):
+            ex = relax.build(mod, target=f"pim -hw={device}")
+        info = tvm_pim.last_compile_info()
+        with tvm_pim.runtime.collect() as stats:
+            run_vm(ex, inputs, list(shapes))
+        rep = report.build_report(info, stats, device)
+        attn = [k for k in info.kernels if k.pattern == "attn"]
+        rows.append({
+            "graph": label,
+            "latency_ns": rep["latency_ns"],
+            "gpu_latency_ns": rep["gpu_latency_ns"],
+            "speedup_over_gpu": rep["speedup_over_gpu"],
+            "attention": (f"attn on PIM, resident {','.join(attn[0].spec.resident) or '-'}" if attn and attn[0].offloaded
+                          else "attn on host" if attn else
+                          "QK^T/PV as GEMV: " + ", ".join(f"{k.spec.name}{'' if k.offloaded else ' (host)'}"
+                                                          for k in info.kernels if k.pattern == "bgemv")),
+            "host_ops": info.host_ops,
+        })
+        if json_path:  # incremental: a killed run keeps the graphs done
+            Path(json_path).write_text(json.dumps({"graphs": rows}, indent=1, default=str))
+    return {"device": device, "rows": rows}
+
+
+def print_graphs(res):
+    print(f"\n== Exported decode graphs on {res['device']}, KV cache resident (A100 datasheet host) ==")
+    print(f"{'graph':44s} {'PIM+host':>10s} {'GPU only':>10s} {'speedup':>8s}  attention")
+    for r in res["rows"]:
+        print(f"{r['graph']:44s} {r['latency_ns'] / 1e3:9.1f}u {r['gpu_latency_ns'] / 1e3:9.1f}u "
+              f"{r['speedup_over_gpu']:7.2f}x  {r['attention']}")
 
 
 # ============================================================================ plots
@@ -493,12 +678,23 @@ def plot(res: dict, outdir: Path) -> list[str]:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--experiment", default="all", choices=["all", "kernels", "decode", "simspeed"])
+    p.add_argument("--experiment", default="all", choices=["all", "kernels", "decode", "simspeed", "graphs"])
     p.add_argument("--scale", default="small", choices=["small", "full"])
     p.add_argument("--quick", action="store_true", help="one small size per kernel and decode step (seconds)")
     p.add_argument("--json", help="write all results here")
     p.add_argument("--plots", default="out/pim_kernels", help="directory for PNG plots")
+    p.add_argument("--summarise", metavar="JSON", help="re-summarise and print the kernels table of an earlier --json")
     args = p.parse_args(argv)
+    if args.summarise:
+        try:
+            old = json.loads(Path(args.summarise).read_text())["kernels"]
+        except (OSError, KeyError, ValueError) as e:
+            print(f"error: {args.summarise}: no kernels results ({e})", file=sys.stderr)
+            return 2
+        old["summary"], old["baselines"] = summarise(old["rows"]), baseline_summary(old["rows"])
+        old.setdefault("rule1", rule1_demo())
+        print_kernels(old)
+        return 0
     if args.quick:
         args.scale = "quick"
     t0 = time.perf_counter()
@@ -514,6 +710,9 @@ def main(argv=None) -> int:
         print_decode(res["decode"])
         res["decode_unconstrained"] = run_decode(args.scale, "attacc-unconstrained")
         print_decode(res["decode_unconstrained"])
+    if args.experiment in ("all", "graphs"):
+        res["graphs"] = run_graphs(args.scale, json_path=args.json)
+        print_graphs(res["graphs"])
     return finish_benchmark(res, plot(res, Path(args.plots)), args.json, t0)
 
 

@@ -41,6 +41,17 @@ def test_pim_kernels_quick(tmp_path, capsys):
     assert {r["device"] for r in rows} >= {"hbm-pim-hbm3", "attacc-unconstrained"}
     assert all(set(r["speedup_by_host_launch"]) == {"host", "paper-gpu"} for r in rows)
     assert set(res["simspeed"]) == {"hbm-pim", "attacc"}
+    # AttAcc's literal default and hierarchical commands off are reported beside the adjusted default
+    assert all(r["default_literal_ns"] > 0 and r["dcc_no_hierarchical_ns"] >= r["dcc_ns"] * (1 - 1e-12) for r in rows)
+    assert set(res["kernels"]["baselines"]) >= {"attacc", "hbm-pim", "ALL"}
+    conv = res["kernels"]["rule1"]["conv1d_b8_n1024_r16"]
+    assert conv["after_rule1"] < conv["total"]
+    # exported graphs: K transposed in the graph runs as fast as K stored pre-transposed (resident, folded)
+    g = {r["graph"]: r for r in res["graphs"]["rows"]}
+    for arch in ("gpt", "llama"):
+        pre, std = g[f"zoo:{arch}_decode K pre-transposed"], g[f"zoo:{arch}_decode K transposed in graph"]
+        assert std["attention"] == pre["attention"] == "attn on PIM, resident K,V"
+        assert std["latency_ns"] == pytest.approx(pre["latency_ns"])
     assert len(list((tmp_path / "plots").glob("*.png"))) >= 3
     assert "wall time" in capsys.readouterr().out
 

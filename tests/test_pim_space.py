@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 import tvm
+from tvm import te
 
 from tvm_pim import load
 from tvm_pim.compiler import space
@@ -91,6 +92,34 @@ def test_rule1_removes_equivalent_mappings():
     assert evaluate(spec, HBM, a)[1] == evaluate(spec, HBM, b)[1]
 
 
+def test_rule1_keeps_distinct_mapping_functions():
+    """On a convolution the set {n, r} has members x[n + r], w[r], y[n]: rule 1 keeps all three mappings
+    of it and merges the three identical ones of the batch set."""
+    B, N, R = 4, 256, 8
+    x = te.placeholder((B, N + R - 1), "float16", name="x")
+    w = te.placeholder((B, R), "float16", name="w")
+    r = te.reduce_axis((0, R), "r")
+    y = te.compute((B, N), lambda b, n: te.sum(x[b, n + r] * w[b, r], axis=r), name="y")
+    res = space.rule1_on_func(te.create_prim_func([x, w, y]), "y", HBM)
+    assert sorted(res["sets"]) == ["b", "nr"]
+    assert {m.split("=")[1] for m in res["sets"]["nr"]} == {"n + r", "r", "n"}
+    assert res["total"] == 3 * res["after_rule1"]  # 3 x 3 mappings per allocation -> 1 x 3
+    gemv = KernelSpec.make("gemv", b=B, m=1, n=N, k=R)
+    g = space.rule1_on_func(gemv.prim_func(), gemv.block_name, HBM)
+    assert g["after_rule1"] == space.enumerate_drafts(gemv, HBM, pruned=False)[1].after_rule1
+    assert g["total"] == space.space_size(gemv, HBM)
+
+
+def test_rule_shrinkage_alone():
+    spec = KernelSpec.make("red", b=1, n=1024, k=1024)
+    sh = space.rule_shrinkage(spec, HBM)
+    base = space.all_drafts(spec, HBM, distinct_mappings=True)
+    assert sh["rule1"] == len(base)
+    assert sh["rule2_alone"] == sum(space.rule2_ok(spec, HBM, d) for d in base)
+    assert sh["rule3_alone"] == len({space.rule3_key(spec, d) for d in base})
+    assert sh["rules23"] <= min(sh["rule2_alone"], sh["rule3_alone"])
+
+
 def test_rule2_keeps_lane_aligned_drafts_or_skips():
     spec = KernelSpec.make("va", b=1, i=4096)
     drafts, st = space.prune(spec, HBM, space.all_drafts(spec, HBM, distinct_mappings=True), rules=(2,))
@@ -134,6 +163,11 @@ def test_default_tiling_follows_attacc():
     assert d.part("b").groups == 32 and d.part("n").cores == 16 and d.part("k").cores == 4
     d2 = space.default_draft(spec, HBM)
     assert d2.part("n").cores == HBM.bank_groups and d2.part("k").cores == HBM.cores_per_bank_group
+    # a shared-weight GEMV: the adjusted default spreads the idle channels over n, the literal one does not
+    fc = KernelSpec.make("gemv", b=1, m=1, n=4096, k=4096)
+    assert space.default_draft(fc, ATT).groups_used == ATT.groups
+    lit = space.default_draft(fc, ATT, literal=True)
+    assert lit.groups_used == 1 and lit.part("n").cores == space.default_draft(fc, ATT).part("n").cores
 
 
 def test_predictor_learns_and_ranks_well():
@@ -159,6 +193,33 @@ def test_predictor_learns_and_ranks_well():
     d2, hit2 = table.lookup_or_predict(model, HBM, test)
     assert not hit2 and table.get(test) == d2
     assert predictor.LookupTable.from_json(table.to_json()).entries == table.entries
+
+
+def test_ranking_predictor_with_active_sampling(tmp_path):
+    """Per-workload ranking (qid groups) plus active sampling: picks near the optimum of an unseen size,
+    adds only drafts of the training workloads, and survives save / load; it predicts no times."""
+    wl = [KernelSpec.make("gemv", b=b, m=1, n=n, k=128) for b in (1, 4) for n in (256, 1024)]
+    first = predictor.generate_samples(wl, HBM, drafts_per_workload=30, seed=0, progress=False)
+    model, samples = predictor.active_samples(
+        lambda: predictor.Predictor(n_estimators=80, seed=0, objective="rank:pairwise"), first, wl, HBM,
+        rounds=2, per_round=6, progress=False)
+    assert len(samples) > len(first) and {s.spec for s in samples} == set(wl)
+    assert len({(s.spec, s.draft) for s in samples}) == len(samples)  # nothing simulated twice
+    test = KernelSpec.make("gemv", b=2, m=1, n=512, k=128)  # a size not seen in training
+    assert test not in wl
+    drafts, _ = space.enumerate_drafts(test, HBM)
+    sim = np.array([evaluate(test, HBM, d)[1] for d in drafts])
+    cost = model.cost(test, drafts, HBM)
+    rho = np.corrcoef(np.argsort(np.argsort(sim)), np.argsort(np.argsort(cost)))[0, 1]
+    assert rho > 0.7
+    assert sim[drafts.index(model.best(test, HBM, drafts))] <= 1.1 * sim.min()
+    with pytest.raises(RuntimeError, match="predicts no times"):
+        model.predict_ns(test, drafts, HBM)
+    model.save(tmp_path / "p.ubj")
+    again = predictor.Predictor.load(tmp_path / "p.ubj")
+    assert again.ranking and np.array_equal(again.cost(test, drafts, HBM), cost)
+    with pytest.raises(ValueError, match="unknown objective"):
+        predictor.Predictor(objective="rank:map")
 
 
 @pytest.mark.usefixtures("metaschedule_ready")

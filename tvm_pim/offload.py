@@ -173,7 +173,7 @@ class Match:
 
     pattern: str
     spec: KernelSpec
-    tensors: dict  # kernel tensor -> ("arg", expr, perm, shape) | ("const", array)
+    tensors: dict  # kernel tensor -> ("arg", expr, perm, shape[, layout steps]) | ("const", array)
     out_shape: tuple[int, ...]
     calls: tuple = ()  # the matched Relax calls (their host cost is the alternative)
 
@@ -182,8 +182,132 @@ def _prod(xs) -> int:
     return int(np.prod(xs)) if len(xs) else 1
 
 
-def analyse(pattern: str, exprs: dict, resident: set[str]) -> Match | None:
-    """Kernel of a match from its annotated expressions (None if unsupported)."""
+# layout operators folded into a kernel operand's binding (no data moved on the device: the
+# operand's PIM layout is chosen at setup for the tensor the kernel sees)
+LAYOUT_OPS = frozenset({"relax.permute_dims", "relax.reshape", "relax.expand_dims", "relax.broadcast_to"})
+_LAYOUT_DEPTH = 5  # layout operators a pattern takes in front of a matmul operand
+
+
+def _bound_value(e, bound: dict):
+    """The call an expression stands for: itself, or the value bound to it inside the match."""
+    if isinstance(e, relax.Var):
+        return bound.get(e)
+    return e
+
+
+def _op_name(v) -> str:
+    return v.op.name if isinstance(v, relax.Call) and isinstance(v.op, tvm.ir.Op) else ""
+
+
+def _scalar(e) -> float | None:
+    """The value of a one-element constant, or None."""
+    if not is_const_expr(e):
+        return None
+    val = const_value(e)
+    return float(val.reshape(-1)[0]) if val.size == 1 else None
+
+
+def peel_layout(e, bound: dict):
+    """Follow a matmul operand back through layout operators and scalar scales inside a match.
+
+    Parameters
+    ----------
+    e : relax.Expr
+        The operand as the matmul sees it.
+    bound : dict
+        Var -> bound value of the bindings inside the match (or composite).
+
+    Returns
+    -------
+    tuple or None
+        ``(leaf, steps, scale)``: the expression the chain starts from, the
+        layout steps that turn it into ``e`` (``["permute", axes]``,
+        ``["reshape", shape]``, ``["broadcast", shape]``, first applied first)
+        and the product of the scalar constants it was multiplied by; None if
+        the chain holds a non-scalar multiply.
+    """
+    steps: list = []
+    scale = 1.0
+    while True:
+        v = _bound_value(e, bound)
+        name = _op_name(v)
+        if name == "relax.multiply":
+            c = _scalar(v.args[1])
+            if c is None:
+                return None
+            scale *= c
+        elif name == "relax.permute_dims":
+            axes = v.attrs.axes
+            nd = len(shape_of(v.args[0]) or ())
+            steps.append(["permute", [int(a) for a in axes] if axes is not None else list(range(nd))[::-1]])
+        elif name in ("relax.reshape", "relax.expand_dims"):
+            steps.append(["reshape", list(shape_of(v))])
+        elif name == "relax.broadcast_to":
+            steps.append(["broadcast", list(shape_of(v))])
+        else:
+            return e, steps[::-1], scale
+        e = v.args[0]
+
+
+def _scores_scale(e, qk, bound: dict) -> float | None:
+    """Scale between ``qk`` and the softmax input ``e``: scalar multiplies / divides, and masks that
+    change nothing (an added constant of zeros, a ``where`` on an all-true constant); None otherwise."""
+    scale = 1.0
+    while True:
+        v = _bound_value(e, bound)
+        if v is None:
+            return None
+        if v.same_as(qk):
+            return scale
+        name = _op_name(v)
+        if name in ("relax.multiply", "relax.divide"):
+            c = _scalar(v.args[1])
+            if c is None or c == 0:
+                return None
+            scale = scale * c if name == "relax.multiply" else scale / c
+        elif name == "relax.add":
+            c = v.args[1]
+            if not is_const_expr(c) or np.any(const_value(c) != 0) or shape_of(v) != shape_of(v.args[0]):
+                return None
+        elif name == "relax.where":
+            c = v.args[0]
+            if not is_const_expr(c) or not np.all(const_value(c)) or shape_of(v) != shape_of(v.args[1]):
+                return None
+            e = v.args[1]
+            continue
+        else:
+            return None
+        e = v.args[0]
+
+
+def host_alternative(root, bound: dict) -> tuple:
+    """The operator calls of a match the host would run instead (layout operators excluded: the GPU
+    folds them into its kernels' strides)."""
+    out: list = []
+    seen: list = []
+
+    def walk(e):
+        v = _bound_value(e, bound)
+        if not isinstance(v, relax.Call) or not isinstance(v.op, tvm.ir.Op) or any(v.same_as(s) for s in seen):
+            return
+        seen.append(v)
+        if v.op.name not in LAYOUT_OPS:
+            out.append(v)
+        for a in v.args:
+            walk(a)
+
+    walk(root)
+    return tuple(out)
+
+
+def analyse(pattern: str, exprs: dict, resident: set[str], bound: dict | None = None) -> Match | None:
+    """Kernel of a match from its annotated expressions (None if unsupported).
+
+    ``bound`` maps the variables bound inside the match to their values; layout
+    operators and scalar scales found there are folded into the kernel
+    (:func:`peel_layout`).
+    """
+    bound = bound or {}
 
     def res(e) -> bool:
         return isinstance(e, relax.Var) and str(e.name) in resident
@@ -205,14 +329,17 @@ def analyse(pattern: str, exprs: dict, resident: set[str]) -> Match | None:
         as_, bs = shape_of(a), shape_of(b)
         if as_ is None or bs is None or len(as_) < 3 or len(as_) != len(bs) or as_[:-2] != bs[:-2]:
             return None
-        if is_const_expr(a) or is_const_expr(b):
+        peeled = peel_layout(b, bound)
+        if is_const_expr(a) or peeled is None or peeled[2] != 1.0 or is_const_expr(peeled[0]):
             return None
+        b_leaf, b_steps = peeled[:2]
         B = _prod(as_[:-2])
         M, K = as_[-2:]
         N = bs[-1]
         perm = list(range(len(bs) - 2)) + [len(bs) - 1, len(bs) - 2]
-        spec = KernelSpec.make("gemv", b=B, m=M, n=N, k=K, resident=("A",) if res(b) else ())
-        return Match(pattern, spec, {"A": ("arg", b, perm, (B, N, K)), "x": ("arg", a, None, (B, M, K))}, shape_of(mm))
+        spec = KernelSpec.make("gemv", b=B, m=M, n=N, k=K, resident=("A",) if res(b_leaf) else ())
+        return Match(pattern, spec, {"A": ("arg", b_leaf, perm, (B, N, K), b_steps), "x": ("arg", a, None, (B, M, K))},
+                     shape_of(mm))
     if pattern == "attn":
         qk, pv = exprs["qk"], exprs["root"]
         q, kT = qk.args
@@ -220,31 +347,32 @@ def analyse(pattern: str, exprs: dict, resident: set[str]) -> Match | None:
         qs, ks, vs = shape_of(q), shape_of(kT), shape_of(v)
         if None in (qs, ks, vs) or len(qs) < 3 or qs[-2] != 1 or qs[:-2] != ks[:-2] or vs[:-2] != qs[:-2]:
             return None
-        if any(is_const_expr(e) for e in (q, kT, v)):
-            return None
         B = _prod(qs[:-2])
         D, N = ks[-2:]
         if vs[-2:] != (N, D):
             return None
-        scale = 1.0
-        if "scale" in exprs:
-            c = exprs["scale_c"]
-            val = const_value(c)
-            if val.size != 1:
-                return None
-            scale = float(val.reshape(-1)[0])
-            if scale <= 0:
-                return None
         sm = exprs["softmax"]
         if int(sm.attrs.axis) not in (-1, len(qs) - 1):
             return None
+        q_v = _bound_value(q, bound)
+        q_scale = 1.0
+        if _op_name(q_v) == "relax.multiply" and _scalar(q_v.args[1]) is not None:
+            q_scale, q = _scalar(q_v.args[1]), q_v.args[0]
+        k_peel, v_peel = peel_layout(kT, bound), peel_layout(v, bound)
+        s_scale = _scores_scale(sm.args[0], qk, bound)
+        if k_peel is None or v_peel is None or v_peel[2] != 1.0 or s_scale is None:
+            return None
+        scale = q_scale * k_peel[2] * s_scale
+        if scale <= 0 or any(is_const_expr(e) for e in (q, k_peel[0], v_peel[0])):
+            return None
         perm = list(range(len(ks) - 2)) + [len(ks) - 1, len(ks) - 2]
-        resid = tuple(t for t, e in (("K", kT), ("V", v)) if res(e))
+        resid = tuple(t for t, e in (("K", k_peel[0]), ("V", v_peel[0])) if res(e))
         spec = KernelSpec.make("attn", b=B, n=N, k=D, resident=resid, scale=scale)
         return Match(
             pattern,
             spec,
-            {"K": ("arg", kT, perm, (B, N, D)), "V": ("arg", v, None, (B, N, D)), "q": ("arg", q, None, (B, D))},
+            {"K": ("arg", k_peel[0], perm, (B, N, D), k_peel[1]), "V": ("arg", v_peel[0], None, (B, N, D), v_peel[1]),
+             "q": ("arg", q, None, (B, D))},
             shape_of(pv),
         )
     if pattern == "red":
@@ -334,6 +462,28 @@ class _Decider:
 
 
 # ============================================================================ patterns
+def layout_chain(depth: int = _LAYOUT_DEPTH):
+    """A dpl pattern: an operand behind up to ``depth`` layout operators or scalar multiplies
+    (greedy: the longest chain is taken into the match, see :func:`peel_layout`)."""
+    p = wildcard()
+    for _ in range(depth):
+        inner = p
+        p = (is_op("relax.permute_dims")(inner) | is_op("relax.reshape")(inner, wildcard())
+             | is_op("relax.expand_dims")(inner) | is_op("relax.broadcast_to")(inner, wildcard())
+             | is_op("relax.multiply")(inner, is_const()) | wildcard())
+    return p
+
+
+def _self_contained(ctx) -> bool:
+    """Whether no value computed inside the match (but its root) is used outside it."""
+    inside = set(ctx.matched_bindings.keys())
+    root_vars = {v for v in inside if ctx.matched_bindings[v].same_as(ctx.matched_expr)}
+    for v in inside - root_vars:
+        if any(u not in inside for u in ctx.var_usages.get(v, [])):
+            return False
+    return True
+
+
 def pim_patterns(view: PimView, decider: _Decider, opts: OffloadOptions) -> list[FusionPattern]:
     """The fusion patterns of PIM-executable operators, highest priority first.
 
@@ -343,15 +493,20 @@ def pim_patterns(view: PimView, decider: _Decider, opts: OffloadOptions) -> list
     resident = set(opts.resident)
     x, w = wildcard(), is_const()
     mm_const = is_op("relax.matmul")(x, w)
-    a, b = wildcard(), wildcard()
-    mm = is_op("relax.matmul")(a, b)
-    q, kT, v, c = wildcard(), wildcard(), wildcard(), is_const()
-    qk = is_op("relax.matmul")(q, kT)
-    scaled = is_op("relax.multiply")(qk, c)
-    sm_s = is_op("relax.nn.softmax")(scaled)
-    pv_s = is_op("relax.matmul")(sm_s, v)
-    sm = is_op("relax.nn.softmax")(qk)
-    pv = is_op("relax.matmul")(sm, v)
+    mm = is_op("relax.matmul")(wildcard(), layout_chain())
+    mm_plain = is_op("relax.matmul")(wildcard(), wildcard())
+    # decode attention as exporters write it: optional scalar scale of q (and of K^T, in its chain),
+    # optional scale of the scores (multiply / divide), an optional mask that changes nothing
+    q = is_op("relax.multiply")(wildcard(), is_const()) | wildcard()
+
+    def attention(operand):
+        qk = is_op("relax.matmul")(q, operand())
+        scaled = is_op("relax.multiply")(qk, is_const()) | is_op("relax.divide")(qk, is_const()) | qk
+        masked = is_op("relax.add")(scaled, is_const()) | is_op("relax.where")(is_const(), scaled, is_const()) | scaled
+        sm = is_op("relax.nn.softmax")(masked)
+        pv = is_op("relax.matmul")(sm, operand())
+        return pv, {"root": pv, "qk": qk, "softmax": sm}
+
     red = is_op("relax.sum")(wildcard())
     va = is_op("relax.add")(wildcard(), wildcard())
     relu = is_op("relax.nn.relu")(wildcard())
@@ -360,26 +515,27 @@ def pim_patterns(view: PimView, decider: _Decider, opts: OffloadOptions) -> list
         def f(ctx) -> bool:
             ex = dict(ctx.annotated_expr)
             root = ex["root"]
-            if not _float(root):
+            if not _float(root) or not _self_contained(ctx):
                 return False
-            m = analyse(kind, ex, resident)
+            bound = dict(ctx.matched_bindings.items())
+            m = analyse(kind, ex, resident, bound)
             if m is None:
                 return False
-            m.calls = tuple(e for k, e in ex.items() if k in ("root", "qk", "scale", "softmax"))
+            m.calls = host_alternative(root, bound)
             return decider.decide(m).offloaded
 
         return f
 
     pats = []
     if "attn" in opts.kinds and view.supports("attn"):
-        pats.append(
-            FusionPattern(PREFIX + "attn", pv_s, {"root": pv_s, "qk": qk, "scale": scaled, "scale_c": c, "softmax": sm_s}, check("attn"))
-        )
-        pats.append(FusionPattern(PREFIX + "attn", pv, {"root": pv, "qk": qk, "softmax": sm}, check("attn")))
+        # with the layout operators of K and V folded; without them if their results are used elsewhere
+        for operand in (layout_chain, wildcard):
+            pats.append(FusionPattern(PREFIX + "attn", *attention(operand), check("attn")))
     if "gemv" in opts.kinds:
         pats.append(FusionPattern(PREFIX + "gemv", mm_const, {"root": mm_const}, check("gemv")))
     if "bgemv" in opts.kinds:
         pats.append(FusionPattern(PREFIX + "bgemv", mm, {"root": mm}, check("bgemv")))
+        pats.append(FusionPattern(PREFIX + "bgemv", mm_plain, {"root": mm_plain}, check("bgemv")))
     if "red" in opts.kinds:
         pats.append(FusionPattern(PREFIX + "red", red, {"root": red}, check("red")))
     if "va" in opts.kinds:
@@ -407,9 +563,6 @@ def _annotations_of(func) -> tuple[str, dict]:
         mms = by["relax.matmul"]
         ex["qk"], ex["root"] = mms[0], mms[-1]
         ex["softmax"] = by["relax.nn.softmax"][0]
-        if "relax.multiply" in by:
-            ex["scale"] = by["relax.multiply"][0]
-            ex["scale_c"] = ex["scale"].args[1]
     else:
         op = {"gemv": "relax.matmul", "bgemv": "relax.matmul", "red": "relax.sum", "va": "relax.add", "relu": "relax.nn.relu"}[kind]
         ex["root"] = by[op][-1]
@@ -445,10 +598,11 @@ def offload(mod: tvm.IRModule, hw: PIMHardware, opts: OffloadOptions | None = No
     lowered = {}
     for i, (name, f) in enumerate(sorted(composites(mod, PREFIX).items())):
         kind, ex = _annotations_of(f)
-        m = analyse(kind, ex, set(opts.resident))
+        bound = dict(relax.analysis.get_var2val(f).items())
+        m = analyse(kind, ex, set(opts.resident), bound)
         if m is None:  # cannot happen: the pattern check accepted it
             raise RuntimeError(f"PIM composite {name} no longer analyses")
-        m.calls = tuple(e for k, e in ex.items() if k in ("root", "qk", "scale", "softmax"))
+        m.calls = host_alternative(ex["root"], bound)
         ki = decider.decide(m)
         ki.name = f"k{i:03d}_{kind}_{m.spec.name}"
         info.kernels.append(ki)
@@ -462,11 +616,12 @@ def offload(mod: tvm.IRModule, hw: PIMHardware, opts: OffloadOptions | None = No
                 binding["tensors"][t] = {"arg": None, "perm": None, "shape": list(desc[1].shape)}
                 consts.append((t, desc[1].astype(np.float32)))
             else:
-                _, expr, perm, shape = desc
+                _, expr, perm, shape, *steps = desc
                 idx = [j for j, p in enumerate(params) if p.same_as(expr)]
                 if not idx:
                     raise RuntimeError(f"{name}: operand of {t} is not a parameter of the composite")
-                binding["tensors"][t] = {"arg": idx[0], "perm": perm, "shape": list(shape)}
+                binding["tensors"][t] = {"arg": idx[0], "steps": steps[0] if steps else [], "perm": perm,
+                                         "shape": list(shape)}
         for j, (t, _arr) in enumerate(consts):
             binding["tensors"][t]["arg"] = len(params) + j
 

@@ -1,8 +1,8 @@
 """The packed function through which the Relax VM runs PIM kernels on the simulator.
 
 ``tvm_pim.run_kernel(*args, *consts, hw_json, stream_text, binding_json, out)``
-maps the Relax operands to the kernel's tensors (reshape / transpose as the
-binding says, FP16), runs the stream on the simulator of that hardware
+maps the Relax operands to the kernel's tensors (the layout steps folded from
+the graph, then reshape / transpose as the binding says, FP16), runs the stream on the simulator of that hardware
 description (functional and timing) and writes the output.  Statistics of
 every kernel run are appended to every active :func:`collect` list.
 """
@@ -46,6 +46,15 @@ def bind(binding: dict, args: list[np.ndarray]) -> dict[str, np.ndarray]:
     out = {}
     for name, b in binding["tensors"].items():
         a = np.asarray(args[b["arg"]])
+        for step, val in b.get("steps", ()):  # layout operators folded into the kernel (offload.peel_layout)
+            if step == "permute":
+                a = np.transpose(a, val)
+            elif step == "reshape":
+                a = a.reshape(val)
+            elif step == "broadcast":
+                a = np.broadcast_to(a, val)
+            else:
+                raise ValueError(f"unknown layout step {step!r} in the kernel binding")
         if b.get("perm"):
             a = np.transpose(a, b["perm"])
         out[name] = np.ascontiguousarray(a.reshape(b["shape"])).astype(np.float16)

@@ -87,13 +87,25 @@ def _strip(name: str) -> str:
 @lru_cache(maxsize=512)
 def _dimension_sets_cached(spec_json: str) -> tuple[DimSet, ...]:
     spec = KernelSpec.from_json(spec_json)
-    func = spec.prim_func()
+    return dimension_sets_of(spec.prim_func(), spec.block_name, spec.dim_names)
+
+
+def dimension_sets_of(func, main_block: str, dim_names=()) -> tuple[DimSet, ...]:
+    """The dimension sets of any TIR PrimFunc (what :func:`dimension_sets` reads from a kernel's).
+
+    Parameters
+    ----------
+    func : tvm.tirx.PrimFunc
+    main_block : str
+        The block whose reduction variables mark reduction sets.
+    dim_names : sequence of str
+        Preferred order of the sets (others follow).
+    """
     args = {str(p.name) for p in func.params}
     nodes: dict[tuple[str, int], set[str]] = {}
     exprs: dict[tuple[str, int], set[str]] = {}
     extents: dict[str, int] = {}
     reduce_vars: set[str] = set()
-    main_block = spec.block_name
 
     def visit_block(block):
         for iv in block.iter_vars:
@@ -148,7 +160,7 @@ def _dimension_sets_cached(spec_json: str) -> tuple[DimSet, ...]:
         name = "".join(vs)
         ext = max(extents[v] for v in vs)
         sets.append(DimSet(name, tuple(vs), ext, members, any(v in reduce_vars for v in vs)))
-    order = {d: i for i, d in enumerate(spec.dim_names)}
+    order = {d: i for i, d in enumerate(dim_names)}
     sets.sort(key=lambda s: order.get(s.name, 99))
     return tuple(sets)
 
@@ -456,6 +468,61 @@ def enumerate_drafts(spec: KernelSpec, view: PimView, pruned: bool = True) -> tu
     return out, PruneStats(total, len(drafts), st.after_rule2, st.after_rule3, st.rule2_skipped)
 
 
+def rule_shrinkage(spec: KernelSpec, view: PimView) -> dict:
+    """How far each pruning rule shrinks a kernel's space on its own.
+
+    Returns
+    -------
+    dict
+        ``total`` (the full space), ``rule1`` (after rule 1), and ``rule2_alone``,
+        ``rule3_alone``, ``rules23`` (applied to the rule-1 space).
+    """
+    drafts = all_drafts(spec, view, distinct_mappings=True)
+    return {
+        "total": space_size(spec, view),
+        "rule1": len(drafts),
+        "rule2_alone": len(prune(spec, view, drafts, rules=(2,))[0]),
+        "rule3_alone": len(prune(spec, view, drafts, rules=(3,))[0]),
+        "rules23": len(prune(spec, view, drafts, rules=(2, 3))[0]),
+    }
+
+
+def rule1_on_func(func, main_block: str, view: PimView) -> dict:
+    """Rule 1 on any TIR PrimFunc: every (groups, cores) allocation of its dimension sets times
+    every representative mapping, deduplicated by (data tile, mapping function).
+
+    For a kernel whose dimension-set members index with different functions
+    (e.g. a convolution's ``x[n + r]``, ``w[r]``, ``y[n]``) rule 1 keeps one
+    draft per distinct function; where all members share one it keeps one.
+
+    Returns
+    -------
+    dict
+        ``sets`` (name -> member expressions), ``total``, ``after_rule1``.
+    """
+    sets = dimension_sets_of(func, main_block)
+    gc, cc = allocation_candidates(view.groups), allocation_candidates(view.cores_per_group)
+
+    def allocs(i, g_av, c_av):
+        if i == len(sets):
+            yield ()
+            return
+        for g in (g for g in gc if g <= g_av and g <= sets[i].extent):
+            for c in (c for c in cc if c <= c_av and c * g <= sets[i].extent):
+                for rest in allocs(i + 1, g_av // g, c_av // c):
+                    yield ((g, c),) + rest
+
+    total, keys = 0, set()
+    reps = [range(max(1, len(s.members))) for s in sets]
+    for alloc in allocs(0, view.groups, view.cores_per_group):
+        for rep in itertools.product(*reps):
+            for ir in INDEX_RANGES:
+                total += 1
+                keys.add((tuple((s.name, g, c, s.members[r].expr if s.members else "")
+                                for s, (g, c), r in zip(sets, alloc, rep)), ir))
+    return {"sets": {s.name: [str(m) for m in s.members] for s in sets}, "total": total, "after_rule1": len(keys)}
+
+
 # ============================================================================ the s_tir space
 def apply_space(sch, view: PimView, draft: Draft | None = None):
     """Write the tiling-draft space into a schedule (sampling, split, annotate).
@@ -562,7 +629,7 @@ def draft_of(mod) -> Draft:
 
 
 # ============================================================================ the backends' default
-def default_draft(spec: KernelSpec, view: PimView) -> Draft:
+def default_draft(spec: KernelSpec, view: PimView, literal: bool = False) -> Draft:
     """The backend's fixed tiling (AttAcc's open-source distribution, DCC sec. V).
 
     Batches or heads (``b``) over channels (PIM groups); the first non-batch
@@ -580,6 +647,14 @@ def default_draft(spec: KernelSpec, view: PimView) -> Draft:
     whereas DCC reports the default at about 0.8x of the GPU on those layers.
     ATTN cannot split tokens over channels (its softmax needs a head's tokens
     in one group), so it keeps the literal distribution.
+
+    Parameters
+    ----------
+    spec : KernelSpec
+    view : PimView
+    literal : bool
+        AttAcc's distribution as written: channels only for batches / heads,
+        the leftover channels idle (the benchmarks report both).
     """
     sets = {s.name: s for s in dimension_sets(spec)}
 
@@ -589,7 +664,7 @@ def default_draft(spec: KernelSpec, view: PimView) -> Draft:
     gc, cc = allocation_candidates(view.groups), allocation_candidates(view.cores_per_group)
     alloc = {d: [1, 1] for d in sets}
     alloc["b"][0] = fit(view.groups, sets["b"].extent, gc)
-    left = view.groups // alloc["b"][0]  # channels the batches / heads leave idle
+    left = 1 if literal else view.groups // alloc["b"][0]  # channels the batches / heads leave idle
     if spec.kind in ("gemv", "red"):
         first, second = "n", "k"
         alloc[first][1] = fit(view.bank_groups, sets[first].extent, cc)

@@ -20,7 +20,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from tvm_cim.common.relax_utils import operator_calls, shape_of
+from tvm_cim.common.relax_utils import callers, shape_of
 
 from ..compiler.kernels import KernelSpec
 from ..hardware.schema import HostModel
@@ -112,13 +112,42 @@ def relax_op_cost(call: relax.Call) -> tuple[float, float]:
     return float(nbytes), flops
 
 
+def _operand_transpose(call, users: dict) -> bool:
+    """A ``permute_dims`` that swaps the last two axes and feeds only matmuls: a BLAS
+    transposed-operand flag on the GPU, not a kernel."""
+    if call.op.name != "relax.permute_dims":
+        return False
+    axes = call.attrs.axes
+    nd = len(shape_of(call) or ())
+    if axes is None or nd < 2:
+        return False
+    if [int(a) for a in axes] != list(range(nd - 2)) + [nd - 1, nd - 2]:
+        return False
+    us = users.get(call, [])
+    return bool(us) and all(getattr(u.op, "name", "") == "relax.matmul" for u in us)
+
+
 def graph_ns(mod: tvm.IRModule, view: PimView) -> float:
     """Roofline time of the operators a Relax module runs on the host, one kernel each.
 
-    View operators (reshape and friends) are free; offloaded calls are not host operators.
+    View operators (reshape and friends) are free, and so is a transpose of a
+    matmul operand's last two axes (the GEMM reads it transposed); offloaded
+    calls are not host operators.
     """
     ns = 0.0
-    for call in operator_calls(mod):
-        if call.op.name not in VIEW_OPS and call.op.name not in _NOT_TIMED:
+    for _, f in callers(mod):
+        var2val = relax.analysis.get_var2val(f)
+        calls: list = []
+        relax.analysis.post_order_visit(
+            f.body, lambda e: calls.append(e) if isinstance(e, relax.Call) and isinstance(e.op, tvm.ir.Op) else None)
+        users: dict = {}
+        for c in calls:
+            for a in c.args:
+                if isinstance(a, relax.Var) and a in var2val:
+                    users.setdefault(var2val[a], []).append(c)
+        for call in calls:
+            name = call.op.name
+            if name in VIEW_OPS or name in _NOT_TIMED or _operand_transpose(call, users):
+                continue
             ns += roofline(view, *relax_op_cost(call)).ns
     return ns

@@ -13,9 +13,21 @@ It serves three uses:
   space is ranked and the best is added to the table
   (:meth:`Predictor.best`, used by the ``predictor`` schedule strategy).
 
-The features are :func:`tvm_pim.cost.features.features`; labels are
-``log(latency_ns)`` less the host's launch overhead.  Where a device's
-trained model is kept is :mod:`tvm_pim.search.database`'s business.
+The features are :func:`tvm_pim.cost.features.features`.  Two objectives:
+
+* ``regression`` (the paper's): labels are ``log(latency_ns)`` less the
+  host's launch overhead; :meth:`Predictor.predict_ns` estimates times;
+* ``rank:pairwise`` / ``rank:ndcg``: XGBoost learning-to-rank with one query
+  group per workload, so the trees learn only the *order* of a workload's
+  drafts -- what picking the best draft needs -- and not the absolute scale
+  across workloads.  Such a model ranks drafts (:meth:`Predictor.rank`) but
+  predicts no times.
+
+:func:`active_samples` adds drafts where the model is unsure which is best:
+after a first fit, the drafts each training workload's model ranks highest
+that were not simulated yet are simulated and added, for a few rounds.
+Where a device's trained model is kept is :mod:`tvm_pim.search.database`'s
+business.
 """
 
 from __future__ import annotations
@@ -91,30 +103,83 @@ def generate_samples(workloads: list[KernelSpec], view: PimView, drafts_per_work
     return out
 
 
+OBJECTIVES = ("regression", "rank:pairwise", "rank:ndcg")
+
+
+def _labels(samples: list[Sample]) -> np.ndarray:
+    """``log(latency_ns)`` less the launch overhead (a known constant of every draft)."""
+    return np.log(np.maximum(np.array([s.latency_ns - s.launch_ns for s in samples]), 1e-3))
+
+
+def _relevance(samples: list[Sample], groups: list[list[int]], objective: str) -> np.ndarray:
+    """Relevance of each draft within its workload (higher = faster).
+
+    ``rank:pairwise``: minus the log latency (only the order within a group matters).
+    ``rank:ndcg``: integer grades, 0 for the slowest, one more per ~1% faster (``log2`` steps of
+    1/70), the gain linear rather than exponential (``ndcg_exp_gain`` off).
+    """
+    y = _labels(samples)
+    if objective == "rank:pairwise":
+        return (-y).astype(np.float32)
+    rel = np.zeros(len(samples), dtype=np.float32)
+    for idx in groups:
+        rel[idx] = np.floor((y[idx].max() - y[idx]) / np.log(2) * 70)
+    return rel
+
+
 class Predictor:
-    """XGBoost regressor of ``log(latency)`` over draft features.
+    """XGBoost model of draft features: a regressor of ``log(latency)`` or a per-workload ranker.
 
     Parameters
     ----------
     n_estimators, learning_rate, max_depth : xgboost settings
     seed : int
+    objective : {'regression', 'rank:pairwise', 'rank:ndcg'}
+        ``regression`` predicts times; the ranking objectives learn each workload's draft order
+        (one query group per workload).
     """
 
-    def __init__(self, n_estimators: int = 400, learning_rate: float = 0.08, max_depth: int = 8, seed: int = 0):
-        self.params = dict(n_estimators=n_estimators, learning_rate=learning_rate, max_depth=max_depth, seed=seed)
+    def __init__(self, n_estimators: int = 400, learning_rate: float = 0.08, max_depth: int = 8, seed: int = 0,
+                 objective: str = "regression"):
+        if objective not in OBJECTIVES:
+            raise ValueError(f"unknown objective {objective!r}; known: {', '.join(OBJECTIVES)}")
+        self.params = dict(n_estimators=n_estimators, learning_rate=learning_rate, max_depth=max_depth, seed=seed,
+                           objective=objective)
         self.model = None
         self.meta: dict = {}
         self.train_seconds = 0.0
 
     # ------------------------------------------------------------------ training
+    @property
+    def ranking(self) -> bool:
+        """Whether the model ranks drafts (and predicts no times)."""
+        return self.params.get("objective", "regression") != "regression"
+
     def fit(self, samples: list[Sample], progress: bool = True) -> "Predictor":
-        """Train on simulated samples (labels ``log(latency_ns)``)."""
+        """Train on simulated samples (labels ``log(latency_ns)``, or per-workload relevance when ranking)."""
         xgb = _xgboost()
         if not samples:
             raise ValueError("no training samples")
+        objective = self.params.get("objective", "regression")
+        extra: dict = {"objective": "reg:squarederror"}
+        if self.ranking:
+            # one query group per workload, its drafts contiguous
+            by: dict = {}
+            for i, s in enumerate(samples):
+                by.setdefault(s.spec, []).append(i)
+            order = [i for idx in by.values() for i in idx]
+            samples = [samples[i] for i in order]
+            groups, at = [], 0
+            for idx in by.values():
+                groups.append(list(range(at, at + len(idx))))
+                at += len(idx)
+            qid = np.concatenate([np.full(len(g), j) for j, g in enumerate(groups)])
+            y = _relevance(samples, groups, objective)
+            extra = {"objective": objective, "lambdarank_pair_method": "mean", "lambdarank_num_pair_per_sample": 16,
+                     "ndcg_exp_gain": False}
+        else:
+            y = _labels(samples)
         X = np.stack([s.x for s in samples])
-        # the host's launch overhead is a known constant of every draft: learn the rest
-        y = np.log(np.maximum(np.array([s.latency_ns - s.launch_ns for s in samples]), 1e-3))
         t0 = time.perf_counter()
         bar = tqdm(total=self.params["n_estimators"], desc="training XGBoost", disable=not progress, unit="tree")
 
@@ -123,12 +188,12 @@ class Predictor:
                 bar.update(1)
                 return False
 
-        dtrain = xgb.DMatrix(X, label=y)
+        dtrain = xgb.DMatrix(X, label=y, qid=qid) if self.ranking else xgb.DMatrix(X, label=y)
         self.model = xgb.train(
             {
                 "eta": self.params["learning_rate"],
                 "max_depth": self.params["max_depth"],
-                "objective": "reg:squarederror",
+                **extra,
                 "seed": self.params["seed"],
                 "nthread": 1,  # deterministic, and robust on shared machines
             },
@@ -156,17 +221,25 @@ class Predictor:
         numpy.ndarray
             One latency per draft, launch overhead included.
         """
+        if self.ranking:
+            raise RuntimeError(f"a {self.params['objective']} model ranks drafts but predicts no times")
+        return np.exp(self.cost(spec, drafts, view)) + launch_ns(view)
+
+    def cost(self, spec: KernelSpec, drafts: list[Draft], view: PimView) -> np.ndarray:
+        """A per-draft cost, lower = faster: the predicted ``log`` latency less launch (regression), or
+        minus the ranking score.  Comparable between drafts of one kernel only."""
         xgb = _xgboost()
         if self.model is None:
             raise RuntimeError("the predictor is not trained")
         X = np.stack([features(spec, d, view) for d in drafts])
-        return np.exp(self.model.predict(xgb.DMatrix(X))) + launch_ns(view)
+        out = self.model.predict(xgb.DMatrix(X))
+        return -out if self.ranking else out
 
     def rank(self, spec: KernelSpec, view: PimView, drafts: list[Draft] | None = None) -> list[Draft]:
-        """Drafts sorted by predicted time (ties keep the enumeration order)."""
+        """Drafts sorted by predicted cost (ties keep the enumeration order)."""
         if drafts is None:
             drafts, _ = enumerate_drafts(spec, view)
-        pred = self.predict_ns(spec, drafts, view)
+        pred = self.cost(spec, drafts, view)
         order = np.argsort(pred, kind="stable")
         return [drafts[i] for i in order]
 
@@ -202,6 +275,57 @@ class Predictor:
         pr.model = _xgboost().Booster()
         pr.model.load_model(str(p))
         return pr
+
+
+def active_samples(model_factory, samples: list[Sample], workloads: list[KernelSpec], view: PimView,
+                   rounds: int = 3, per_round: int = 8, progress: bool = True) -> tuple["Predictor", list[Sample]]:
+    """Fit, then sample more drafts where the model is unsure, and refit (``rounds`` times).
+
+    After each fit, every training workload's pruned drafts are ranked; the
+    ``per_round`` best-ranked drafts that were not simulated yet -- where the
+    model's choice rests on an unverified guess -- are simulated and added.
+
+    Parameters
+    ----------
+    model_factory : callable
+        Returns a fresh, untrained :class:`Predictor`.
+    samples : list of Sample
+        The first sample (e.g. :func:`generate_samples`), of ``workloads`` only.
+    workloads : list of KernelSpec
+    view : PimView
+    rounds, per_round : int
+    progress : bool
+
+    Returns
+    -------
+    Predictor, list of Sample
+        The last fitted model and every sample simulated.
+    """
+    samples = list(samples)
+    done = {(s.spec, s.draft) for s in samples}
+    model = model_factory().fit(samples, progress=progress)
+    for r in range(rounds):
+        added = 0
+        for w in tqdm(workloads, desc=f"active sampling, round {r + 1}/{rounds}", disable=not progress, unit="workload"):
+            drafts, _ = enumerate_drafts(w, view)
+            picked = 0
+            for d in model.rank(w, view, drafts):
+                if picked >= per_round:
+                    break
+                if (w, d) in done:
+                    continue
+                done.add((w, d))
+                picked += 1
+                try:
+                    _, ns = evaluate(w, view, d)
+                except InfeasibleDraft:
+                    continue
+                samples.append(Sample(w, d, ns, features(w, d, view), launch_ns(view)))
+                added += 1
+        if not added:
+            break
+        model = model_factory().fit(samples, progress=progress)
+    return model, samples
 
 
 @dataclass

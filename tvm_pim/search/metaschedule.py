@@ -202,5 +202,8 @@ class PimCostModel(PyCostModel):
             drafts.append(d)
             where.append(i)
         if drafts:
-            scores[where] = -np.log(self.predictor.predict_ns(spec, drafts, self.view))
+            if self.predictor.ranking:
+                scores[where] = -self.predictor.cost(spec, drafts, self.view)
+            else:
+                scores[where] = -np.log(self.predictor.predict_ns(spec, drafts, self.view))
         return scores
