@@ -119,3 +119,26 @@ def test_ga_is_seeded_never_regresses_and_finds_a_small_optimum():
     c = ga.evolve(init, mutate, fitness, population=40, generations=10**6, seed=1, progress=False,
                   time_limit=0.2, stagnation=10**6)
     assert c.stopped == "time limit"
+
+
+def test_milp_node_limit_decides_and_is_reproducible():
+    """A node limit (not the clock) stops the search: a two-row 0-1 knapsack with large coefficients
+    (HiGHS runs past a 20 s limit on it unbounded) stops after one node with a feasible answer that is
+    not proven optimal, and two solves under the same limit agree exactly."""
+    rng = np.random.default_rng(3)
+    n = 30
+    a, a2 = rng.integers(1000, 100000, n), np.random.default_rng(5).integers(1000, 100000, n)
+
+    def solve():
+        m = milp.Model("market", time_limit=60.0, seed=0, node_limit=1)
+        x = [m.binary(f"x{i}") for i in range(n)]
+        m.add(sum(int(a[i]) * x[i] for i in range(n)) <= int(a.sum() // 2) + 1)
+        m.add(sum(int(a2[i]) * x[i] for i in range(n)) <= int(a2.sum() // 2))
+        sol = m.maximize(sum(int(a[i] + a2[i]) * x[i] for i in range(n)))
+        return sol, [round(sol[xi]) for xi in x]
+
+    (s1, x1), (s2, x2) = solve(), solve()
+    assert s1.feasible and not s1.optimal and "limit" in s1.status.lower()
+    assert x1 == x2 and s1.objective == s2.objective
+    assert sum(int(a[i]) * x1[i] for i in range(n)) <= int(a.sum() // 2) + 1
+    assert sum(int(a2[i]) * x1[i] for i in range(n)) <= int(a2.sum() // 2)

@@ -157,8 +157,11 @@ def feasible(ops: list[OpTerms], replicas, memory, arrays: int, switchable: int)
     return True
 
 
+NODE_LIMIT = 10_000  # branch-and-bound nodes per segment: the deterministic limit (solves take a few ms)
+
+
 def allocate(ops: list[OpTerms], arrays: int, switchable: int, time_limit: float = 10.0,
-             seed: int = 0) -> Allocation:
+             seed: int = 0, node_limit: int = NODE_LIMIT) -> Allocation:
     """Solve the allocation MILP of a segment.
 
     Parameters
@@ -169,8 +172,11 @@ def allocate(ops: list[OpTerms], arrays: int, switchable: int, time_limit: float
     switchable : int
         Arrays that can switch to memory mode (ids ``0 .. switchable - 1``).
     time_limit : float
-        Seconds; the best allocation found by then is returned (its status says so).
+        Seconds, a safety net (wall clock: a run that reaches it depends on the
+        machine's load); the best allocation found by then is returned (its status says so).
     seed : int
+    node_limit : int
+        Branch-and-bound nodes, the deterministic limit (HiGHS ``mip_max_nodes``).
 
     Returns
     -------
@@ -189,7 +195,7 @@ def allocate(ops: list[OpTerms], arrays: int, switchable: int, time_limit: float
     # r is in units of 1 / t0; an upper bound from every operator's best compute rate
     r_max = min(o.max_replicas * t0 / max(o.compute_ns, 1e-12) for o in ops)
     r_max = max(r_max, 1e-9)
-    m = Model("cmswitch-alloc", time_limit=time_limit, seed=seed)
+    m = Model("cmswitch-alloc", time_limit=time_limit, seed=seed, node_limit=node_limit)
     r = m.var("r", 0.0, r_max)
     d = [m.var(f"d{i}", 1, max(1, o.max_replicas), integer=True) for i, o in enumerate(ops)]
     mem_ok = [o.memory_need > 0 and o.memory_need <= switchable for o in ops]

@@ -134,8 +134,7 @@ def solve(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, objective: str = 
     steps = math.prod(f for _, f in facs)
     active = math.prod(core_sp.values()) if core_sp else 1
 
-    mdl = Model(f"miredo-{layer.name}", time_limit=time_limit, seed=seed)
-    mdl.h.setOptionValue("mip_max_nodes", int(node_limit))
+    mdl = Model(f"miredo-{layer.name}", time_limit=time_limit, seed=seed, node_limit=node_limit)
     tsc = 1.0 / max(1.0, steps * hier.mvm_cycles)  # cycles are scaled to O(1) for the solver's tolerances
     X = [[mdl.binary(f"X{f}_{i}") for i in range(n)] for f in range(n)]
     for f in range(n):

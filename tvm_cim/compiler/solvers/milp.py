@@ -62,13 +62,19 @@ class Model:
     name : str
     time_limit : float
         Seconds; the best solution found by then is returned (``status`` says so).
+        Wall-clock, so a run that reaches it depends on the machine's load: give
+        ``node_limit`` as the limit that decides and keep this as a safety net.
+    node_limit : int, optional
+        Branch-and-bound nodes (HiGHS ``mip_max_nodes``): a deterministic work
+        limit; the best solution found by then is returned (``status`` says so).
     seed : int
         HiGHS's random seed (its search is deterministic for a seed).
     threads : int
         Solver threads (1 keeps results reproducible across machines).
     """
 
-    def __init__(self, name: str, time_limit: float = 10.0, seed: int = 0, threads: int = 1):
+    def __init__(self, name: str, time_limit: float = 10.0, seed: int = 0, threads: int = 1,
+                 node_limit: int | None = None):
         self.name = name
         self.h = highspy.Highs()
         self.h.setOptionValue("output_flag", False)
@@ -76,6 +82,8 @@ class Model:
         self.h.setOptionValue("random_seed", int(seed))
         self.h.setOptionValue("threads", int(threads))
         self.h.setOptionValue("mip_rel_gap", 1e-6)
+        if node_limit is not None:
+            self.h.setOptionValue("mip_max_nodes", int(node_limit))
         self._vars: list = []
 
     def var(self, name: str, lb: float = 0.0, ub: float = math.inf, integer: bool = False):
