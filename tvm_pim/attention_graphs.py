@@ -38,7 +38,9 @@ import math
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
+
+from tvm_cim.common.zoo import GraphParts
 
 STYLES = ("gpt2", "sdpa", "split", "llama")
 MASKS = ("none", "zeros", "input")
@@ -76,20 +78,8 @@ def attention_block(style: str = "gpt2", batch: int = 1, ctx: int = 128, heads: 
         raise ValueError(f"heads ({H}) must be a multiple of kv_heads ({Hkv})")
     hidden = H * D
     rng = np.random.default_rng(seed)
-    inits, nodes = [], []
-    cnt = [0]
-
-    def c(value, dtype=np.float32):
-        cnt[0] += 1
-        name = f"c{cnt[0]}"
-        inits.append(numpy_helper.from_array(np.asarray(value, dtype=dtype), name))
-        return name
-
-    def op(t, ins, **attrs):
-        cnt[0] += 1
-        out = f"t{cnt[0]}"
-        nodes.append(helper.make_node(t, ins, [out], name=f"{t}_{cnt[0]}", **attrs))
-        return out
+    g = GraphParts("c")
+    inits, nodes, c, op = g.inits, g.nodes, g.const, g.op
 
     def i64(v):
         return c(v, np.int64)

@@ -212,6 +212,36 @@ class _GraphBuilder:
         return model
 
 
+class GraphParts:
+    """Nodes and initializers of a graph written node by node, named by one counter.
+
+    Parameters
+    ----------
+    const_prefix : str
+        Prefix of the constants' names (``prefix`` + counter); node outputs are ``t`` + counter.
+    """
+
+    def __init__(self, const_prefix: str = "c") -> None:
+        self.inits: list[onnx.TensorProto] = []
+        self.nodes: list[onnx.NodeProto] = []
+        self.prefix = const_prefix
+        self._n = 0
+
+    def const(self, value: Any, dtype: type = np.float32) -> str:
+        """Add a constant initializer and return its name."""
+        self._n += 1
+        name = f"{self.prefix}{self._n}"
+        self.inits.append(numpy_helper.from_array(np.asarray(value, dtype=dtype), name))
+        return name
+
+    def op(self, op_type: str, inputs: Sequence[str], **attrs) -> str:
+        """Append a single-output node and return its output name."""
+        self._n += 1
+        out = f"t{self._n}"
+        self.nodes.append(helper.make_node(op_type, list(inputs), [out], name=f"{op_type}_{self._n}", **attrs))
+        return out
+
+
 def _pair(value: int | Sequence[int]) -> tuple[int, int]:
     if isinstance(value, (int, np.integer)):
         return int(value), int(value)
@@ -1187,25 +1217,13 @@ def decode_layer(batch: int = 1, ctx: int = 128, hidden: int = 512, heads: int =
         raise ValueError(f"decode_layer: arch must be 'gpt' or 'llama', got {arch!r}")
     D = hidden // heads
     rng = np.random.default_rng(seed)
-    inits, nodes = [], []
-    cnt = [0]
+    g = GraphParts("const.")
+    inits, nodes, c, op = g.inits, g.nodes, g.const, g.op
 
     def w(name, shape, std):
         a = (rng.standard_normal(shape) * std).astype(np.float32)
         inits.append(numpy_helper.from_array(a, name))
         return name
-
-    def c(value, dtype=np.float32):
-        cnt[0] += 1
-        name = f"const.{cnt[0]}"
-        inits.append(numpy_helper.from_array(np.asarray(value, dtype=dtype), name))
-        return name
-
-    def op(t, ins, **attrs):
-        cnt[0] += 1
-        out = f"t{cnt[0]}"
-        nodes.append(helper.make_node(t, ins, [out], name=f"{t}_{cnt[0]}", **attrs))
-        return out
 
     def norm(x, name):
         if arch == "gpt":

@@ -388,21 +388,21 @@ def solve(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, objective: str = 
             _add(mdl, oc >= occ_next[cl] + _qsum(on_port.get(cl, [])))
             _add(mdl, crit >= oc)
             occ_here[cl] = oc
+
+        def n_times(value, prefix, i=i):
+            """N_i x value: the factor chosen at position i (one-hot X) times value, big-M linearised."""
+            terms = []
+            for f in range(n):
+                w = mdl.var(f"{prefix}{f}_{i}")
+                _add(mdl, w >= value - mc * (1 - X[f][i]))
+                terms.append(facs[f][1] * w)
+            return _qsum(terms)
+
         lat = mdl.var(f"lat{i}")
-        ws_ = []
-        for f in range(n):
-            w = mdl.var(f"W{f}_{i}")
-            _add(mdl, w >= crit - mc * (1 - X[f][i]))
-            ws_.append(facs[f][1] * w)
-        _add(mdl, lat >= _qsum(ws_))
+        _add(mdl, lat >= n_times(crit, "W"))
         for pn, oc in occ_here.items():  # N_i x occupancy, linearised like N_i x crit
             nxt = mdl.var(f"occN{pn}{i}")
-            wp = []
-            for f in range(n):
-                w = mdl.var(f"WO{pn}{f}_{i}")
-                _add(mdl, w >= oc - mc * (1 - X[f][i]))
-                wp.append(facs[f][1] * w)
-            _add(mdl, nxt >= _qsum(wp))
+            _add(mdl, nxt >= n_times(oc, f"WO{pn}"))
             occ_next[pn] = nxt
         prologues += pro
         lat_next = lat
