@@ -29,6 +29,7 @@ import numpy as np
 
 from ..hardware import cost
 from ..hardware.schema import CIMHardware
+from ..simulator.timeline import _Resource
 from . import plan as P
 from .mapping import tile_matrix
 from .region import CONV2D, DMATMUL, Region
@@ -56,6 +57,28 @@ def range_max(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         t = table[lv]
         out[sel] = np.maximum(t[lo[sel]], t[hi[sel] - (1 << lv)])
     return out
+
+
+def book(units: dict, names, t: float, dur: float) -> float:
+    """Finish time of a job of ``dur`` on the units ``names`` (all at once), at the earliest common gap >= ``t``.
+
+    The simulator's list scheduler (:func:`tvm_cim.simulator.timeline.schedule_graph`)
+    books each operation this way, in program order and region by region;
+    ``units`` maps a unit's name to its :class:`tvm_cim.simulator.timeline._Resource`.
+    """
+    if dur <= 0:
+        return t
+    rs = [units.setdefault(n, _Resource()) for n in names]
+    while True:
+        t2 = t
+        for u in rs:
+            t2 = u.earliest(t2, dur)
+        if t2 == t:
+            break
+        t = t2
+    for u in rs:
+        u.reserve(t, dur)
+    return t + dur
 
 
 @dataclass(frozen=True)
@@ -242,7 +265,8 @@ class Estimator:
                      t_free: float | None = None,
                      t_offchip: float | None = None, mem_in: int = 0,
                      mem_out: int = 0, cap: int | None = None,
-                     inplace: bool = False, spread: bool = False) -> tuple[np.ndarray, tuple[float, float, float]]:
+                     inplace: bool = False, spread: bool = False, units: dict | None = None,
+                     xbs: list | None = None) -> tuple[np.ndarray, tuple[float, float, float]]:
         """When each chunk of a region is stored, given when its input is available.
 
         Weights written at run time (not resident, or a ``dmatmul``'s run-time
@@ -283,6 +307,15 @@ class Estimator:
         spread : bool
             Every replica on cores of its own (its link and ALU unshared);
             otherwise replicas are packed onto consecutive crossbars.
+        units : dict, optional
+            The chip's shared units as booked by the regions before this one
+            (:func:`book`): the global-buffer port, the chip ALU, the off-chip
+            interface, each core's link and ALU.  Given (with ``xbs``), a
+            region run in one pass books its operations on them chunk by
+            chunk in program order, as the simulator's list scheduler does,
+            so it waits where earlier regions hold a unit.
+        xbs : list of numpy.ndarray, optional
+            With ``units``: the crossbar of every tile, per replica (its cores).
 
         Returns
         -------
@@ -310,6 +343,7 @@ class Estimator:
         t0 = float(t_in.min())
         tf = t0 if t_free is None else min(t0, t_free)
         fetch = self.fetch_ns(r, tile_rows, passes, cap) if not resident else np.zeros(passes)
+        t_in_given = t_in
         t_off = tf if t_offchip is None else max(tf, t_offchip)
         if spill and not mem_in and passes == 1 and fetch[0] > 0:  # loads queue behind weights off-chip
             t_in = np.maximum(t_in, t_off + fetch[0])
@@ -334,6 +368,9 @@ class Estimator:
             start = max(t0, float(fetched[0]) + self.write_ns(r, tile_rows))
         moved = float((0.0 if mem_in else np.sum(load)) + (0.0 if mem_out else np.sum(store)))
         busy = (moved, float(np.sum(prep)), float(np.sum(fetch)) + (moved if spill else 0.0))
+        if units is not None and passes == 1:
+            return self._booked(r, tile_rows, ch, tiles, blocks, reps, t_in_given, tf, fetch, resident,
+                                (load, prep, scatter, read, post, store), mem_in, mem_out, inplace, units, xbs), busy
         if passes > 1:
             # every pass rewrites all crossbars with the next tiles (row-major over row and column
             # blocks), then reads every chunk; the link sends the passes' inputs in program order
@@ -401,6 +438,58 @@ class Estimator:
         posted = maxplus(alu_in, po.transpose(1, 0, 2).reshape(C, -1), axis=1).reshape(C, rounds, q).transpose(1, 0, 2)
         done = posted.reshape(rounds, R)[:, :reps].ravel()[:nch]
         return maxplus(done, store), busy  # the stores share the global-buffer port, in program order
+
+    def _booked(self, r: Region, tile_rows: int, ch: P.Chunks, tiles: list, blocks: list, reps: int, t_in: np.ndarray, tf: float,
+                fetch: np.ndarray, resident: bool, work: tuple, mem_in: int, mem_out: int, inplace: bool,
+                units: dict, xbs: list) -> np.ndarray:
+        """:meth:`chunk_finish` of a region in one pass, booking the shared units in program order (:func:`book`)."""
+        hw = self.hw
+        load, prep, scatter, read, post, store = (np.asarray(w, dtype=float).tolist() for w in work)
+        spill = ch.level == "offchip"
+        port = ("gbuf", "offchip") if spill else ("gbuf",)
+        per_core = hw.core.crossbars
+        nch = len(load)
+        pipelined = self.mvm_pipeline and hw.chip.computing_mode != "core" and len(blocks) > 1
+        rows_all = sum(b1 - b0 for b0, b1 in blocks)
+        # per replica: the link of each (row) block's lowest core, the ALU of its first crossbar's core
+        links, alus = [], []
+        for xr in xbs:
+            xr = np.asarray(xr)
+            if pipelined:
+                by_k = {}
+                for i, t in enumerate(tiles):
+                    by_k[t.k0] = min(by_k.get(t.k0, 1 << 60), int(xr[i]) // per_core)
+                links.append([(f"link:{by_k[b0]}", (b1 - b0) / rows_all) for b0, b1 in blocks])
+            else:
+                links.append([(f"link:{int(xr.min()) // per_core}", 1.0)])
+            alus.append((f"alu:{int(xr[0]) // per_core}",))
+        # the weights first: fetched (constant weights not resident) or the run-time operand loaded, then written
+        start = t0 = float(np.min(t_in))
+        if r.kind == DMATMUL:
+            y_el = float(np.prod(r.in_shapes[1]))
+            t = tf
+            if not inplace:
+                t = book(units, port, t, float(cost.load_store(hw, math.ceil(y_el * self.wbits / 8), spill)[0]))
+            t = book(units, ("chipalu",), t, float(cost.alu(hw, "quantize", y_el, core_level=False)[0]))
+            start = max(t0, t if inplace else t + self.write_ns(r, tile_rows))
+        elif not resident:
+            t = book(units, ("offchip",), tf, float(fetch[0]))
+            start = max(t0, t + self.write_ns(r, tile_rows))
+        fin = np.empty(nch)
+        last = [[start] * len(links[0]) for _ in range(reps)]
+        tin = np.broadcast_to(t_in, (nch,)).tolist()
+        for c in range(nch):
+            q = c % reps
+            t = book(units, (f"{r.name}:mem_in",) if mem_in else port, tin[c], load[c])
+            t = book(units, ("chipalu",), t, prep[c])
+            done = t
+            for j, (link, w) in enumerate(links[q]):
+                s_ = book(units, (link,), t, scatter[c] * w)
+                last[q][j] = max(s_, last[q][j]) + read[c]
+                done = max(done, last[q][j])
+            t = book(units, alus[q], done, post[c])
+            fin[c] = book(units, (f"{r.name}:mem_out",) if mem_out else port, t, store[c])
+        return fin
 
     # ------------------------------------------------------------------ for solvers
     def linear_terms(self, r: Region, tile_rows: int, resident: bool = True) -> LinearTerms:
@@ -472,6 +561,29 @@ class Estimator:
         return e
 
     # ------------------------------------------------------------------ whole graph
+    def _placement(self, r: Region, p, nxt: int) -> list | None:
+        """The crossbar of every tile of each replica, as :func:`tvm_cim.compiler.mapping.allocate` places them.
+
+        ``nxt``: the first crossbar free in the segment.  None for a region
+        run in passes (it reuses the crossbars; its units are not booked).
+        """
+        n_t = self.tiles(r, p.tile_rows)
+        cap, per_core = self.hw.total_crossbars, self.hw.core.crossbars
+        fixed = getattr(p, "inplace_xbs", ())
+        if fixed and r.kind == DMATMUL:
+            return [np.asarray(fixed)]
+        serial = getattr(p, "pass_xbs", 0)
+        if serial or n_t > cap:
+            return [np.arange(n_t)] if p.passes == 1 and n_t <= (serial or cap) else None
+        out = []
+        for _ in range(p.replicas):
+            if self.hw.chip.computing_mode == "core" and nxt % per_core:
+                nxt += per_core - nxt % per_core
+            out.append(np.arange(nxt, nxt + n_t))
+            nxt += n_t
+        return out
+
+
     def graph_ns(self, regions: list[Region], plans: dict, pipeline: bool,
                  producers: dict[str, list[str]] | None = None) -> tuple[float, dict[str, float]]:
         """End-to-end estimate of one inference.
@@ -498,11 +610,16 @@ class Estimator:
         cur_seg = shared_seg = None
         shared = (0.0, 0.0, 0.0)
         off_free = 0.0  # the off-chip interface fetches the weights of a segment's regions in order
+        units: dict = {}  # the shared units, booked region by region as the simulator does
+        nxt = 0
         for r in regions:
             p = plans[r.name]
             if p.segment != cur_seg:  # a new segment starts once the previous one is done (and its switches)
                 cur_seg, seg_start = p.segment, end + getattr(p, "switch_ns", 0.0)
-                off_free = seg_start
+                off_free, nxt = seg_start, 0
+            xbs = self._placement(r, p, nxt)
+            if xbs is not None and not (getattr(p, "inplace_xbs", ()) or getattr(p, "pass_xbs", 0)):
+                nxt = int(xbs[-1][-1]) + 1
             ch = self.chunks(r, p.replicas)
             starts, stops = ch.starts, ch.stops
             t_in = np.full(len(starts), seg_start if pipeline else end)
@@ -526,7 +643,8 @@ class Estimator:
                                           t_offchip=off_free if pipeline else None,
                                           mem_in=getattr(p, "mem_in", 0), mem_out=getattr(p, "mem_out", 0),
                                           cap=getattr(p, "pass_xbs", 0) or None,
-                                          inplace=bool(getattr(p, "inplace_xbs", ())))
+                                          inplace=bool(getattr(p, "inplace_xbs", ())),
+                                          units=units if xbs is not None else None, xbs=xbs)
             if not p.resident:
                 off_free = max(off_free, seg_start if pipeline else end) + float(
                     np.sum(self.fetch_ns(r, p.tile_rows, p.passes, getattr(p, "pass_xbs", 0) or None)))
