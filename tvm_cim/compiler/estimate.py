@@ -59,16 +59,21 @@ def range_max(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     return out
 
 
-def book(units: dict, names, t: float, dur: float) -> float:
-    """Finish time of a job of ``dur`` on the units ``names`` (all at once), at the earliest common gap >= ``t``.
+def book(rs: tuple, t: float, dur: float) -> float:
+    """Finish time of a job of ``dur`` on the units ``rs`` (all at once), at their earliest common gap >= ``t``.
 
     The simulator's list scheduler (:func:`tvm_cim.simulator.timeline.schedule_graph`)
     books each operation this way, in program order and region by region;
-    ``units`` maps a unit's name to its :class:`tvm_cim.simulator.timeline._Resource`.
+    the units are its :class:`tvm_cim.simulator.timeline._Resource`.
     """
     if dur <= 0:
         return t
-    rs = [units.setdefault(n, _Resource()) for n in names]
+    if len(rs) == 1:
+        u = rs[0]
+        if u.ends and t < u.ends[-1]:
+            t = u.earliest(t, dur)
+        u.reserve(t, dur)
+        return t + dur
     while True:
         t2 = t
         for u in rs:
@@ -446,7 +451,13 @@ class Estimator:
         hw = self.hw
         load, prep, scatter, read, post, store = (np.asarray(w, dtype=float).tolist() for w in work)
         spill = ch.level == "offchip"
-        port = ("gbuf", "offchip") if spill else ("gbuf",)
+
+        def unit(*names):
+            return tuple(units[n] if n in units else units.setdefault(n, _Resource()) for n in names)
+
+        port = unit("gbuf", "offchip") if spill else unit("gbuf")
+        alu, off = unit("chipalu"), unit("offchip")
+        m_in, m_out = unit(f"{r.name}:mem_in"), unit(f"{r.name}:mem_out")
         per_core = hw.core.crossbars
         nch = len(load)
         pipelined = self.mvm_pipeline and hw.chip.computing_mode != "core" and len(blocks) > 1
@@ -459,36 +470,36 @@ class Estimator:
                 by_k = {}
                 for i, t in enumerate(tiles):
                     by_k[t.k0] = min(by_k.get(t.k0, 1 << 60), int(xr[i]) // per_core)
-                links.append([(f"link:{by_k[b0]}", (b1 - b0) / rows_all) for b0, b1 in blocks])
+                links.append([(unit(f"link:{by_k[b0]}"), (b1 - b0) / rows_all) for b0, b1 in blocks])
             else:
-                links.append([(f"link:{int(xr.min()) // per_core}", 1.0)])
-            alus.append((f"alu:{int(xr[0]) // per_core}",))
+                links.append([(unit(f"link:{int(xr.min()) // per_core}"), 1.0)])
+            alus.append(unit(f"alu:{int(xr[0]) // per_core}"))
         # the weights first: fetched (constant weights not resident) or the run-time operand loaded, then written
         start = t0 = float(np.min(t_in))
         if r.kind == DMATMUL:
             y_el = float(np.prod(r.in_shapes[1]))
             t = tf
             if not inplace:
-                t = book(units, port, t, float(cost.load_store(hw, math.ceil(y_el * self.wbits / 8), spill)[0]))
-            t = book(units, ("chipalu",), t, float(cost.alu(hw, "quantize", y_el, core_level=False)[0]))
+                t = book(port, t, float(cost.load_store(hw, math.ceil(y_el * self.wbits / 8), spill)[0]))
+            t = book(alu, t, float(cost.alu(hw, "quantize", y_el, core_level=False)[0]))
             start = max(t0, t if inplace else t + self.write_ns(r, tile_rows))
         elif not resident:
-            t = book(units, ("offchip",), tf, float(fetch[0]))
+            t = book(off, tf, float(fetch[0]))
             start = max(t0, t + self.write_ns(r, tile_rows))
         fin = np.empty(nch)
         last = [[start] * len(links[0]) for _ in range(reps)]
         tin = np.broadcast_to(t_in, (nch,)).tolist()
         for c in range(nch):
             q = c % reps
-            t = book(units, (f"{r.name}:mem_in",) if mem_in else port, tin[c], load[c])
-            t = book(units, ("chipalu",), t, prep[c])
+            t = book(m_in if mem_in else port, tin[c], load[c])
+            t = book(alu, t, prep[c])
             done = t
             for j, (link, w) in enumerate(links[q]):
-                s_ = book(units, (link,), t, scatter[c] * w)
+                s_ = book(link, t, scatter[c] * w)
                 last[q][j] = max(s_, last[q][j]) + read[c]
                 done = max(done, last[q][j])
-            t = book(units, alus[q], done, post[c])
-            fin[c] = book(units, (f"{r.name}:mem_out",) if mem_out else port, t, store[c])
+            t = book(alus[q], done, post[c])
+            fin[c] = book(m_out if mem_out else port, t, store[c])
         return fin
 
     # ------------------------------------------------------------------ for solvers
