@@ -135,11 +135,20 @@ class Estimator:
     rounds : int
         Chunks per replica at least (the pipeline granularity,
         :func:`tvm_cim.compiler.plan.chunk_count`).
+    shared_units : bool
+        In :meth:`graph_ns`, book the units regions share (global-buffer
+        port, chip ALU, off-chip interface, each core's link and ALU) region
+        by region as the simulator does, on the tiles placed as
+        :func:`tvm_cim.compiler.mapping.allocate` places them; off, each region
+        has them to itself and the segment lasts at least their busy time.
+        Off for PIMCOMP's layouts (array groups on cores the GA chooses, local
+        memories, batched sends), which that placement and program order do not describe.
     """
 
     def __init__(self, hw: CIMHardware, wbits: int, ibits: int, mvm_pipeline: bool = False,
-                 offchip_in_order: bool = False, rounds: int = 1):
+                 offchip_in_order: bool = False, rounds: int = 1, shared_units: bool = True):
         self.hw, self.wbits, self.ibits = hw, wbits, ibits
+        self.shared_units = shared_units
         self.mvm_pipeline = mvm_pipeline
         self.offchip_in_order = offchip_in_order
         self.rounds = rounds
@@ -151,7 +160,8 @@ class Estimator:
     def of(cls, hw: CIMHardware, wbits: int, ibits: int, opts) -> "Estimator":
         """The estimate of a schedule's options (:class:`tvm_cim.compiler.strategies.Options`)."""
         return cls(hw, wbits, ibits, mvm_pipeline=opts.mvm_pipeline, offchip_in_order=opts.modes == "dual",
-                   rounds=opts.pipeline_rounds)
+                   rounds=opts.pipeline_rounds,
+                   shared_units=opts.duplication != "ga" and not opts.local_memory and opts.send_batch <= 1)
 
     def hw_of(self, r: Region) -> CIMHardware:
         """The chip as region ``r`` is mapped onto it (rows per read step, encodings: :meth:`Region.chip`)."""
@@ -628,7 +638,7 @@ class Estimator:
             if p.segment != cur_seg:  # a new segment starts once the previous one is done (and its switches)
                 cur_seg, seg_start = p.segment, end + getattr(p, "switch_ns", 0.0)
                 off_free, nxt = seg_start, 0
-            xbs = self._placement(r, p, nxt)
+            xbs = self._placement(r, p, nxt) if self.shared_units else None
             if xbs is not None and not (getattr(p, "inplace_xbs", ()) or getattr(p, "pass_xbs", 0)):
                 nxt = int(xbs[-1][-1]) + 1
             ch = self.chunks(r, p.replicas)
