@@ -359,11 +359,13 @@ class Estimator:
         tf = t0 if t_free is None else min(t0, t_free)
         fetch = self.fetch_ns(r, tile_rows, passes, cap) if not resident else np.zeros(passes)
         t_in_given = t_in
-        t_off = tf if t_offchip is None else max(tf, t_offchip)
+        # fetches need no input and no crossbar: they start once the interface is free (before the crossbars
+        # are, in a serial segment), as the simulator books them
+        t_off = t_off0 = tf if t_offchip is None else t_offchip
         if spill and not mem_in and passes == 1 and fetch[0] > 0:  # loads queue behind weights off-chip
             t_in = np.maximum(t_in, t_off + fetch[0])
         loaded = maxplus(t_in, load)
-        if spill and passes > 1:  # here the weights of every pass queue behind the loads
+        if spill and passes > 1 and not mem_in:  # here the weights of every pass queue behind off-chip loads
             t_off = max(t_off, float(loaded[-1]))
         fetched = t_off + np.cumsum(fetch)
         ready = maxplus(loaded, prep)
@@ -384,7 +386,7 @@ class Estimator:
         moved = float((0.0 if mem_in else np.sum(load)) + (0.0 if mem_out else np.sum(store)))
         busy = (moved, float(np.sum(prep)), float(np.sum(fetch)) + (moved if spill else 0.0))
         if units is not None and passes == 1:
-            return self._booked(r, tile_rows, ch, tiles, blocks, reps, t_in_given, tf, fetch, resident,
+            return self._booked(r, tile_rows, ch, tiles, blocks, reps, t_in_given, tf, t_off0, fetch, resident,
                                 (load, prep, scatter, read, post, store), mem_in, mem_out, inplace, units, xbs), busy
         if passes > 1:
             # every pass rewrites all crossbars with the next tiles (row-major over row and column
@@ -455,7 +457,7 @@ class Estimator:
         return maxplus(done, store), busy  # the stores share the global-buffer port, in program order
 
     def _booked(self, r: Region, tile_rows: int, ch: P.Chunks, tiles: list, blocks: list, reps: int, t_in: np.ndarray, tf: float,
-                fetch: np.ndarray, resident: bool, work: tuple, mem_in: int, mem_out: int, inplace: bool,
+                t_off: float, fetch: np.ndarray, resident: bool, work: tuple, mem_in: int, mem_out: int, inplace: bool,
                 units: dict, xbs: list) -> np.ndarray:
         """:meth:`chunk_finish` of a region in one pass, booking the shared units in program order (:func:`book`)."""
         hw = self.hw
@@ -494,7 +496,7 @@ class Estimator:
             t = book(alu, t, float(cost.alu(hw, "quantize", y_el, core_level=False)[0]))
             start = max(t0, t if inplace else t + self.write_ns(r, tile_rows))
         elif not resident:
-            t = book(off, tf, float(fetch[0]))
+            t = book(off, min(tf, t_off), float(fetch[0]))
             start = max(t0, t + self.write_ns(r, tile_rows))
         fin = np.empty(nch)
         last = [[start] * len(links[0]) for _ in range(reps)]
