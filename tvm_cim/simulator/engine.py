@@ -235,7 +235,7 @@ class Chip:
         self._loopnest = any(o.opcode == "CIM.loopnest" for o in prog.ops("run"))
         self.M = int(prog.attr("M", 1)) * int(prog.attr("batch", 1))
         self._batch = int(prog.attr("batch", 1))
-        self._pending: list = []
+        self._pending: dict = {}  # (input, accumulator) -> queued reads, in program order
         self._deferred: list = []
         self._pending_xbs: set = set()  # crossbars and tensors the queued reads / deferred ops touch
         self._pending_dsts: set = set()
@@ -536,12 +536,15 @@ class Chip:
             self._flush(env, stats)
         v = _vecs(o, env[src].shape[1])
         cells, weights, offsets, tiles = self.xb_cells, self.xb_weights, self.xb_offsets, self._pending_tiles
+        queue = self._pending.get((src, dst))
+        if queue is None:
+            queue = self._pending[(src, dst)] = []
         for xb, rows, cols, base in self._entries(o):
             if xb not in cells:
                 raise SimulationError(f"read of crossbar {xb} before it was written")
             # the read sees the tile the crossbar holds now (captured: a later write need not flush it)
             w = weights[xb]
-            self._pending.append((xb, rows, cols, base, src, dst, v, w, cells[xb], offsets.get(xb)))
+            queue.append((rows, cols, base, v, w, cells[xb], offsets.get(xb)))
             if id(w) not in tiles:
                 tiles[id(w)] = w
                 self._pending_tile_bytes += 8 * w.size  # as the float64 the product converts it to
@@ -568,10 +571,7 @@ class Chip:
     def _flush_reads(self, env, stats) -> None:
         if not self._pending:
             return
-        pend, self._pending = self._pending, []
-        groups: dict[tuple, list] = defaultdict(list)
-        for xb, rows, cols, base, src, dst, v, w, c, off in pend:
-            groups[(src, dst)].append((rows, cols, base, v, w, c, off))
+        groups, self._pending = self._pending, {}
         for (src, dst), all_items in groups.items():
             for items in self._batches(all_items, env[src].shape[0]):
                 self._flush_group(src, dst, items, env, stats)
@@ -598,6 +598,10 @@ class Chip:
         ni = self.options.nonideal
         if self.options.exact_shortcut and (ni is None or not ni.active) and X.exact(self.xhw, lsb0):
             items = self._merge_rows(items)
+            if (not self.signed_input or self.xhw.crossbar.input_encoding != "twos") and \
+                    all(it[4].shape[0] == 1 for it in items):
+                self._flush_exact(x, acc, items, stats)
+                return
         by_key: dict[tuple, list] = defaultdict(list)
         tile = {}  # key -> (weights, cells, ADC offsets) the reads captured
         for rows, cols, base, v, w, c, off in items:
@@ -658,6 +662,41 @@ class Chip:
                 acc[:, v.slice(), c0:c1] += res[t, :, off : off + v.size, : c1 - c0]
                 off += v.size
                 stats.macs += bt * v.size * (r1 - r0) * (c1 - c0)
+
+    @staticmethod
+    def _flush_exact(x: np.ndarray, acc: np.ndarray, items: list, stats) -> None:
+        """Queued reads whose conversions the ADC cannot alter: each adds the integer product of its input
+        slice and its tile's rows and columns to the accumulator (what :func:`X.mvm`'s exact shortcut computes,
+        and, for unsigned, ``phases`` or ``offset`` inputs, what its signed passes recombine to).  Reads of one
+        shape are gathered and multiplied together, whatever their tiles, and added with one scatter."""
+        bt = x.shape[0]
+        classes: dict = defaultdict(list)
+        for rows, cols, base, v, w, _, _ in items:
+            classes[(rows.size, cols.size, v.size)].append((rows.start, rows.start - base, cols.start, v.start, w))
+        for (r, c, nv), its in classes.items():
+            per = 8 * (bt * nv * r + r * c + bt * nv * c) * 3  # float64 gathers, product and scatter indices
+            step = max(1, (_FLUSH_BYTES // 2) // max(1, per))
+            ar_r, ar_c, ar_v = np.arange(r), np.arange(c), np.arange(nv)
+            for i0 in range(0, len(its), step):
+                part = its[i0 : i0 + step]
+                ids: dict = {}
+                for it in part:
+                    ids.setdefault(id(it[4]), it[4])
+                tiles = list(ids.values())
+                pos = {k: j for j, k in enumerate(ids)}
+                rmax = max(t.shape[1] for t in tiles)
+                cmax = max(t.shape[2] for t in tiles)
+                wall = np.zeros((len(tiles), rmax, cmax), dtype=np.result_type(*tiles))
+                for j, t in enumerate(tiles):
+                    wall[j, : t.shape[1], : t.shape[2]] = t[0]
+                meta = np.array([(pos[id(it[4])], it[0], it[1], it[2], it[3]) for it in part], dtype=np.int64)
+                ti, xr, wr, c0, v0 = (meta[:, k] for k in range(5))
+                wi = wall[ti[:, None, None], wr[:, None, None] + ar_r[None, :, None], ar_c[None, None, :]]
+                xi = x[:, v0[:, None, None] + ar_v[None, :, None], xr[:, None, None] + ar_r[None, None, :]]
+                res = np.rint(np.matmul(xi.astype(np.int32).astype(np.float64), wi.astype(np.float64)))
+                np.add.at(acc, (slice(None), v0[:, None, None] + ar_v[None, :, None],
+                                c0[:, None, None] + ar_c[None, None, :]), res.astype(np.int64))
+                stats.macs += bt * nv * r * c * len(part)
 
     @staticmethod
     def _merge_rows(items: list) -> list:
