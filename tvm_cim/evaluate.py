@@ -91,7 +91,7 @@ def evaluate(spec: str, hw, strategy: str, *, seed: int = 0, calib_samples: int 
     order = list(shapes)
     outs, ref = [], []
     if timing_only:
-        stats, _ = R.simulate_timing(info)
+        stats, _ = R.simulate_timing(info, schedule=False)  # build_report schedules the timeline
     else:
         runtime.reset()
         runtime.set_options(exact_shortcut=not bitwise, nonideal=nonideal)

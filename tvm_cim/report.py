@@ -31,11 +31,12 @@ def timeline(info: CompileInfo, stats: list, power_cap_mw: float | None = None):
     return schedule_graph(regions, info.producers, pipeline, power_cap_mw)
 
 
-def simulate_timing(info: CompileInfo, power_cap_mw: float | None = None):
+def simulate_timing(info: CompileInfo, power_cap_mw: float | None = None, schedule: bool = True):
     """Run the compiled programs on a timing-only chip (no values) and schedule the timeline.
 
     For design-space sweeps: latency, energy and power without the numeric work; ``power_cap_mw``
-    caps the peak computing power (:func:`schedule_graph`).
+    caps the peak computing power (:func:`schedule_graph`); ``schedule=False`` returns None for the
+    timeline (a caller that schedules it itself, as :func:`build_report` does).
 
     Returns
     -------
@@ -50,7 +51,7 @@ def simulate_timing(info: CompileInfo, power_cap_mw: float | None = None):
         tensors = {d.name: np.broadcast_to(np.zeros((), d.dtype), d.shape) for d in p.decls
                    if d.role in ("input", "const")}
         stats.append(chip.run(p, tensors)[1])
-    return stats, timeline(info, stats, power_cap_mw)
+    return stats, timeline(info, stats, power_cap_mw) if schedule else None
 
 
 def batch_summary(info: CompileInfo, stats: list, batch: int, latency_ns: float, energy_pj: float) -> dict:

@@ -125,7 +125,9 @@ class _Tile:
         self.w, self.hw, self.bits, self._cells = w, hw, bits, None
         if roundtrip:
             lim = 2 ** (bits - 1) - 1
-            self.weights = np.clip(w, -lim, lim).astype(np.int64)
+            if w.dtype.kind not in "iu" or np.iinfo(w.dtype).max < lim:
+                w = w.astype(np.int64)
+            self.weights = np.clip(w, -lim, lim)  # integer codes (the source's integer type)
         else:
             self.weights = X.decode(self.cells(), hw, bits)
 
@@ -137,6 +139,8 @@ class _Tile:
 
 # Bound the memory of one batch of queued crossbar reads (bytes of their input vectors as float64).
 _FLUSH_BYTES = 96 * 2**20
+# Bound the tiles (int64 weights) queued reads hold across crossbar rewrites.
+_TILE_BYTES = 32 * 2**20
 
 
 def _vecs(o: Op, default: int) -> Range:
@@ -231,10 +235,15 @@ class Chip:
         self._loopnest = any(o.opcode == "CIM.loopnest" for o in prog.ops("run"))
         self.M = int(prog.attr("M", 1)) * int(prog.attr("batch", 1))
         self._batch = int(prog.attr("batch", 1))
-        self._pending: list = []
+        self._pending: dict = {}  # (input, accumulator) -> queued reads, in program order
         self._deferred: list = []
         self._pending_xbs: set = set()  # crossbars and tensors the queued reads / deferred ops touch
         self._pending_dsts: set = set()
+        self._pending_srcs: set = set()  # inputs of the queued reads (an operation writing one flushes them)
+        self._deferred_srcs: set = set()  # what the deferred post-processing reads (a read into one flushes)
+        self._pending_tiles: dict = {}  # id -> tile weights the queued reads captured (bounded: _FLUSH_BYTES)
+        self._pending_tile_bytes = 0
+        self._cross = self._cross_pass()
         self._entries_memo: dict = {}  # id(op) -> _entries (the program is alive while it runs)
         self._read_memo: dict = {}  # aggregated cost of a read of one crossbar set
         self._shape_memo: dict = {}  # (rows, cols, vectors, groups) -> cost.read of this program's mapping  # (rows, cols, vectors, groups) -> cost.read of this program's mapping
@@ -412,12 +421,26 @@ class Chip:
             raise SimulationError(f"program '{self.prog.name}': {o.kind} reads memory-mode crossbars {xbs} "
                                   "that hold no data")
 
+    def _cross_pass(self) -> bool:
+        """Whether queued reads may stay queued across crossbar writes (they captured their tiles): when the
+        batches they execute in cannot change any figure -- integer results are the same for any split, but a
+        lossy ADC's summed error statistics (floating point) may round differently."""
+        if not self.options.measure_adc_error:
+            return True
+        ni = self.options.nonideal
+        if ni is not None and ni.active or any(d.name == "adclsb" for d in self.prog.decls):
+            return False
+        return X.exact(self.xhw, self.adc_lsb)
+
     def _touches_pending(self, o: Op) -> bool:
         if not self._pending and not self._deferred:
             return False
         if o.opcode == "CIM.write_xb":
             return o["xb"] in self._pending_xbs
         names = self._pending_dsts
+        dst = o.get("dst")
+        if isinstance(dst, Ref) and dst.name in self._pending_srcs:  # it overwrites what queued reads read
+            return True
         return any(isinstance(v, Ref) and v.name in names for _, v in o.args)
 
     def _exec(self, o: Op, env, stats) -> None:
@@ -427,6 +450,7 @@ class Chip:
             # reads of all chunks execute as one vectorised batch
             self._deferred.append(o)
             self._pending_dsts.add(o["dst"].name)
+            self._deferred_srcs.update(v.name for _, v in o.args if isinstance(v, Ref) and v.name != o["dst"].name)
             return
         if self._touches_pending(o):
             self._flush(env, stats)
@@ -508,13 +532,28 @@ class Chip:
         src, dst = o["src"].name, o["dst"].name
         if src not in env:
             raise SimulationError(f"program '{self.prog.name}': read of %{src} before it was computed")
+        if dst in self._deferred_srcs:  # deferred post-processing reads what this read changes
+            self._flush(env, stats)
         v = _vecs(o, env[src].shape[1])
+        cells, weights, offsets, tiles = self.xb_cells, self.xb_weights, self.xb_offsets, self._pending_tiles
+        queue = self._pending.get((src, dst))
+        if queue is None:
+            queue = self._pending[(src, dst)] = []
         for xb, rows, cols, base in self._entries(o):
-            if xb not in self.xb_cells:
+            if xb not in cells:
                 raise SimulationError(f"read of crossbar {xb} before it was written")
-            self._pending.append((xb, rows, cols, base, src, dst, v))
-            self._pending_xbs.add(xb)
-            self._pending_dsts.add(dst)
+            # the read sees the tile the crossbar holds now (captured: a later write need not flush it)
+            w = weights[xb]
+            queue.append((rows, cols, base, v, w, cells[xb], offsets.get(xb)))
+            if id(w) not in tiles:
+                tiles[id(w)] = w
+                self._pending_tile_bytes += 8 * w.size  # as the float64 the product converts it to
+            if not self._cross:
+                self._pending_xbs.add(xb)
+        self._pending_dsts.add(dst)
+        self._pending_srcs.add(src)
+        if self._pending_tile_bytes > _TILE_BYTES:  # bound the tiles held for queued reads
+            self._flush(env, stats)
 
     def _flush(self, env, stats) -> None:
         """Execute the queued reads (grouped by crossbar, vectorised), then the deferred post-processing."""
@@ -522,16 +561,17 @@ class Chip:
         deferred, self._deferred = self._deferred, []
         self._pending_xbs = set()
         self._pending_dsts = set()
+        self._pending_srcs = set()
+        self._deferred_srcs = set()
+        self._pending_tiles = {}
+        self._pending_tile_bytes = 0
         for o in deferred:
             self._apply(o, env, stats)
 
     def _flush_reads(self, env, stats) -> None:
         if not self._pending:
             return
-        pend, self._pending = self._pending, []
-        groups: dict[tuple, list] = defaultdict(list)
-        for xb, rows, cols, base, src, dst, v in pend:
-            groups[(src, dst)].append((xb, rows, cols, base, v))
+        groups, self._pending = self._pending, {}
         for (src, dst), all_items in groups.items():
             for items in self._batches(all_items, env[src].shape[0]):
                 self._flush_group(src, dst, items, env, stats)
@@ -542,7 +582,7 @@ class Chip:
         the peak memory of a flush stays bounded however many chunks a pass has.  (Integer results are
         the same for any split; only a lossy ADC's summed error statistics may round differently.)"""
         start, size = 0, 0
-        for i, (_, rows, _, _, v) in enumerate(items):
+        for i, (rows, _, _, v, _, _, _) in enumerate(items):
             b = 8 * bt * v.size * rows.size
             if size and size + b > _FLUSH_BYTES:
                 yield items[start:i]
@@ -554,24 +594,36 @@ class Chip:
         """Execute queued reads of one input and one accumulator, vectorised over tiles and vectors."""
         x, acc = env[src], env[dst]
         bt = x.shape[0]
+        lsb0 = self.adc_lsb if "adclsb" not in env else env["adclsb"]
+        ni = self.options.nonideal
+        if self.options.exact_shortcut and (ni is None or not ni.active) and X.exact(self.xhw, lsb0):
+            items = self._merge_rows(items)
+            if (not self.signed_input or self.xhw.crossbar.input_encoding != "twos") and \
+                    all(it[4].shape[0] == 1 for it in items):
+                self._flush_exact(x, acc, items, stats)
+                return
         by_key: dict[tuple, list] = defaultdict(list)
-        for xb, rows, cols, base, v in items:
-            by_key[(xb, rows.start, rows.stop, base, cols.start, cols.stop)].append(v)
+        tile = {}  # key -> (weights, cells, ADC offsets) the reads captured
+        for rows, cols, base, v, w, c, off in items:
+            key = (id(w), id(c), id(off), rows.start, rows.stop, base, cols.start, cols.stop)
+            if key not in by_key:
+                tile[key] = (w, c, off)
+            by_key[key].append(v)
         keys = list(by_key)
         t_n = len(keys)
-        r_max = max(k[2] - k[1] for k in keys)
-        n_max = max(k[5] - k[4] for k in keys)
+        r_max = max(k[4] - k[3] for k in keys)
+        n_max = max(k[7] - k[6] for k in keys)
         v_tot = [sum(v.size for v in by_key[k]) for k in keys]
         v_max = max(v_tot)
         xs = np.zeros((t_n, bt, v_max, r_max), dtype=np.int32)
         wts = []
         for t, key in enumerate(keys):
-            xb, r0, r1, base, c0, c1 = key
+            _, _, _, r0, r1, base, c0, c1 = key
             off = 0
             for v in by_key[key]:
                 xs[t, :, off : off + v.size, : r1 - r0] = x[:, v.slice(), r0:r1]
                 off += v.size
-            w = self.xb_weights[xb][:, r0 - base : r1 - base]
+            w = tile[key][0][:, r0 - base : r1 - base]
             wts.append(self._fit(w, bt, r_max, n_max))
         wts = np.stack(wts)
         shape = (t_n, bt, r_max) + self._slices_planes() + (n_max,)  # of the stacked cells
@@ -582,7 +634,7 @@ class Chip:
         if ni is not None and ni.active:
             offset = np.zeros((t_n,) + shape[-3:], dtype=np.float32)
             for t, key in enumerate(keys):
-                off = self.xb_offsets[key[0]]
+                off = tile[key][2]
                 offset[t, ..., : off.shape[-1]] = off[..., : shape[-1]]
             if lsb is None:
                 lsb = X.adc_lsb(hw, r_max)
@@ -590,8 +642,8 @@ class Chip:
             # the exact integer product: only the cells' shape is used, not their values
             cells = np.broadcast_to(np.zeros((), np.float32), shape)
         else:
-            cells = np.stack([self._fit(self._cells(xb)[:, r0 - base : r1 - base], bt, r_max, n_max)
-                              for xb, r0, r1, base, _, _ in keys])
+            cells = np.stack([self._fit(self._cells(tile[k][1])[:, k[3] - k[5] : k[4] - k[5]], bt, r_max, n_max)
+                              for k in keys])
         if self.signed_input:  # as the input encoding applies them (two unsigned phases by default)
             res = X.mvm_signed(xs, cells, hw, self.wbits, self.ibits, sc, weights=wts, lsb=lsb, offset=offset)
         else:
@@ -604,12 +656,68 @@ class Chip:
             e["sum_sq_err"] = e.get("sum_sq_err", 0.0) + float((err.astype(np.float64) ** 2).sum())
             e["sum_sq_ref"] = e.get("sum_sq_ref", 0.0) + float((ideal**2).sum())
         for t, key in enumerate(keys):
-            xb, r0, r1, base, c0, c1 = key
+            _, _, _, r0, r1, base, c0, c1 = key
             off = 0
             for v in by_key[key]:
                 acc[:, v.slice(), c0:c1] += res[t, :, off : off + v.size, : c1 - c0]
                 off += v.size
                 stats.macs += bt * v.size * (r1 - r0) * (c1 - c0)
+
+    @staticmethod
+    def _flush_exact(x: np.ndarray, acc: np.ndarray, items: list, stats) -> None:
+        """Queued reads whose conversions the ADC cannot alter: each adds the integer product of its input
+        slice and its tile's rows and columns to the accumulator (what :func:`X.mvm`'s exact shortcut computes,
+        and, for unsigned, ``phases`` or ``offset`` inputs, what its signed passes recombine to).  Reads of one
+        shape are gathered and multiplied together, whatever their tiles, and added with one scatter."""
+        bt = x.shape[0]
+        classes: dict = defaultdict(list)
+        for rows, cols, base, v, w, _, _ in items:
+            classes[(rows.size, cols.size, v.size)].append((rows.start, rows.start - base, cols.start, v.start, w))
+        for (r, c, nv), its in classes.items():
+            per = 8 * (bt * nv * r + r * c + bt * nv * c) * 3  # float64 gathers, product and scatter indices
+            step = max(1, (_FLUSH_BYTES // 2) // max(1, per))
+            ar_r, ar_c, ar_v = np.arange(r), np.arange(c), np.arange(nv)
+            for i0 in range(0, len(its), step):
+                part = its[i0 : i0 + step]
+                ids: dict = {}
+                for it in part:
+                    ids.setdefault(id(it[4]), it[4])
+                tiles = list(ids.values())
+                pos = {k: j for j, k in enumerate(ids)}
+                rmax = max(t.shape[1] for t in tiles)
+                cmax = max(t.shape[2] for t in tiles)
+                wall = np.zeros((len(tiles), rmax, cmax), dtype=np.result_type(*tiles))
+                for j, t in enumerate(tiles):
+                    wall[j, : t.shape[1], : t.shape[2]] = t[0]
+                meta = np.array([(pos[id(it[4])], it[0], it[1], it[2], it[3]) for it in part], dtype=np.int64)
+                ti, xr, wr, c0, v0 = (meta[:, k] for k in range(5))
+                wi = wall[ti[:, None, None], wr[:, None, None] + ar_r[None, :, None], ar_c[None, None, :]]
+                xi = x[:, v0[:, None, None] + ar_v[None, :, None], xr[:, None, None] + ar_r[None, None, :]]
+                res = np.rint(np.matmul(xi.astype(np.int32).astype(np.float64), wi.astype(np.float64)))
+                np.add.at(acc, (slice(None), v0[:, None, None] + ar_v[None, :, None],
+                                c0[:, None, None] + ar_c[None, None, :]), res.astype(np.int64))
+                stats.macs += bt * nv * r * c * len(part)
+
+    @staticmethod
+    def _merge_rows(items: list) -> list:
+        """Reads of adjacent row groups of one tile for the same vectors as one read of their rows (the exact
+        integer product sums over rows: the same result as the groups' products added)."""
+        merged: dict = {}
+        rest = []
+        for it in items:
+            rows, cols, base, v, w, c, off = it
+            k = (id(w), id(c), id(off), base, cols.start, cols.stop, v.start, v.stop)
+            m = merged.get(k)
+            if m is None:
+                merged[k] = [rows.start, rows.stop, it]
+            elif m[1] == rows.start:
+                m[1] = rows.stop
+            elif m[0] == rows.stop:
+                m[0] = rows.start
+            else:  # not adjacent (or read twice): its own read
+                rest.append(it)
+        out = [(Range(r0, r1), *it[1:]) for r0, r1, it in merged.values()]
+        return out + rest
 
     def _lsb(self, env, keys: list, shape: tuple):
         """The programmed ADC LSB of the tiles being read: the program's ``adc_lsb``, or its per-bitline
@@ -619,14 +727,14 @@ class Chip:
             t_n, _, _, s_n, p_n, n_max = shape
             out = np.ones((t_n, s_n * p_n, n_max), dtype=np.float64)
             for t, key in enumerate(keys):
-                c0, c1 = key[4], key[5]
+                c0, c1 = key[6], key[7]
                 out[t, :, : c1 - c0] = per_col[:, c0:c1]
             return out.reshape(t_n, s_n, p_n, n_max)
         return self.adc_lsb
 
-    def _cells(self, xb: int) -> np.ndarray:
-        """The cells crossbar ``xb`` holds (tiles are encoded when a read first needs the cells)."""
-        c = self.xb_cells[xb]
+    @staticmethod
+    def _cells(c) -> np.ndarray:
+        """The cells a crossbar holds (``xb_cells`` entry: tiles are encoded when a read first needs them)."""
         return c.cells() if isinstance(c, _Tile) else c
 
     def _slices_planes(self) -> tuple[int, int]:
@@ -758,25 +866,31 @@ class Chip:
 
     def _read_cost(self, o: Op, ents: list, vectors: int) -> tuple:
         """Duration, energy by component, total energy, resource, input key and crossbar keys of a read."""
-        durs, energy = [], defaultdict(float)
-        memo = self._shape_memo
-        for xb, rows, cols, _ in ents:
-            groups = 1 if o.opcode == "CIM.read_row" else -(-rows.size // self.xhw.crossbar.rows_active)
-            key = (rows.size, cols.size, vectors, groups)
-            hit = memo.get(key)
-            if hit is None:
-                hit = memo[key] = cost.read(self.xhw, rows.size, cols.size, vectors, groups, self.wbits, self.ibits,
-                                            self.signed_input)
-            d, e = hit
-            durs.append(d)
-            for k2, val in e.items():
-                energy[k2] += val
+        row = o.opcode == "CIM.read_row"
+        ra = self.xhw.crossbar.rows_active
+        shapes = tuple((rows.size, cols.size) for _, rows, cols, _ in ents)
+        sig = (shapes, vectors, row)
+        hit = self._shape_memo.get(sig)
+        if hit is None:  # crossbar sets of the same tile shapes cost the same (summed in the same order)
+            durs, energy = [], defaultdict(float)
+            memo = self._shape_memo
+            for r, c in shapes:
+                groups = 1 if row else -(-r // ra)
+                key = (r, c, vectors, groups)
+                one = memo.get(key)
+                if one is None:
+                    one = memo[key] = cost.read(self.xhw, r, c, vectors, groups, self.wbits, self.ibits,
+                                                self.signed_input)
+                d, e = one
+                durs.append(d)
+                for k2, val in e.items():
+                    energy[k2] += val
+            hit = self._shape_memo[sig] = (max(durs, default=0.0), dict(energy), float(sum(energy.values())))
         blk = o.get("block")
         # row groups of one crossbar are sequential: they share the resource
         tag = f"vxb:{self.prog.name}:{o['vxb']}" + (f":{blk.start}" if blk is not None else "")
         src_key = f"{o['src'].name}@{o['vxb']}" + (f":{blk.start}" if blk is not None else "")
-        return (max(durs, default=0.0), dict(energy), float(sum(energy.values())), tag, src_key,
-                tuple(f"xb:{xb}" for xb, _, _, _ in ents))
+        return (*hit, tag, src_key, tuple(f"xb:{xb}" for xb, _, _, _ in ents))
 
     def _record_dmov(self, o: Op, ev: Events) -> None:
         hw = self.hw
