@@ -10,6 +10,11 @@ Experiments (``--experiment``):
               and the GPU-only roofline; speedups, the Fig. 10 breakdown into
               data rearrangement and compute, and how far pruning shrinks the
               space.
+``fig10``     the ``kernels`` experiment on the size-4096 workloads only (the Fig. 10 rows),
+              with the measured breakdown: for default and DCC, each phase's time, the
+              resource bounding it on the busiest channel (command path, busiest core,
+              bank group, data bus, activation window, rank, host link), whether the
+              default's copy runs channel after channel, and the command counts by class.
 ``decode``    one decode step of GPT3-13B and LLaMA2-33B on AttAcc, end to
               end (all layers), for GPU only, AttAcc-Base (attention on PIM,
               default tiling), AttAcc-Full (attention and FFN on PIM, default
@@ -199,7 +204,8 @@ def fig10_breakdown(rows) -> list[dict]:
             m = r["measured"][v]
             e[v] = {
                 "phases": {ph: {"ns": d["ns"], "bound": d["bound"], "bound_ns": d["terms_ns"].get(d["bound"], 0.0),
-                                "host_ns": d["host_ns"], "channels": d["channels"],
+                                "host_ns": d["host_ns"], "channels": d["channels"], "serial": d["serial"],
+                                "rounds": d["rounds"],
                                 "host_data_share": d["host_data_share_of_command_path"]}
                            for ph, d in m["phases"].items() if ph != "setup"},
                 "commands": m["commands"],
@@ -219,6 +225,8 @@ def print_fig10_breakdown(entries):
         for v in ("default", "dcc"):
             ph = e[v]["phases"]
             parts = [f"{n} {d['ns'] / 1e3:.2f}us [{d['bound']}, {d['channels']} ch"
+                     + (", channel after channel" if d.get("serial") else "")
+                     + (f", {d['rounds']} staged rounds" if d.get("rounds", 1) > 1 else "")
                      + (f", host-data {100 * d['host_data_share']:.0f}% of cmd path" if n == "compute" else "") + "]"
                      for n, d in ph.items()]
             c = e[v]["commands"]

@@ -370,9 +370,11 @@ class TimingModel:
                 dev_ns = float(per_ch.max()) * tck
             bw_ns = host_bytes / v.host_bw_gbs  # bytes / (GB/s) = ns
             phase_ns = max(dev_ns, bw_ns) + host_ns
+            fill = 0.0
             if ph.rounds > 1:
                 # staging in double-buffered rounds: the first round's host read overlaps no PIM write
-                phase_ns += min(dev_ns, bw_ns) / ph.rounds
+                fill = min(dev_ns, bw_ns) / ph.rounds
+                phase_ns += fill
             phases[ph.name] = phase_ns
             # what bounds the phase: each resource's busy time on the busiest channel, the host link, host actions
             b = int(np.argmax(per_ch)) if per_ch.size else 0
@@ -392,7 +394,7 @@ class TimingModel:
                 split["compute"] += d * (1 - frac)
                 split["host"] += host_ns
             elif ph.name != "setup":
-                split["rearrangement"] += max(dev_ns, bw_ns)
+                split["rearrangement"] += max(dev_ns, bw_ns) + fill
                 split["host"] += host_ns
         latency = sum(ns for name, ns in phases.items() if name != "setup")
         return SimResult(
