@@ -117,6 +117,16 @@ def features(spec: KernelSpec, draft: Draft, view: PimView) -> np.ndarray:
 _N_PLAN = 24
 
 
+def prior_log_ns(X: np.ndarray) -> np.ndarray:
+    """The plan's first-order time estimate, ``ln(ns)``, of each row of a feature matrix.
+
+    It is the last feature (``log2`` of the command-path / core busy time plus the results' way
+    out, :func:`plan_counts`): NaN for kernels without a plan, ``+inf`` where the tile does not fit.
+    """
+    last = np.asarray(X, dtype=np.float64)[:, -1]
+    return np.where(last > 0, last * np.log(2.0), np.where(last < 0, np.inf, np.nan))
+
+
 def plan_counts(spec: KernelSpec, draft: Draft, view: PimView) -> dict[str, float] | None:
     """Per-core command counts and first-order busy times of a ``gemv`` / ``red`` draft, from its tile plan.
 
