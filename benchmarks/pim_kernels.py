@@ -10,6 +10,11 @@ Experiments (``--experiment``):
               and the GPU-only roofline; speedups, the Fig. 10 breakdown into
               data rearrangement and compute, and how far pruning shrinks the
               space.
+``fig10``     the ``kernels`` experiment on the size-4096 workloads only (the Fig. 10 rows),
+              with the measured breakdown: for default and DCC, each phase's time, the
+              resource bounding it on the busiest channel (command path, busiest core,
+              bank group, data bus, activation window, rank, host link), whether the
+              default's copy runs channel after channel, and the command counts by class.
 ``decode``    one decode step of GPT3-13B and LLaMA2-33B on AttAcc, end to
               end (all layers), for GPU only, AttAcc-Base (attention on PIM,
               default tiling), AttAcc-Full (attention and FFN on PIM, default
@@ -112,10 +117,11 @@ def kernel_workloads(scale: str) -> dict[str, list[tuple[str, KernelSpec, str]]]
     return out
 
 
-def run_kernels(scale: str) -> dict:
+def run_kernels(scale: str, only_fig10: bool = False) -> dict:
     rows = []
     work = kernel_workloads(scale)
-    jobs = [(dev, lab, spec, scen) for dev, lst in work.items() for lab, spec, scen in lst]
+    jobs = [(dev, lab, spec, scen) for dev, lst in work.items() for lab, spec, scen in lst
+            if not only_fig10 or _fig10({"sizes": dict(spec.sizes)})]
     for dev, lab, spec, scen in tqdm(jobs, desc="kernels (exhaustive over pruned drafts)", unit="workload"):
         view = PimView(tvm_pim.load(dev))
         launch = view.hw.system.host.launch_overhead_us * 1e3
@@ -167,12 +173,67 @@ def run_kernels(scale: str) -> dict:
                     "default": {"rearrangement_ns": base.rearrangement_ns, "compute_ns": base.compute_ns, "host_ns": base.host_ns},
                     "dcc": {"rearrangement_ns": dcc.rearrangement_ns, "compute_ns": dcc.compute_ns, "host_ns": dcc.host_ns},
                 },
+                # the simulator's counters behind the breakdown: per phase, each resource's busy time on the
+                # busiest channel and the bound; command counts by class
+                "measured": {"default": _measured(base), "dcc": _measured(dcc)},
                 "space": st.as_dict(),
                 "rules_alone": rule_shrinkage(spec, view),
                 "search_s": search_s,
             }
         )
-    return {"rows": rows, "summary": summarise(rows), "baselines": baseline_summary(rows), "rule1": rule1_demo()}
+    return {"rows": rows, "summary": summarise(rows), "baselines": baseline_summary(rows), "rule1": rule1_demo(),
+            "fig10_breakdown": fig10_breakdown(rows)}
+
+
+def _measured(res) -> dict:
+    """Phase times, their binding resources and command counts of one simulation (Fig. 10 breakdown)."""
+    return {"phases": res.extra.get("resources", {}), "commands": dict(res.command_counts), "host_bytes": res.host_bytes}
+
+
+def fig10_breakdown(rows) -> list[dict]:
+    """Default vs DCC per Fig. 10 row (size 4096), from the simulator's counters: each phase's time and
+    the resource that bounds it, and the commands by class (host-link columns, register writes, row
+    activations, compute columns, result moves)."""
+    out = []
+    for r in rows:
+        if not _fig10(r) or "measured" not in r:
+            continue
+        e = {"device": r["device"], "kernel": r["kernel"], "scenario": r["scenario"], "workload": r["workload"],
+             "default_draft": r["default_draft"], "dcc_draft": r["dcc_draft"]}
+        for v in ("default", "dcc"):
+            m = r["measured"][v]
+            e[v] = {
+                "phases": {ph: {"ns": d["ns"], "bound": d["bound"], "bound_ns": d["terms_ns"].get(d["bound"], 0.0),
+                                "host_ns": d["host_ns"], "channels": d["channels"], "serial": d["serial"],
+                                "rounds": d["rounds"],
+                                "host_data_share": d["host_data_share_of_command_path"]}
+                           for ph, d in m["phases"].items() if ph != "setup"},
+                "commands": m["commands"],
+                "host_bytes": m["host_bytes"],
+                "rearrangement_ns": r["breakdown"][v]["rearrangement_ns"],
+                "compute_ns": r["breakdown"][v]["compute_ns"],
+            }
+        out.append(e)
+    return out
+
+
+def print_fig10_breakdown(entries):
+    print("\n== Fig. 10 measured: per phase, time (us) and the resource bounding it on the busiest channel; "
+          "default -> DCC ==")
+    for e in entries:
+        print(f"{e['device']} {e['kernel']} {e['scenario']} {e['workload']}: default {e['default_draft']} -> DCC {e['dcc_draft']}")
+        for v in ("default", "dcc"):
+            ph = e[v]["phases"]
+            parts = [f"{n} {d['ns'] / 1e3:.2f}us [{d['bound']}, {d['channels']} ch"
+                     + (", channel after channel" if d.get("serial") else "")
+                     + (f", {d['rounds']} staged rounds" if d.get("rounds", 1) > 1 else "")
+                     + (f", host-data {100 * d['host_data_share']:.0f}% of cmd path" if n == "compute" else "") + "]"
+                     for n, d in ph.items()]
+            c = e[v]["commands"]
+            cmds = ", ".join(f"{k} {n:,}" for k, n in sorted(c.items(), key=lambda kv: -kv[1])[:6])
+            print(f"  {v:7s} rearr {e[v]['rearrangement_ns'] / 1e3:9.2f}us compute {e[v]['compute_ns'] / 1e3:9.2f}us | "
+                  + "; ".join(parts))
+            print(f"  {'':7s} commands: {cmds}")
 
 
 def _fig10(r) -> bool:
@@ -678,7 +739,8 @@ def plot(res: dict, outdir: Path) -> list[str]:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--experiment", default="all", choices=["all", "kernels", "decode", "simspeed", "graphs"])
+    p.add_argument("--experiment", default="all", choices=["all", "kernels", "fig10", "decode", "simspeed", "graphs"],
+                   help="fig10: the kernels experiment on the size-4096 workloads only, with the measured breakdown")
     p.add_argument("--scale", default="small", choices=["small", "full"])
     p.add_argument("--quick", action="store_true", help="one small size per kernel and decode step (seconds)")
     p.add_argument("--json", help="write all results here")
@@ -694,6 +756,7 @@ def main(argv=None) -> int:
         old["summary"], old["baselines"] = summarise(old["rows"]), baseline_summary(old["rows"])
         old.setdefault("rule1", rule1_demo())
         print_kernels(old)
+        print_fig10_breakdown(fig10_breakdown(old["rows"]))
         return 0
     if args.quick:
         args.scale = "quick"
@@ -702,9 +765,10 @@ def main(argv=None) -> int:
     if args.experiment in ("all", "simspeed"):
         res["simspeed"] = run_simspeed(512 if args.quick else 4096)
         print_simspeed(res["simspeed"])
-    if args.experiment in ("all", "kernels"):
-        res["kernels"] = run_kernels(args.scale)
+    if args.experiment in ("all", "kernels", "fig10"):
+        res["kernels"] = run_kernels(args.scale, only_fig10=args.experiment == "fig10")
         print_kernels(res["kernels"])
+        print_fig10_breakdown(res["kernels"]["fig10_breakdown"])
     if args.experiment in ("all", "decode"):
         res["decode"] = run_decode(args.scale, "attacc")
         print_decode(res["decode"])

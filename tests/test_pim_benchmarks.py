@@ -69,3 +69,8 @@ def test_pim_predictor_quick(tmp_path):
         (demo,) = d["cost_model_demo"]
         assert demo["best_ns_with_predictor"] > 0
     assert res["overall_unseen"]["total"] == 4
+
+
+def test_pim_predictor_rejects_unknown_devices(tmp_path, capsys):
+    assert _script("pim_predictor").main(["--quick", "--devices", "hbm-pim,nonesuch", "--plots", str(tmp_path)]) == 2
+    assert "nonesuch" in capsys.readouterr().err

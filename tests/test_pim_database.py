@@ -13,12 +13,13 @@ from tvm.s_tir import meta_schedule as ms
 
 from tvm_pim import load
 from tvm_pim.compiler import space
+from tvm_pim.compiler.codegen import DCC, generate
 from tvm_pim.compiler.kernels import KernelSpec
 from tvm_pim.cost import features
 from tvm_pim.cost.measure import evaluate
 from tvm_pim.hardware.view import PimView
 from tvm_pim.search import database
-from tvm_pim.simulator import timing
+from tvm_pim.simulator import Simulator, timing
 
 HBM = PimView(load("hbm-pim"))
 SPEC = KernelSpec.make("gemv", b=1, m=1, n=512, k=256)
@@ -111,3 +112,29 @@ def test_predictor_features_follow_the_description_not_the_object():
     assert np.array_equal(features.features(SPEC, d, same), features.features(SPEC, d, HBM))
     other = _edited(HBM)
     assert not np.array_equal(features.features(SPEC, d, other), features.features(SPEC, d, HBM))
+
+
+@pytest.mark.parametrize("dev", ["hbm-pim", "attacc"])
+@pytest.mark.parametrize("sizes", [dict(b=1, m=4, n=4000, k=4096), dict(b=8, m=1, n=1000, k=128), dict(b=1, m=16, n=3072, k=1024)])
+def test_plan_counts_are_the_commands_the_simulator_counts(dev, sizes):
+    """The predictor's plan features count, without building the stream, the row activations and compute
+    column commands that the generated stream issues (the simulator's command counts, per core)."""
+    view = PimView(load(dev))
+    spec = KernelSpec.make("gemv", **sizes)
+    drafts, _ = space.enumerate_drafts(spec, view)
+    rng = np.random.default_rng(0)
+    checked = 0
+    for i in rng.choice(len(drafts), 12, replace=False):
+        d = drafts[int(i)]
+        try:
+            c = features.plan_counts(spec, d, view)
+        except space.InfeasibleDraft:
+            continue
+        res = Simulator(view.hw).run(generate(spec, d, view, DCC), functional=False)
+        act = view.command("act", "group") or view.require("act")
+        comp = view.command(view.contraction, "group") or view.require(view.contraction)
+        units = d.groups_used  # group-wide commands: one issue per group reaches all its cores
+        assert res.command_counts[act] == c["acts"] * units
+        assert res.command_counts[comp] == c["compute_cols"] * units
+        checked += 1
+    assert checked >= 6

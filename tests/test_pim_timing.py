@@ -196,3 +196,21 @@ def test_batched_gemv_reads_each_weight_column_once_per_held_rows():
     npc = PimView(load("attacc-unconstrained"))
     s4n = codegen.generate(four, d, npc)
     assert "rows=" not in codegen.print_stream(s4n)
+
+
+@pytest.mark.parametrize("scenario", ["streamed", "resident"])
+def test_breakdown_adds_up_to_the_latency_and_names_the_bound(scenario):
+    """Fig. 10's split (data rearrangement + compute + host actions) adds up to the end-to-end latency, the
+    staged rounds' pipeline fill included; every phase names the resource that bounds it, whose busy time
+    plus the host actions is the phase time (unstaged, parallel phases)."""
+    view = PimView(load("hbm-pim"))
+    spec = KernelSpec.make("red", b=4, n=1024, k=1024, resident=("A",) if scenario == "resident" else ())
+    drafts, _ = space.enumerate_drafts(spec, view)
+    for d in drafts[:3] + [space.default_draft(spec, view)]:
+        for opts in (codegen.DCC, codegen.CodegenOptions(staging=False)):
+            res = Simulator(view.hw).run(codegen.generate(spec, d, view, opts), functional=False)
+            assert res.rearrangement_ns + res.compute_ns + res.host_ns == pytest.approx(res.latency_ns, rel=1e-12)
+            for name, r in res.extra["resources"].items():
+                assert r["bound"] in r["terms_ns"]
+                if r["rounds"] == 1 and not r["serial"]:  # (a serial phase sums its channels)
+                    assert r["terms_ns"][r["bound"]] + r["host_ns"] == pytest.approx(res.phases_ns[name], rel=1e-12)

@@ -366,6 +366,31 @@ def _contract_plan(spec: KernelSpec, view: PimView, til: Tiling) -> _ContractPla
     return pl
 
 
+def contract_plan(spec: KernelSpec, draft: Draft, view: PimView) -> _ContractPlan:
+    """How :func:`gen_contract` lays out one core's tile of a ``gemv`` / ``red`` draft (no stream built).
+
+    Parameters
+    ----------
+    spec : KernelSpec
+        A ``gemv`` or ``red`` kernel.
+    draft : Draft
+    view : PimView
+
+    Returns
+    -------
+    _ContractPlan
+        Per-core tile sizes, register chunking (``kc`` columns, ``nch`` chunks), vectors per block
+        (``ob``), blocks (``nb``), rows per batch index (``rows_b``), input rows held at once (``mb``)
+        and the result path (``bank`` or ``group``).
+
+    Raises
+    ------
+    InfeasibleDraft
+        The tile does not fit a bank.
+    """
+    return _contract_plan(spec, view, Tiling(spec, draft))
+
+
 def _unit_addr(pl: _ContractPlan, unit_expr: str) -> str:
     if pl.ucols <= pl.R:
         return f"(({unit_expr})//{pl.upr})*{pl.R}+(({unit_expr})%{pl.upr})*{pl.ucols}"

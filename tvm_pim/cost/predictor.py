@@ -44,7 +44,7 @@ from tqdm import tqdm
 from ..compiler.kernels import KernelSpec
 from ..compiler.space import Draft, InfeasibleDraft, default_draft, enumerate_drafts
 from ..hardware.view import PimView
-from .features import FEATURE_VERSION, features
+from .features import FEATURE_VERSION, features, prior_log_ns
 from .measure import evaluate
 
 
@@ -140,11 +140,13 @@ class Predictor:
     """
 
     def __init__(self, n_estimators: int = 400, learning_rate: float = 0.08, max_depth: int = 8, seed: int = 0,
-                 objective: str = "regression"):
+                 objective: str = "regression", prior_weight: float | None = None):
         if objective not in OBJECTIVES:
             raise ValueError(f"unknown objective {objective!r}; known: {', '.join(OBJECTIVES)}")
+        if prior_weight is None:  # rankers start from the plan's estimate: one unit of score per 1% of time
+            prior_weight = 1.0 / np.log(1.01) if objective != "regression" else 0.0
         self.params = dict(n_estimators=n_estimators, learning_rate=learning_rate, max_depth=max_depth, seed=seed,
-                           objective=objective)
+                           objective=objective, prior_weight=float(prior_weight))
         self.model = None
         self.meta: dict = {}
         self.train_seconds = 0.0
@@ -189,6 +191,9 @@ class Predictor:
                 return False
 
         dtrain = xgb.DMatrix(X, label=y, qid=qid) if self.ranking else xgb.DMatrix(X, label=y)
+        margin = self._margin(X)
+        if margin is not None:
+            dtrain.set_base_margin(margin)
         self.model = xgb.train(
             {
                 "eta": self.params["learning_rate"],
@@ -205,6 +210,16 @@ class Predictor:
         self.train_seconds = time.perf_counter() - t0
         self.meta.update({"samples": len(samples), "feature_version": FEATURE_VERSION, "train_seconds": self.train_seconds})
         return self
+
+    def _margin(self, X: np.ndarray) -> np.ndarray | None:
+        """A ranker's starting score: minus ``prior_weight`` x the plan's ``ln`` time estimate
+        (:func:`tvm_pim.cost.features.prior_log_ns`), so the trees learn corrections to it; 0 for
+        kernels without a plan, far below every other draft where the tile does not fit."""
+        w = float(self.params.get("prior_weight", 0.0))
+        if not self.ranking or w <= 0:
+            return None
+        p = prior_log_ns(X)
+        return np.where(np.isnan(p), 0.0, np.where(np.isinf(p), -w * 100.0, -w * np.nan_to_num(p, posinf=0.0)))
 
     # ------------------------------------------------------------------ prediction
     def predict_ns(self, spec: KernelSpec, drafts: list[Draft], view: PimView) -> np.ndarray:
@@ -232,7 +247,11 @@ class Predictor:
         if self.model is None:
             raise RuntimeError("the predictor is not trained")
         X = np.stack([features(spec, d, view) for d in drafts])
-        out = self.model.predict(xgb.DMatrix(X))
+        dm = xgb.DMatrix(X)
+        margin = self._margin(X)
+        if margin is not None:
+            dm.set_base_margin(margin)
+        out = self.model.predict(dm)
         return -out if self.ranking else out
 
     def rank(self, spec: KernelSpec, view: PimView, drafts: list[Draft] | None = None) -> list[Draft]:

@@ -79,6 +79,9 @@ class SimResult:
     command_counts: dict[str, int]
     host_bytes: float
     output: np.ndarray | None = None
+    #: ``resources``: per phase, the busy time (ns) of each resource on the busiest channel (command path,
+    #: busiest core, bank group, data bus, activation window, rank), of the host link, the host actions,
+    #: and which resource bounds the phase
     extra: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:
@@ -177,6 +180,7 @@ class TimingModel:
         counts: Counter = Counter()
         energy: Counter = Counter()
         phases: dict[str, float] = {}
+        resources: dict[str, dict] = {}
         split = {"rearrangement": 0.0, "compute": 0.0, "host": 0.0}
         host_bytes_total = 0.0
         lanes = self.lanes
@@ -355,9 +359,10 @@ class TimingModel:
             # transfers to the banks of one rank are spaced by tCCD_S (bank groups of that rank)
             rank_busy = np.zeros((Gs, ndom))
             np.add.at(rank_busy.T, dom_of, dcore.T)
-            per_ch = np.maximum.reduce([bus, chain.max(axis=1), bg_busy.max(axis=1), pch_busy.max(axis=1),
-                                        act_busy.max(axis=1) * self.act_step,
-                                        rank_busy.max(axis=1) * (float(t.tccd_s) / self.col_bus)])
+            terms = {"command_path": bus, "busiest_core": chain.max(axis=1), "busiest_bank_group": bg_busy.max(axis=1),
+                     "busiest_data_bus": pch_busy.max(axis=1), "activation_window": act_busy.max(axis=1) * self.act_step,
+                     "busiest_rank": rank_busy.max(axis=1) * (float(t.tccd_s) / self.col_bus)}
+            per_ch = np.maximum.reduce(list(terms.values()))
             tck = t.tck_ns
             if ph.serial:
                 dev_ns = float(per_ch.sum()) * tck
@@ -365,10 +370,20 @@ class TimingModel:
                 dev_ns = float(per_ch.max()) * tck
             bw_ns = host_bytes / v.host_bw_gbs  # bytes / (GB/s) = ns
             phase_ns = max(dev_ns, bw_ns) + host_ns
+            fill = 0.0
             if ph.rounds > 1:
                 # staging in double-buffered rounds: the first round's host read overlaps no PIM write
-                phase_ns += min(dev_ns, bw_ns) / ph.rounds
+                fill = min(dev_ns, bw_ns) / ph.rounds
+                phase_ns += fill
             phases[ph.name] = phase_ns
+            # what bounds the phase: each resource's busy time on the busiest channel, the host link, host actions
+            b = int(np.argmax(per_ch)) if per_ch.size else 0
+            res = {k: float(v[b]) * tck for k, v in terms.items()} if per_ch.size else {}
+            res["host_link"] = bw_ns
+            bound = max(res, key=res.get) if res else "none"
+            resources[ph.name] = {"ns": phase_ns, "bound": bound, "terms_ns": res, "host_ns": host_ns,
+                                  "host_data_share_of_command_path": float(data_bus[b] / bus[b]) if per_ch.size and bus[b] > 0 else 0.0,
+                                  "channels": int(Gst), "serial": bool(ph.serial), "rounds": int(ph.rounds)}
             host_bytes_total += host_bytes if ph.name != "setup" else 0.0
             if ph.name == "compute":
                 # share of the compute phase spent moving data between host and cores
@@ -379,7 +394,7 @@ class TimingModel:
                 split["compute"] += d * (1 - frac)
                 split["host"] += host_ns
             elif ph.name != "setup":
-                split["rearrangement"] += max(dev_ns, bw_ns)
+                split["rearrangement"] += max(dev_ns, bw_ns) + fill
                 split["host"] += host_ns
         latency = sum(ns for name, ns in phases.items() if name != "setup")
         return SimResult(
@@ -393,6 +408,7 @@ class TimingModel:
             energy_breakdown_pj={k: float(e) for k, e in sorted(energy.items())},
             command_counts={k: int(n) for k, n in sorted(counts.items())},
             host_bytes=host_bytes_total,
+            extra={"resources": resources},
         )
 
     def _time_host(self, it: Command, mult, st, host_bytes, host_ns, counts, energy, Gs):
