@@ -334,7 +334,7 @@ def region_constants(region: Region) -> dict[str, np.ndarray]:
         consts = {
             "w": np.ascontiguousarray(region.w_int, dtype=np.int8),
             "wscale": np.ascontiguousarray(region.w_scale, dtype=np.float32),
-            "wsum": region.w_int.astype(np.int32).sum(axis=0).astype(np.int32),
+            "wsum": region.w_int.sum(axis=0, dtype=np.int32),  # exact: integers, no overflow below 2^24 rows
         }
     if region.bias is not None and region.kind != DMATMUL:
         consts["bias"] = np.ascontiguousarray(region.bias, dtype=np.float32)
