@@ -141,3 +141,20 @@ def test_bad_zoo_spec(spec):
     with pytest.raises(tcli.UserError) as e:
         tcli.load_onnx(spec)
     assert spec.split("?")[-1].split("=")[0] in str(e.value) or "nosuchnet" in str(e.value)
+
+
+def test_compile_only_emits_the_programs_run_compiles(model_file, run_result, tmp_path):
+    """``compile`` compiles as ``run`` does (same programs, byte for byte) and reports its time per pass."""
+    _, d = run_result
+    p = cli("compile", model_file, "--hw", "isaac", "--strategy", "cim-mlc", "--report", tmp_path / "c.json",
+            "--emit", tmp_path / "prog.txt")
+    assert p.returncode == 0, p.stderr
+    assert (tmp_path / "prog.txt").read_text() == (d / "prog.txt").read_text()
+    rep = json.loads((tmp_path / "c.json").read_text())
+    assert rep["hw"] == "isaac" and rep["regions"] == 3 and rep["segments"] >= 1
+    assert rep["cpu_s"]["compile"] > 0 and rep["timing_s"]["compile"] > 0
+    for name in ("FindRegions", "Calibrate", "GenerateMetaOps", "LowerToRuntime"):
+        assert rep["compile_phases_s"][name]["cpu_s"] >= 0
+    assert "GenerateMetaOps" in p.stdout
+    bad = cli("compile", model_file, "--hw", "no_such_chip")
+    assert bad.returncode == 2 and "no_such_chip" in bad.stderr

@@ -7,9 +7,11 @@ from tvm import relax
 
 import tvm_cim
 from tvm_cim import transform as T
+from tvm_cim.common import zoo
 from tvm_cim.common.onnx_io import import_onnx
 from tvm_cim.compiler import strategies
 from tvm_cim.compiler.estimate import Estimator
+from tvm_cim.compiler.quantize import CALIBRATION_TARGET
 from tvm_cim.report import simulate_timing
 
 from .onnx_models import small_cnn
@@ -142,3 +144,16 @@ def test_estimated_energy_is_what_the_simulator_charges(model, hw_name):
         p = info.schedule.plans[r.name]
         e_sim = sum(v for k, v in st.energy_pj.items() if not k.startswith("setup_") and k != "leakage")
         assert est.region_energy_pj(r, p.tile_rows, p.resident, p.replicas) == pytest.approx(e_sim, rel=1e-6)
+
+
+@pytest.mark.parametrize("name", ["densenet121", "resnet18"])
+def test_calibration_build_computes_the_bits_of_the_optimised_build(name):
+    """The calibration build (LLVM unoptimised, for compile speed) must see exactly what the optimised one computes."""
+    mod = import_onnx(zoo.build_model(name, image_size=32), name)[0]
+    x = np.random.default_rng(4).standard_normal((1, 3, 32, 32)).astype("float32")
+    outs = []
+    for target in ("llvm", CALIBRATION_TARGET):
+        ex = relax.build(mod, target=tvm.target.Target(target))
+        outs.append(relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy())
+    assert outs[0].dtype == np.float32 and np.isfinite(outs[0]).all()
+    np.testing.assert_array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32))

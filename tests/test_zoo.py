@@ -34,6 +34,7 @@ SMALL = {
     "googlenet": dict(image_size=32),
     "alexnet": dict(image_size=64, fc_hidden=64),
     "zfnet": dict(image_size=64, fc_hidden=64),
+    "densenet121": dict(image_size=32),
     "mobilenetv2": dict(image_size=64),
     "vit_base": dict(image_size=32, patch_size=8, hidden=32, depth=2, heads=4, mlp=64,
                      num_classes=10, init_std=0.2),
@@ -52,6 +53,7 @@ TORCHVISION_PARAMS = {
     "resnet34": 21_797_672,
     "resnet50": 25_557_032,
     "resnet101": 44_549_160,
+    "densenet121": 7_978_856,
     "mobilenetv2": 3_504_872,
 }
 

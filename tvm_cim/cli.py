@@ -5,6 +5,7 @@ Sub-commands
 run      compile an ONNX model (or ``zoo:<name>``) for a CIM chip, simulate it,
          compare with the float reference (TVM llvm build), print a summary
          and write a JSON report.
+compile  compile only: the compile time (wall and CPU, per pass), no simulation.
 sweep    compile and simulate a grid of models, presets, strategies and hardware keys
          on Ray; a table, plots and a cache.
 zoo      export a model of the built-in zoo to ONNX.
@@ -17,17 +18,18 @@ file, unreadable model, unsupported model), 1 internal error.
 from __future__ import annotations
 
 import argparse
+import resource
 from pathlib import Path
 
 from . import report as R
 from .common import hardware, sweep, zoo
 from .common.cli import UserError, add_run_io, dispatch, load_hardware
 from .common.onnx_io import load_onnx  # noqa: F401  (part of the CLI's API: zoo specs)
-from .common.report import finish_run
+from .common.report import finish_run, write_json
 from .compiler import strategies
 from .compiler.accuracy import DEFAULT_MAX_ERROR
 from .compiler.transform import last_compile_info
-from .evaluate import evaluate
+from .evaluate import compile_only, evaluate
 from .hardware.crossbar import Nonideal
 
 
@@ -45,6 +47,23 @@ def cmd_run(args) -> int:
     if args.timing_only and args.outputs:
         raise UserError("--outputs needs the values: drop --timing-only")
     return finish_run(rep, R.summary, args, model, outs, "program")
+
+
+def cmd_compile(args) -> int:
+    load_hardware(args.hw, "cim")
+    rep, info = compile_only(args.model, args.hw, args.strategy, seed=args.seed, calib_samples=args.calib_samples,
+                             max_error=args.max_error)
+    rep["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    if args.emit:
+        Path(args.emit).write_text(info.program_text())
+    t, c = rep["timing_s"], rep["cpu_s"]
+    print(f"{args.model} on {rep['hw']} ({args.strategy}): {rep['regions']} regions, {rep['segments']} segments; "
+          f"compile {t['compile']:.2f} s wall, {c['compile']:.2f} s CPU (import {t['import']:.2f} s)")
+    for name, ph in rep["compile_phases_s"].items():
+        print(f"  {name:20s} {ph['wall_s']:8.2f} s wall {ph['cpu_s']:8.2f} s CPU")
+    if args.report:
+        write_json(rep, args.report)
+    return 0
 
 
 def _nonideal(text):
@@ -120,6 +139,17 @@ def main(argv: list[str] | None = None) -> int:
                    help="seeded device non-idealities the simulator applies (off by default; reported): "
                    "conductance=<relative sigma>,ir_drop=<attenuation per row>,adc_offset=<sigma in LSBs>,seed=<int>")
     r.set_defaults(func=cmd_run)
+
+    c = sub.add_parser("compile", help="compile a model only (no simulation): compile time per pass")
+    c.add_argument("model", help="ONNX file, or zoo:<name> (e.g. zoo:resnet18)")
+    c.add_argument("--hw", default="prime", help="hardware preset name or .toml file (default: prime)")
+    c.add_argument("--strategy", default=strategies.DEFAULT, choices=strategies.names())
+    c.add_argument("--calib-samples", type=int, default=1, help="seeded calibration samples (default 1)")
+    c.add_argument("--max-error", type=float, default=None, help="error budget (as for run)")
+    c.add_argument("--seed", type=int, default=0, help="seed of zoo weights and calibration")
+    c.add_argument("--report", help="write the JSON report (times per pass) here")
+    c.add_argument("--emit", help="write the meta-operator program text here")
+    c.set_defaults(func=cmd_compile)
 
     w = sweep.add_parser(sub, "cim", "prime", "compile and simulate a grid of models x presets x strategies x "
                          "hardware keys", "Each point is one compile + simulation")

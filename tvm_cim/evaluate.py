@@ -79,13 +79,7 @@ def evaluate(spec: str, hw, strategy: str, *, seed: int = 0, calib_samples: int 
     mod, shapes, dtypes = import_onnx(model, spec)
     inputs = model_inputs(inputs_path, shapes, dtypes, seed)
     t1, c1 = time.perf_counter(), time.process_time()
-    with calibration(samples=calib_samples, seed=seed + 1), scheduling(strategy), accuracy_budget(max_error):
-        if isinstance(hw, str):
-            ex = relax.build(mod, target=register_hardware("cim", hw))
-            info = last_compile_info()
-        else:
-            lowered, info = offload(mod, hw)
-            ex = None if timing_only else relax.build(lowered, target="llvm")
+    ex, info = _compile(mod, hw, strategy, seed, calib_samples, max_error, build=not timing_only)
     t2, c2 = time.perf_counter(), time.process_time()
     phases = last_compile_phases()
     order = list(shapes)
@@ -118,3 +112,44 @@ def evaluate(spec: str, hw, strategy: str, *, seed: int = 0, calib_samples: int 
     rep["cpu_s"] = {"import": c1 - c0, "compile": c2 - c1, "simulate": c3 - c2, "reference": c4 - c3}
     rep["compile_phases_s"] = phases  # per CIM pass: wall and CPU seconds
     return rep, outs, model
+
+
+def _compile(mod, hw, strategy: str, seed: int, calib_samples: int, max_error, build: bool = True):
+    """``(executable, CompileInfo)`` of a model for a preset (``relax.build``) or a description (``offload``)."""
+    with calibration(samples=calib_samples, seed=seed + 1), scheduling(strategy), accuracy_budget(max_error):
+        if isinstance(hw, str):
+            ex = relax.build(mod, target=register_hardware("cim", hw))
+            return ex, last_compile_info()
+        lowered, info = offload(mod, hw)
+        return (relax.build(lowered, target="llvm") if build else None), info
+
+
+def compile_only(spec: str, hw, strategy: str, *, seed: int = 0, calib_samples: int = 1,
+                 max_error: float | None = None) -> tuple[dict, object]:
+    """Compile a model for a chip as :func:`evaluate` does, without simulating it; the compile times.
+
+    Parameters
+    ----------
+    spec, hw, strategy, seed, calib_samples, max_error
+        As for :func:`evaluate`.
+
+    Returns
+    -------
+    report : dict
+        ``model``, ``hw``, ``strategy``, ``regions``, ``segments``, ``timing_s`` and ``cpu_s``
+        (``import``, ``compile``: wall and CPU seconds, calibration included) and
+        ``compile_phases_s`` (wall and CPU seconds of every CIM pass).
+    info : tvm_cim.compiler.transform.CompileInfo
+        What the passes decided (programs, placement).
+    """
+    t0, c0 = time.perf_counter(), time.process_time()
+    model = load_onnx(spec, seed=seed)
+    mod, _, _ = import_onnx(model, spec)
+    t1, c1 = time.perf_counter(), time.process_time()
+    _, info = _compile(mod, hw, strategy, seed, calib_samples, max_error)
+    t2, c2 = time.perf_counter(), time.process_time()
+    rep = {"model": spec, "hw": hw if isinstance(hw, str) else info.hw.name, "strategy": strategy,
+           "regions": len(info.programs), "segments": info.chip_map.segments if info.chip_map is not None else None,
+           "timing_s": {"import": t1 - t0, "compile": t2 - t1}, "cpu_s": {"import": c1 - c0, "compile": c2 - c1},
+           "compile_phases_s": last_compile_phases()}
+    return rep, info

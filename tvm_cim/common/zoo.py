@@ -19,6 +19,9 @@ Available models (see :data:`MODELS`):
     Simonyan & Zisserman 2015, configurations D and E without BatchNorm.
 ``alexnet``, ``zfnet``
     Krizhevsky et al. 2012 (torchvision configuration) and Zeiler & Fergus 2014.
+``densenet121``
+    Huang et al., "Densely Connected Convolutional Networks", CVPR 2017
+    (torchvision configuration: growth rate 32, blocks 6-12-24-16).
 ``mobilenetv2``
     Sandler et al., "MobileNetV2: Inverted Residuals and Linear Bottlenecks",
     CVPR 2018 (torchvision variant, ReLU6 expressed as ``Clip``).
@@ -89,6 +92,7 @@ __all__ = [
     "googlenet",
     "alexnet",
     "zfnet",
+    "densenet121",
     "vit_base",
 ]
 
@@ -755,6 +759,73 @@ def zfnet(seed: int = 0, batch: int = 1, image_size: int | Sequence[int] = 224,
 
 
 # ---------------------------------------------------------------------------
+# DenseNet
+# ---------------------------------------------------------------------------
+def _dense_layer(g, x, cin, growth, bn_size, name):
+    """BN-ReLU-Conv1x1 (``bn_size * growth``) - BN-ReLU-Conv3x3 (``growth``), concatenated to the input."""
+    y = _relu(g, _bn(g, x, cin, f"{name}.norm1"), f"{name}.relu1")
+    y = _conv(g, y, cin, bn_size * growth, 1, f"{name}.conv1")
+    y = _relu(g, _bn(g, y, bn_size * growth, f"{name}.norm2"), f"{name}.relu2")
+    y = _conv(g, y, bn_size * growth, growth, 3, f"{name}.conv2", pad=1)
+    return g.op("Concat", [x, y], f"{name}.concat", axis=1), cin + growth
+
+
+def _densenet(arch, blocks, growth, init_features, bn_size, seed, batch, image_size, num_classes, in_channels):
+    h, w = _pair(image_size)
+    _check_positive(batch=batch, image_height=h, image_width=w, num_classes=num_classes, in_channels=in_channels,
+                    growth_rate=growth, init_features=init_features, bn_size=bn_size)
+    if h < 32 or w < 32:
+        raise ValueError(f"{arch} needs an image size of at least 32x32, got {h}x{w}")
+    g = _GraphBuilder(arch, seed)
+    x = g.add_input("input", (batch, in_channels, h, w))
+    x = _conv(g, x, in_channels, init_features, 7, "features.conv0", stride=2, pad=3)
+    x = _relu(g, _bn(g, x, init_features, "features.norm0"), "features.relu0")
+    x = g.op("MaxPool", [x], "features.pool0", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    cin = init_features
+    for b, layers in enumerate(blocks, start=1):
+        for i in range(layers):
+            x, cin = _dense_layer(g, x, cin, growth, bn_size, f"features.denseblock{b}.denselayer{i + 1}")
+        if b < len(blocks):  # transition: BN-ReLU-Conv1x1 halving the channels, 2x2 average pooling
+            name = f"features.transition{b}"
+            x = _relu(g, _bn(g, x, cin, f"{name}.norm"), f"{name}.relu")
+            x = _conv(g, x, cin, cin // 2, 1, f"{name}.conv")
+            x = g.op("AveragePool", [x], f"{name}.pool", kernel_shape=[2, 2], strides=[2, 2])
+            cin //= 2
+    x = _relu(g, _bn(g, x, cin, "features.norm5"), "features.relu5")
+    x = _gap_flatten(g, x)
+    _classifier(g, x, cin, num_classes, "classifier")
+    return g.build((batch, num_classes), f"{arch} (Huang et al. 2017, torchvision configuration), seed={seed}")
+
+
+def densenet121(seed: int = 0, batch: int = 1, image_size: int | Sequence[int] = 224,
+                num_classes: int = 1000, in_channels: int = 3) -> onnx.ModelProto:
+    """DenseNet-121 (Huang et al. 2017, torchvision configuration): 120 convolutions and one FC layer.
+
+    A 7x7/2 stem (64 channels, BN, ReLU, 3x3/2 max-pool), four dense blocks of
+    6, 12, 24 and 16 layers (growth rate 32, bottleneck width ``4 x 32``: each
+    layer is BN-ReLU-Conv1x1-BN-ReLU-Conv3x3 and its 32 output channels are
+    concatenated to its input), transitions (BN-ReLU-Conv1x1 halving the
+    channels, 2x2/2 average pooling) between the blocks, a final BN-ReLU,
+    global average pooling and one fully connected layer.  The BatchNorms
+    come *before* their convolutions (pre-activation), so they are not folded
+    into them.
+
+    Parameters
+    ----------
+    seed, batch : int, optional
+    image_size : int or (int, int), optional
+        At least 32x32.
+    num_classes, in_channels : int, optional
+
+    Returns
+    -------
+    onnx.ModelProto
+        Graph with input ``"input"`` and output ``"output"`` ``(batch, num_classes)``.
+    """
+    return _densenet("densenet121", (6, 12, 24, 16), 32, 64, 4, seed, batch, image_size, num_classes, in_channels)
+
+
+# ---------------------------------------------------------------------------
 # MobileNetV2
 # ---------------------------------------------------------------------------
 _MBV2_SETTINGS = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2),
@@ -1327,6 +1398,7 @@ MODELS: dict[str, Callable[..., onnx.ModelProto]] = {
     "googlenet": googlenet,
     "alexnet": alexnet,
     "zfnet": zfnet,
+    "densenet121": densenet121,
     "mobilenetv2": mobilenetv2,
     "vit_base": vit_base,
     "bert_layer": bert_layer,

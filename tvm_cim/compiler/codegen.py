@@ -232,10 +232,15 @@ def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | 
             out.append(op("DCOM", op="reshape", src=Ref("xq"), dst=Ref("xm"), vecs=v, shape=(1, m, k)))
         return out
 
+    pass_info: dict[int, tuple] = {}  # per pass: its row blocks, rows used and tallest tile (chunks share them)
+
     def reads(v: Range, p_idx: int, r_idx: int) -> list:
         vid = vxb_of[(p_idx, r_idx)]
-        tiles = [pl.tiles[i] for i in pl.passes[p_idx]]
-        blocks = P.row_blocks(tiles)
+        if p_idx not in pass_info:
+            tiles = [pl.tiles[i] for i in pl.passes[p_idx]]
+            blocks = P.row_blocks(tiles)
+            pass_info[p_idx] = (blocks, sum(b1 - b0 for b0, b1 in blocks), max(t.rows for t in tiles))
+        blocks, rows_used, max_rows = pass_info[p_idx]
         extra = {"batch": bt} if bt > 1 else {}
 
         def read_ops(blk: dict, max_rows: int) -> list:
@@ -256,11 +261,10 @@ def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | 
                               bytes=P.scatter_bytes(bt, v.size, b1 - b0, ibits), **blk))
                 out.append(Parallel(tuple(read_ops(blk, b1 - b0))))
             return out
-        rows_used = sum(b1 - b0 for b0, b1 in blocks)  # this pass's rows only
-        return [
+        return [  # rows_used: this pass's rows only
             op("DMOV", op="scatter", src=Ref("xm"), vecs=v, vxb=vid, level="core",
                bytes=P.scatter_bytes(bt, v.size, rows_used, ibits)),
-            Parallel(tuple(read_ops({}, max(t.rows for t in tiles)))),
+            Parallel(tuple(read_ops({}, max_rows))),
         ]
 
     def post(v: Range, r_idx: int) -> list:
@@ -330,7 +334,7 @@ def region_constants(region: Region) -> dict[str, np.ndarray]:
         consts = {
             "w": np.ascontiguousarray(region.w_int, dtype=np.int8),
             "wscale": np.ascontiguousarray(region.w_scale, dtype=np.float32),
-            "wsum": region.w_int.astype(np.int32).sum(axis=0).astype(np.int32),
+            "wsum": region.w_int.sum(axis=0, dtype=np.int32),  # exact: integers, no overflow below 2^24 rows
         }
     if region.bias is not None and region.kind != DMATMUL:
         consts["bias"] = np.ascontiguousarray(region.bias, dtype=np.float32)

@@ -121,6 +121,13 @@ class LinearTerms:
         return self.fixed_ns + np.maximum(self.serial_ns, self.parallel_ns / np.asarray(replicas, dtype=float))
 
 
+def _region_key(r: Region) -> tuple:
+    """What of a (mutable) region an estimate depends on, besides its identity: memo keys stay valid."""
+    return (r.name, r.kind, tuple(map(tuple, r.in_shapes)), tuple(r.out_shape), r.x_signed, r.rows_per_step,
+            r.adc_lsb, r.weight_encoding, r.input_encoding, r.quant_at_producer, r.requant_out, id(r.w_int),
+            id(r.adc_lsb_cols), tuple(sorted((k, str(v)) for k, v in r.conv.items())))
+
+
 class Estimator:
     """Fast analytical latency (and energy) of regions under a plan.
 
@@ -160,6 +167,7 @@ class Estimator:
         self.xbs_per_core = hw.core.crossbars
         self._tile_bytes: dict = {}
         self._tiles: dict = {}
+        self._region_ns: dict = {}
 
     @classmethod
     def of(cls, hw: CIMHardware, wbits: int, ibits: int, opts) -> "Estimator":
@@ -234,9 +242,16 @@ class Estimator:
         run-time operand is already in its arrays (keys in place); ``spread``: every replica on its own core
         (a layout that says so, PIMCOMP's GA), not packed.
         """
+        key = (id(r), _region_key(r), replicas, tile_rows, resident, passes, mem_in, mem_out, mem_wb, cap, inplace,
+               spread)
+        hit = self._region_ns.get(key)
+        if hit is not None and hit[0] is r:  # the strategies ask for the same plan many times
+            return hit[1]
         fin, busy = self.chunk_finish(r, replicas, tile_rows, resident, passes, mem_in=mem_in, mem_out=mem_out,
                                       cap=cap, inplace=inplace, spread=spread)
-        return max(float(np.max(fin)) + self.writeback_ns(r, mem_wb), *busy)
+        ns = max(float(np.max(fin)) + self.writeback_ns(r, mem_wb), *busy)
+        self._region_ns[key] = (r, ns)  # r kept alive: its id stays its own
+        return ns
 
     def writeback_ns(self, r: Region, arrays: int) -> float:
         """Writing a region's output back from ``arrays`` memory-mode arrays (CMSwitch T^wb; 0 if none)."""

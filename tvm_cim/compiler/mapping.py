@@ -19,6 +19,7 @@ Three steps, all driven by the hardware description:
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -53,6 +54,39 @@ def precision(hw: CIMHardware) -> tuple[int, int]:
     return min(QUANT_BITS, hw.crossbar.weight_bits), min(QUANT_BITS, hw.crossbar.input_bits)
 
 
+#: Non-zero tile masks by weight array (ids of live arrays only: the weak reference is checked).
+_NZ_CACHE: dict[int, tuple] = {}
+
+
+def _nonzero_tiles(w: np.ndarray, k: int, n: int, rows: int, cols: int) -> np.ndarray:
+    """Which ``rows x cols`` tiles of ``w[:k, :n]`` hold a non-zero weight (``kb x nb`` booleans).
+
+    The passes tile the same quantised weights many times (estimates,
+    allocation, placement, code generation); the mask is computed once per
+    array and tiling.  Read-only arrays only are cached (a writeable one
+    could change under the cache).
+    """
+    kb, nb = -(-k // rows), -(-n // cols)
+    key = (k, n, rows, cols)
+    cacheable = isinstance(w, np.ndarray) and not w.flags.writeable
+    if cacheable:
+        hit = _NZ_CACHE.get(id(w))
+        if hit is not None and hit[0]() is w and key in hit[1]:
+            return hit[1][key]
+    nz = np.zeros((kb * rows, nb * cols), dtype=bool)
+    nz[:k, :n] = np.asarray(w)[:k, :n] != 0
+    nonzero = nz.reshape(kb, rows, nb, cols).any(axis=(1, 3))
+    if cacheable:
+        hit = _NZ_CACHE.get(id(w))
+        if hit is None or hit[0]() is not w:
+            if len(_NZ_CACHE) > 4096:
+                _NZ_CACHE.clear()
+            wid = id(w)
+            hit = _NZ_CACHE[wid] = (weakref.ref(w, lambda _r, wid=wid: _NZ_CACHE.pop(wid, None)), {})
+        hit[1][key] = nonzero
+    return nonzero
+
+
 def tile_matrix(k: int, n: int, hw: CIMHardware, w: np.ndarray | None = None,
                 tile_rows: int | None = None) -> list[Tile]:
     """Cut a ``k x n`` matrix into crossbar tiles, dropping all-zero tiles of ``w``.
@@ -75,12 +109,7 @@ def tile_matrix(k: int, n: int, hw: CIMHardware, w: np.ndarray | None = None,
         In row-major order over (row block, column block).
     """
     rows, cols = tile_rows or hw.crossbar.rows, hw.logical_cols(precision(hw)[0])
-    kb, nb = -(-k // rows), -(-n // cols)
-    nonzero = None
-    if w is not None:  # which tiles hold a non-zero weight, all at once
-        nz = np.zeros((kb * rows, nb * cols), dtype=bool)
-        nz[:k, :n] = np.asarray(w)[:k, :n] != 0
-        nonzero = nz.reshape(kb, rows, nb, cols).any(axis=(1, 3))
+    nonzero = None if w is None else _nonzero_tiles(w, k, n, rows, cols)
     tiles = []
     for i, k0 in enumerate(range(0, k, rows)):
         for j, n0 in enumerate(range(0, n, cols)):

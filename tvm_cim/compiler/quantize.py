@@ -288,6 +288,13 @@ class _InsertObservers(relax.PyExprMutator):
         return call
 
 
+#: Target of the calibration build: LLVM at optimisation level 1.  Without fast-math flags LLVM keeps
+#: IEEE semantics at every level, so the host operators compute the same bits as the default (level 3)
+#: build (``tests/test_passes.py`` checks it on zoo models); code generation takes about half the time
+#: and the host operators run as fast (level 0 halves it again but runs them about 3x slower).
+CALIBRATION_TARGET = {"kind": "llvm", "opt-level": 1}
+
+
 class RegionRunner:
     """The model built once for ``llvm`` with every region replaced by a Python function.
 
@@ -307,7 +314,7 @@ class RegionRunner:
         mutator = _InsertObservers(mod)
         mutator.names = region_names
         cmod = relax.transform.DeadCodeElimination()(rewrite_callers(mod, mutator))
-        ex = relax.build(cmod, target=tvm.target.Target("llvm"))
+        ex = relax.build(cmod, target=tvm.target.Target(CALIBRATION_TARGET))
         self.vm = relax.VirtualMachine(ex, tvm.cpu())
         self.params = list(mod["main"].params)
 

@@ -274,6 +274,35 @@ def _mapped(r: Region, func) -> None:
     r.input_encoding = None if ienc is None else str(ienc)
 
 
+_WEIGHTS: OrderedDict = OrderedDict()  # (body, name, weight bits) -> (body, w_int, w_scale)
+
+
+def _quantised_weights(func: relax.Function, name: str, info, wbits: int) -> tuple[np.ndarray, np.ndarray]:
+    """The integer weights (``K x N``, read-only) and scales of a region (memoised per body and bit width).
+
+    The passes change a region's attributes many times (quantisation, mapping,
+    placement), each a new :class:`Region`; its weights depend on the body and
+    the bit width only, so they are quantised once and shared (read-only, so
+    no pass can change them under the others).
+    """
+    key = (hash(func.body), name, wbits)
+    hit = _WEIGHTS.get(key)
+    if hit is not None and hit[0].same_as(func.body):
+        _WEIGHTS.move_to_end(key)
+        return hit[1], hit[2]
+    if info.kind == CONV2D:
+        wq, s = quantize_weights(info.weight, wbits, axis=0)
+        w_int = unfold_conv_weight(wq, info.conv["groups"])
+    else:
+        w_int, s = quantize_weights(info.weight, wbits, axis=1)
+    w_int.flags.writeable = False
+    s.flags.writeable = False
+    _WEIGHTS[key] = (func.body, w_int, s)
+    while len(_WEIGHTS) > 1024:
+        _WEIGHTS.popitem(last=False)
+    return w_int, s
+
+
 def region_of(func: relax.Function) -> Region:
     """The quantised :class:`Region` a region function describes (memoised).
 
@@ -296,11 +325,8 @@ def region_of(func: relax.Function) -> Region:
     x_scale, x_zero, x_signed, y_scale, wbits = q[:5]
     r = Region(name, info.kind, info.in_shapes, info.out_shape, x_scale=float(x_scale), x_zero=int(x_zero),
                x_signed=bool(x_signed), y_scale=float(y_scale), conv=dict(info.conv))
-    if info.kind == CONV2D:
-        wq, s = quantize_weights(info.weight, int(wbits), axis=0)
-        r.w_int, r.w_scale = unfold_conv_weight(wq, info.conv["groups"]), s
-    elif info.kind == MATMUL:
-        r.w_int, r.w_scale = quantize_weights(info.weight, int(wbits), axis=1)
+    if info.kind in (CONV2D, MATMUL):
+        r.w_int, r.w_scale = _quantised_weights(func, name, info, int(wbits))
     if info.bias is not None:
         r.bias = info.bias.astype(np.float32)
     _mapped(r, func)

@@ -9,6 +9,7 @@ into, their order, and the operations between segments (array mode switches
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Union
 
 
@@ -62,9 +63,9 @@ class Op:
                 return v
         return default
 
-    @property
+    @cached_property
     def kind(self) -> str:
-        """The meta-operator name, with DCOM's and DMOV's sub-operation: ``DCOM.add``."""
+        """The meta-operator name, with DCOM's and DMOV's sub-operation: ``DCOM.add`` (computed once per op)."""
         if self.opcode in ("DCOM", "DMOV"):
             sub = self.get("op")
             return f"{self.opcode}.{sub}" if sub else self.opcode

@@ -19,21 +19,39 @@ class ProgramError(ValueError):
     """A program is not well formed; the message names the program, the operation and the problem."""
 
 
+_SIGS: dict = {}  # kind -> (operand types by name, required names), from OPS
+
+
+def _signature(kind: str):
+    sig = _SIGS.get(kind)
+    if sig is None:
+        d = OPS.get(kind)
+        if d is None:
+            return None
+        sig = _SIGS[kind] = ({x.name: x.types for x in d.operands}, frozenset(x.name for x in d.operands if x.required))
+    return sig
+
+
 def _check_op(o: Op, where: str) -> None:
-    d = OPS.get(o.kind)
-    if d is None:
+    sig = _signature(o.kind)
+    if sig is None:
         raise ProgramError(f"{where}: unknown meta-operator {o.kind}")
-    names = [k for k, _ in o.args]
+    types, required = sig
     for k, v in o.args:
-        spec = d.operand(k)
-        if spec is None:
+        t = types.get(k)
+        if t is None:
             raise ProgramError(f"{where}: {o.kind} has no operand '{k}' "
-                               f"(operands: {', '.join(x.name for x in d.operands)})")
-        if not isinstance(v, spec.types) or (isinstance(v, bool) and spec.types in (int, (int, float))):
+                               f"(operands: {', '.join(x.name for x in OPS[o.kind].operands)})")
+        if not isinstance(v, t) or (v.__class__ is bool and t in (int, (int, float))):
             raise ProgramError(f"{where}: {o.kind} operand '{k}' is {v!r}, not of the expected type")
-    for spec in d.operands:
-        if spec.required and spec.name not in names:
-            raise ProgramError(f"{where}: {o.kind} lacks the operand '{spec.name}'")
+    if len(required) > len(o.args) or not required.issubset([k for k, _ in o.args]):
+        for spec in OPS[o.kind].operands:
+            if spec.required and spec.name not in [k for k, _ in o.args]:
+                raise ProgramError(f"{where}: {o.kind} lacks the operand '{spec.name}'")
+
+
+#: Kinds :func:`_check_values` constrains beyond operand types.
+_VALUE_KINDS = frozenset({"CM.switch", "DMOV.load", "DMOV.store", "DMOV.writeback", "CIM.bind_vxb", "CIM.write_xb"})
 
 
 def _crossbars_of(o: Op) -> tuple:
@@ -106,22 +124,30 @@ def verify(prog: Program, crossbars: int | None = None) -> Program:
         for i, o in enumerate(prog.ops(section)):
             where = f"program '{prog.name}' {section}[{i}]"
             _check_op(o, where)
+            kind = o.kind
+            dst = vxb = vecs = None  # (an argument name occurs once: Op arguments are keywords)
             for k, v in o.args:
-                if isinstance(v, Ref) and k != "dst" and v.name not in known:
-                    raise ProgramError(f"{where}: {o.kind} reads %{v.name} before it is declared or computed")
-            dst = o.get("dst")
+                if k == "dst":
+                    dst = v
+                    continue
+                if k == "vxb":
+                    vxb = v
+                elif k == "vecs":
+                    vecs = v
+                if v.__class__ is Ref and v.name not in known:
+                    raise ProgramError(f"{where}: {kind} reads %{v.name} before it is declared or computed")
             if isinstance(dst, Ref):
                 known.add(dst.name)
-            _check_values(o, where, crossbars)
-            if o.kind == "CIM.bind_vxb":
+            if kind in _VALUE_KINDS:
+                _check_values(o, where, crossbars)
+            if kind == "CIM.bind_vxb":
                 bound.add(int(o["vxb"]))
-            if "vxb" in dict(o.args) and o.kind != "CIM.bind_vxb" and int(o["vxb"]) not in bound:
-                raise ProgramError(f"{where}: {o.kind} uses virtual crossbar {o['vxb']} before CIM.bind_vxb")
-            if o.kind == "CIM.loopnest":
+            elif vxb is not None and int(vxb) not in bound:
+                raise ProgramError(f"{where}: {kind} uses virtual crossbar {vxb} before CIM.bind_vxb")
+            if kind == "CIM.loopnest":
                 _check_loopnest(o, where, prog)
-            v = o.get("vecs")
-            if isinstance(v, Range) and (v.start < 0 or v.stop < v.start or (m_total and v.stop > m_total)):
-                raise ProgramError(f"{where}: vector range {v} outside 0:{m_total}")
+            if isinstance(vecs, Range) and (vecs.start < 0 or vecs.stop < vecs.start or (m_total and vecs.stop > m_total)):
+                raise ProgramError(f"{where}: vector range {vecs} outside 0:{m_total}")
     return prog
 
 
