@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 _LONG = 16  # dependency lists longer than this are stored as arrays and maximised in numpy
+_BLOCK = 32  # busy intervals of a resource are kept in blocks of _BLOCK to 2 * _BLOCK
+_GAP_MARGIN = 1e-3  # ns: a block is skipped only if its largest gap is this much shorter than needed
 
 
 class Prefix:
@@ -85,55 +87,123 @@ class Events:
 
 
 class _Resource:
-    """Busy intervals of one resource, sorted by start."""
+    """Busy intervals of one resource, sorted by start, in blocks that know their largest gap.
 
-    __slots__ = ("starts", "ends", "busy")
+    The intervals are disjoint (touching ones are merged) and kept in blocks of
+    at most ``2 * _BLOCK``; each block records its last end and the largest gap
+    between its own intervals, so that :meth:`earliest` skips a whole block in
+    which no gap is long enough.  A batch of inputs leaves many short gaps on a
+    resource; scanning them one by one made the schedule quadratic in the batch.
+    """
+
+    __slots__ = ("bs", "be", "gap", "last", "busy")
 
     def __init__(self):
-        self.starts: list[float] = []  # busy intervals, disjoint; touching ones are merged
-        self.ends: list[float] = []
+        self.bs: list[list[float]] = []  # per block: starts of its intervals
+        self.be: list[list[float]] = []  # per block: ends
+        self.gap: list[float] = []  # per block: largest start[k + 1] - end[k] inside it
+        self.last: list[float] = []  # per block: its last end (sorted: bisect finds a block)
         self.busy = 0.0
 
     def earliest(self, t: float, dur: float) -> float:
         """Earliest start >= t of a gap of length dur."""
-        ends = self.ends
-        if not ends or t >= ends[-1]:
+        last = self.last
+        if not last or t >= last[-1]:
             return t
-        starts = self.starts
-        i = bisect.bisect_right(ends, t)
-        while i < len(starts):
-            if starts[i] >= t + dur:
+        b = bisect.bisect_right(last, t)  # the first block with an interval ending after t
+        s, e = self.bs[b], self.be[b]
+        i = bisect.bisect_right(e, t)
+        nb = len(last)
+        bs, gap = self.bs, self.gap
+        while True:
+            n = len(s)
+            while i < n:
+                if s[i] >= t + dur:
+                    return t
+                if e[i] > t:
+                    t = e[i]
+                i += 1
+            b += 1
+            # t is now the previous block's last end: skip blocks that certainly hold no gap long enough
+            # (a margin far above rounding keeps the exact test below the one that decides)
+            thr = dur - _GAP_MARGIN
+            while b < nb and bs[b][0] < t + dur and gap[b] < thr:
+                t = last[b]
+                b += 1
+            if b == nb:
                 return t
-            if ends[i] > t:
-                t = ends[i]
-            i += 1
-        return t
+            s, e, i = bs[b], self.be[b], 0
+
+    def _regap(self, b: int) -> None:
+        s, e = self.bs[b], self.be[b]
+        self.gap[b] = max((s[k + 1] - e[k] for k in range(len(s) - 1)), default=0.0)
 
     def reserve(self, t: float, dur: float) -> None:
         """Mark ``[t, t + dur)`` busy (a gap :meth:`earliest` returned)."""
         end = t + dur
-        starts, ends = self.starts, self.ends
+        last = self.last
         self.busy += dur
-        if not ends or t >= ends[-1]:  # the usual case: after everything booked so far
-            if ends and ends[-1] == t:
-                ends[-1] = end
+        if not last or t >= last[-1]:  # the usual case: after everything booked so far
+            if last and last[-1] == t:
+                self.be[-1][-1] = end
+                last[-1] = end
+            elif not last or len(self.bs[-1]) >= 2 * _BLOCK:
+                self.bs.append([t])
+                self.be.append([end])
+                self.gap.append(0.0)
+                last.append(end)
             else:
-                starts.append(t)
-                ends.append(end)
+                s, e = self.bs[-1], self.be[-1]
+                if t - e[-1] > self.gap[-1]:
+                    self.gap[-1] = t - e[-1]
+                s.append(t)
+                e.append(end)
+                last[-1] = end
             return
-        i = bisect.bisect_left(starts, t)
-        joins_prev = i > 0 and ends[i - 1] == t
-        joins_next = i < len(starts) and starts[i] == end
-        if joins_prev and joins_next:
-            ends[i - 1] = ends[i]
-            del starts[i], ends[i]
-        elif joins_prev:
-            ends[i - 1] = end
-        elif joins_next:
-            starts[i] = t
+        b = bisect.bisect_right(last, t)
+        s, e = self.bs[b], self.be[b]
+        i = bisect.bisect_left(s, t)
+        if i > 0:
+            joins_prev = e[i - 1] == t
         else:
-            starts.insert(i, t)
-            ends.insert(i, end)
+            joins_prev = b > 0 and last[b - 1] == t
+        joins_next = i < len(s) and s[i] == end
+        if joins_prev and joins_next:
+            if i > 0:
+                e[i - 1] = e[i]
+                del s[i], e[i]
+            else:
+                self.be[b - 1][-1] = e[0]
+                last[b - 1] = e[0]
+                del s[0], e[0]
+                if not s:
+                    del self.bs[b], self.be[b], self.gap[b], last[b]
+                    return
+            last[b] = e[-1]
+            self._regap(b)
+        elif joins_prev:
+            if i > 0:
+                e[i - 1] = end
+                self._regap(b)
+            else:
+                self.be[b - 1][-1] = end
+                last[b - 1] = end
+        elif joins_next:
+            s[i] = t
+            if i > 0:
+                self._regap(b)
+        else:
+            s.insert(i, t)
+            e.insert(i, end)
+            if len(s) > 2 * _BLOCK:
+                self.bs.insert(b + 1, s[_BLOCK:])
+                self.be.insert(b + 1, e[_BLOCK:])
+                del s[_BLOCK:], e[_BLOCK:]
+                self.gap.insert(b + 1, 0.0)
+                last.insert(b + 1, self.be[b + 1][-1])
+                last[b] = e[-1]
+                self._regap(b + 1)
+            self._regap(b)
 
 
 class _Power:
