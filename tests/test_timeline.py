@@ -146,6 +146,7 @@ def test_resource_gaps_match_a_brute_force_calendar():
         res.reserve(got, float(dur))
         busy[want:want + dur] = True
     assert res.busy == busy.sum()
+    assert res.gap.shape == (len(res.bs),)
     starts = [s for b in res.bs for s in b]
     ends = [e for b in res.be for e in b]
     assert all(e < s for e, s in zip(ends, starts[1:]))  # disjoint, sorted, touching ones merged

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import operator
 from array import array
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -91,8 +92,9 @@ class _Resource:
 
     The intervals are disjoint (touching ones are merged) and kept in blocks of
     at most ``2 * _BLOCK``; each block records its last end and the largest gap
-    between its own intervals, so that :meth:`earliest` skips a whole block in
-    which no gap is long enough.  A batch of inputs leaves many short gaps on a
+    before or between its own intervals (in a numpy array), so that
+    :meth:`earliest` jumps over every block in which no gap is long enough in
+    one vectorised search.  A batch of inputs leaves many short gaps on a
     resource; scanning them one by one made the schedule quadratic in the batch.
     """
 
@@ -101,7 +103,8 @@ class _Resource:
     def __init__(self):
         self.bs: list[list[float]] = []  # per block: starts of its intervals
         self.be: list[list[float]] = []  # per block: ends
-        self.gap: list[float] = []  # per block: largest start[k + 1] - end[k] inside it
+        # per block: largest gap inside it or between the previous block's last end and its first start
+        self.gap = np.zeros(0)
         self.last: list[float] = []  # per block: its last end (sorted: bisect finds a block)
         self.busy = 0.0
 
@@ -114,7 +117,6 @@ class _Resource:
         s, e = self.bs[b], self.be[b]
         i = bisect.bisect_right(e, t)
         nb = len(last)
-        bs, gap = self.bs, self.gap
         while True:
             n = len(s)
             while i < n:
@@ -124,19 +126,27 @@ class _Resource:
                     t = e[i]
                 i += 1
             b += 1
-            # t is now the previous block's last end: skip blocks that certainly hold no gap long enough
-            # (a margin far above rounding keeps the exact test below the one that decides)
-            thr = dur - _GAP_MARGIN
-            while b < nb and bs[b][0] < t + dur and gap[b] < thr:
-                t = last[b]
-                b += 1
             if b == nb:
                 return t
-            s, e, i = bs[b], self.be[b], 0
+            # t is the previous block's last end: jump to the first block that may hold a gap long enough
+            # (a margin far above rounding: the exact test in the scan decides)
+            fits = self.gap[b:] >= dur - _GAP_MARGIN
+            k = int(fits.argmax())
+            if not fits[k]:
+                return last[-1]
+            if k:
+                b += k
+                t = last[b - 1]
+            s, e, i = self.bs[b], self.be[b], 0
 
-    def _regap(self, b: int) -> None:
-        s, e = self.bs[b], self.be[b]
-        self.gap[b] = max((s[k + 1] - e[k] for k in range(len(s) - 1)), default=0.0)
+    def _fix(self, b: int) -> None:
+        """Recompute the gap of block ``b`` (after it or the previous block's last end changed)."""
+        if b < len(self.bs):
+            s, e = self.bs[b], self.be[b]
+            g = max(map(operator.sub, s[1:], e[:-1]), default=0.0)
+            if b:
+                g = max(g, s[0] - self.last[b - 1])
+            self.gap[b] = g
 
     def reserve(self, t: float, dur: float) -> None:
         """Mark ``[t, t + dur)`` busy (a gap :meth:`earliest` returned)."""
@@ -148,9 +158,9 @@ class _Resource:
                 self.be[-1][-1] = end
                 last[-1] = end
             elif not last or len(self.bs[-1]) >= 2 * _BLOCK:
+                self.gap = np.append(self.gap, t - last[-1] if last else 0.0)
                 self.bs.append([t])
                 self.be.append([end])
-                self.gap.append(0.0)
                 last.append(end)
             else:
                 s, e = self.bs[-1], self.be[-1]
@@ -177,21 +187,22 @@ class _Resource:
                 last[b - 1] = e[0]
                 del s[0], e[0]
                 if not s:
-                    del self.bs[b], self.be[b], self.gap[b], last[b]
+                    del self.bs[b], self.be[b], last[b]
+                    self.gap = np.delete(self.gap, b)
+                    self._fix(b)
                     return
             last[b] = e[-1]
-            self._regap(b)
+            self._fix(b)
         elif joins_prev:
             if i > 0:
                 e[i - 1] = end
-                self._regap(b)
             else:
                 self.be[b - 1][-1] = end
                 last[b - 1] = end
+            self._fix(b)
         elif joins_next:
             s[i] = t
-            if i > 0:
-                self._regap(b)
+            self._fix(b)
         else:
             s.insert(i, t)
             e.insert(i, end)
@@ -199,11 +210,11 @@ class _Resource:
                 self.bs.insert(b + 1, s[_BLOCK:])
                 self.be.insert(b + 1, e[_BLOCK:])
                 del s[_BLOCK:], e[_BLOCK:]
-                self.gap.insert(b + 1, 0.0)
+                self.gap = np.insert(self.gap, b + 1, 0.0)
                 last.insert(b + 1, self.be[b + 1][-1])
                 last[b] = e[-1]
-                self._regap(b + 1)
-            self._regap(b)
+                self._fix(b + 1)
+            self._fix(b)
 
 
 class _Power:
