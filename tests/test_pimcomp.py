@@ -164,8 +164,24 @@ def test_registered_with_their_pieces():
     ht, ll = strategies.get("pimcomp-ht").options(hw), strategies.get("pimcomp-ll").options(hw)
     assert (ht.duplication, ht.unfolding, ht.grouping, ht.pipeline) == ("ga", "ht", True, False)
     assert (ll.duplication, ll.unfolding, ll.pipeline, ll.mvm_pipeline) == ("ga", "ll", True, True)
-    o = R(ht, ga_time_limit=2.5, ga_generations=7, ga_seed=3)
+    o = R(ht, ga_time_limit=2.5, ga_generations=7, ga_seed=3, ga_evaluations=123)
     assert strategies.Options.from_attrs(o.as_attrs()) == o
+
+
+@pytest.mark.parametrize("strategy", ["pimcomp-ht", "pimcomp-ll"])
+def test_ga_result_does_not_depend_on_the_clock(resnet, strategy):
+    """The budget of evaluations decides: two compilations with different (generous) time limits choose the
+    same replicas and layout, and say the budget (or stagnation) stopped them."""
+    hw = tvm_cim.load("pimcomp-a")
+    reps = []
+    for limit in (3000.0, 6000.0):  # far above what the budget takes, even on a loaded machine
+        opts = R(strategies.get(strategy).options(hw), ga_time_limit=limit, ga_evaluations=400, ga_seed_dp=False)
+        _, info = tvm_cim.offload(resnet, hw, strategy=strategy, options=opts)
+        rep = info.replication[0]
+        assert rep["ga"]["stopped"] in ("evaluations", "stagnation", "generations")
+        # region names carry a build id that hashes the options: compare the layers in order
+        reps.append((rep["ga"]["fitness_ns"], [(v["replicas"], v["cores"]) for v in rep["layers"].values()]))
+    assert reps[0] == reps[1]
 
 
 @pytest.fixture(scope="module")
@@ -176,7 +192,7 @@ def resnet():
 @pytest.mark.parametrize("strategy", ["pimcomp-ht", "pimcomp-ll"])
 def test_strategy_compiles_and_reports_ga_against_dp(resnet, strategy):
     hw = tvm_cim.load("pimcomp-a")
-    opts = R(strategies.get(strategy).options(hw), ga_time_limit=3.0, ga_generations=20)
+    opts = R(strategies.get(strategy).options(hw), ga_evaluations=1000, ga_generations=20)
     _, info = tvm_cim.offload(resnet, hw, strategy=strategy, options=opts)
     rep = info.replication[0]
     assert set(rep["layers"]) == {r.name for r in info.regions}
@@ -195,7 +211,7 @@ def test_placement_follows_the_ga_layout(resnet, strategy):
     """Every AG unit of every replica sits on one core, and each layer has on each core the units the GA's
     genome gives it; no crossbar holds two tiles; the simulator runs the program on those crossbars."""
     hw = tvm_cim.load("pimcomp-a")
-    opts = R(strategies.get(strategy).options(hw), ga_time_limit=2.0, ga_generations=10)
+    opts = R(strategies.get(strategy).options(hw), ga_evaluations=600, ga_generations=10)
     _, info = tvm_cim.offload(resnet, hw, strategy=strategy, options=opts)
     rep = info.replication[0]
     per_core = hw.core.crossbars
@@ -225,7 +241,7 @@ def test_placement_follows_the_ga_layout(resnet, strategy):
 def test_layer_grouping_runs_independent_layers_at_once(resnet):
     """Without the pipeline, grouping lets a residual branch overlap the main path; never slower than serial."""
     hw = tvm_cim.load("pimcomp-a")
-    opts = R(strategies.get("pimcomp-ht").options(hw), ga_time_limit=2.0, ga_generations=10)
+    opts = R(strategies.get("pimcomp-ht").options(hw), ga_evaluations=600, ga_generations=10)
     _, info = tvm_cim.offload(resnet, hw, strategy="pimcomp-ht", options=opts)
     stats, grouped = simulate_timing(info)
     info.schedule.options = R(opts, grouping=False)
@@ -254,14 +270,14 @@ def test_pseudo_instructions_round_trip_and_pair(strategy):
     hw = tvm_cim.load("pimcomp-a")
     opts = strategies.get(strategy).options(hw)
     if opts.duplication == "ga":
-        opts = R(opts, ga_time_limit=1.0, ga_generations=3)
+        opts = R(opts, ga_generations=3)
     _, info = tvm_cim.offload(mod, hw, strategy=strategy, options=opts)
     for prog in info.programs:
         isa = ISA.lower(prog, hw.core.crossbars, hw.cores)
         text = ISA.print_isa(isa)
         back = ISA.parse_isa(text)
         assert back.code == isa.code and back.skipped == isa.skipped and ISA.print_isa(back) == text
-        ISA.check(isa)
+        ISA.check(isa, int(hw.core.local_buffer.capacity_kb * 1024))
         # one mvm per crossbar read, one send and one recv per scatter, one vec per ALU operation
         kinds = prog.count_ops()
         c = isa.counts()
@@ -283,6 +299,9 @@ def test_pseudo_instruction_errors():
         ISA.check(isa)
     isa.emit(0, "recv", 2, "x[0:4]", 16)
     ISA.check(isa)
+    ISA.check(isa, local_bytes=16)
+    with pytest.raises(ValueError, match="core 0: recv.*16 bytes, more than its 15-byte local memory"):
+        ISA.check(isa, local_bytes=15)
     with pytest.raises(ValueError, match="line 3"):
         ISA.parse_isa('isa "t" cores=2\ncore 0 {\n  bogus(1)\n}\n')
     with pytest.raises(ValueError, match="takes 4 operands"):
@@ -318,7 +337,7 @@ def test_low_latency_heap_stalls_when_memory_is_small_and_keeps_outputs_bit_iden
         hw = R(base, core=R(base.core, local_buffer=R(base.core.local_buffer, capacity_kb=kb)))
         opts = strategies.get(strat).options(hw)
         if opts.duplication == "ga":
-            opts = R(opts, ga_time_limit=1.0, ga_generations=3)
+            opts = R(opts, ga_generations=3)
         lowered, info = tvm_cim.offload(mod, hw, strategy=strat, options=opts)
         with tvm_cim.runtime.collect() as stats:
             outs[label] = relax.VirtualMachine(relax.build(lowered, target="llvm"), tvm.cpu())["main"](

@@ -121,6 +121,28 @@ def test_ga_is_seeded_never_regresses_and_finds_a_small_optimum():
     assert c.stopped == "time limit"
 
 
+def test_ga_budget_of_evaluations_decides_not_the_clock():
+    """With a budget of fitness calls the result does not depend on the time limit (a generous one and
+    none give the same genome and history); the clock only stops a search that would run too long."""
+    def init(rng):
+        return np.array([rng.randrange(50) for _ in range(6)])
+
+    def mutate(g, rng):
+        g = g.copy()
+        g[rng.randrange(6)] = rng.randrange(50)
+        return g
+
+    def fitness(g):
+        return float(np.abs(g - 17).sum())
+
+    kw = dict(population=30, generations=10**6, seed=2, progress=False, stagnation=10**6, evaluations=500)
+    a = ga.evolve(init, mutate, fitness, time_limit=None, **kw)
+    b = ga.evolve(init, mutate, fitness, time_limit=600.0, **kw)
+    assert a.stopped == b.stopped == "evaluations"
+    assert np.array_equal(a.best, b.best) and a.history == b.history
+    assert 500 <= a.evaluations < 500 + 30  # stops after the generation that reaches the budget
+
+
 def test_milp_node_limit_decides_and_is_reproducible():
     """A node limit (not the clock) stops the search: a two-row 0-1 knapsack with large coefficients
     (HiGHS runs past a 20 s limit on it unbounded) stops after one node with a feasible answer that is

@@ -7,7 +7,7 @@ import tvm_cim
 from tvm_cim.common import zoo
 from tvm_cim.common.onnx_io import import_onnx
 from tvm_cim.report import simulate_timing
-from tvm_cim.simulator.timeline import Events, schedule_graph
+from tvm_cim.simulator.timeline import Events, _Resource, schedule_graph
 
 
 def timed_regions(hw_name, strategy, image=32):
@@ -129,3 +129,25 @@ def test_power_cap_on_a_network_keeps_dependencies_and_the_cap():
             for d in ev.deps[i]:
                 assert tl.start[base + i] >= tl.finish[base + d] - 1e-6
         base += len(ev)
+
+
+def test_resource_gaps_match_a_brute_force_calendar():
+    """The blocked interval list (block skipping by largest gap) books exactly what a unit-step calendar
+    books: random operations with integer times, many of them into earlier gaps, enough to split and
+    merge blocks many times over."""
+    rng = np.random.default_rng(7)
+    res, busy = _Resource(), np.zeros(100000, dtype=bool)
+    for _ in range(4000):
+        t, dur = int(rng.integers(0, 30000)), int(rng.choice([1, 2, 3, 7, 40]))
+        free = np.flatnonzero(np.convolve(~busy, np.ones(dur, dtype=int), "valid") == dur)
+        want = int(free[np.searchsorted(free, t)])  # the first start >= t with dur free steps
+        got = res.earliest(float(t), float(dur))
+        assert got == want
+        res.reserve(got, float(dur))
+        busy[want:want + dur] = True
+    assert res.busy == busy.sum()
+    assert res.gap.shape == (len(res.bs),)
+    starts = [s for b in res.bs for s in b]
+    ends = [e for b in res.be for e in b]
+    assert all(e < s for e, s in zip(ends, starts[1:]))  # disjoint, sorted, touching ones merged
+    assert len(res.bs) > 10

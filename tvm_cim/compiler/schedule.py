@@ -21,8 +21,11 @@ estimate (:class:`tvm_cim.compiler.estimate.Estimator`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from ..hardware.schema import CIMHardware
 from . import unfold
@@ -223,18 +226,22 @@ def pimcomp_replication(seg: list[Region], est: Estimator, tile_rows: dict, hw: 
         of every replica (what ``Place`` follows).
     """
     prob = replication.problem(seg, est, tile_rows, hw, resident, layout=hw.chip.computing_mode != "core")
+    memo = contextlib.nullcontext()
     if opts.pipeline:
         def fitness(reps):
             plans = {r.name: make_plan(r, est, int(d), tile_rows[r.name], 0, resident, latency=False)
                      for r, d in zip(seg, reps)}
             return est.graph_ns(seg, plans, True, producers)[0]
         search = fitness
+        memo = _memo_chunk_finish(est)
     else:
         fitness, search = prob.cycle_ns, prob.cycle_search
-    dp = replication.dp_same_problem(prob, fitness) if compare_dp or opts.ga_seed_dp else None
-    seeds = [dp.detail["genome"]] if opts.ga_seed_dp and dp.detail["genome"] is not None else None
-    out, best = replication.ga(prob, search, generations=opts.ga_generations, population=opts.ga_population,
-                               time_limit=opts.ga_time_limit, seed=opts.ga_seed, seeds=seeds, report=fitness)
+    with memo:
+        dp = replication.dp_same_problem(prob, fitness) if compare_dp or opts.ga_seed_dp else None
+        seeds = [dp.detail["genome"]] if opts.ga_seed_dp and dp.detail["genome"] is not None else None
+        out, best = replication.ga(prob, search, generations=opts.ga_generations, population=opts.ga_population,
+                                   time_limit=opts.ga_time_limit, seed=opts.ga_seed, seeds=seeds, report=fitness,
+                                   evaluations=opts.ga_evaluations)
     lay = replication.layout(prob, best)
     cores_used = {c for cs in lay.values() for c, _ in cs}
     info = {
@@ -251,6 +258,32 @@ def pimcomp_replication(seg: list[Region], est: Estimator, tile_rows: dict, hw: 
                    for i, r in enumerate(seg)},
     }
     return out.replicas, info
+
+
+@contextlib.contextmanager
+def _memo_chunk_finish(est: Estimator):
+    """Within the block, ``est.chunk_finish`` remembers its answers (incremental evaluation of the GA).
+
+    One input's latency is evaluated region after region; a mutation changes
+    one or two layers' replicas, so every region before the first changed one
+    (and every later one whose inputs arrive at the same times) repeats a call
+    already made with the same arguments.  The answers are the same objects
+    (the graph estimate only reads them).
+    """
+    orig, cache = est.chunk_finish, {}
+
+    def cached(r, replicas, tile_rows, resident=True, passes=1, t_in=0.0, **kw):
+        key = (r.name, replicas, tile_rows, resident, passes, np.asarray(t_in, dtype=float).tobytes(),
+               tuple(sorted(kw.items())))
+        if key not in cache:
+            cache[key] = orig(r, replicas, tile_rows, resident, passes, t_in, **kw)
+        return cache[key]
+
+    est.chunk_finish = cached
+    try:
+        yield
+    finally:
+        del est.chunk_finish  # back to the method
 
 
 def _unfolding_name(r: Region, opts: Options, rows: int, hw: CIMHardware) -> str:

@@ -25,7 +25,8 @@ last wrote the stored data.  Setup (weight programming), array-mode
 switches and MIREDO loop nests have no pseudo-instruction and are counted in
 ``skipped``.  :func:`print_isa` and :func:`parse_isa` round-trip;
 :func:`check` verifies that every ``send`` has its ``recv`` (synchronous
-communication, in order and with the same length).
+communication, in order and with the same length) and, given the cores'
+local memory, that no core instruction moves more bytes through it than it holds.
 """
 
 from __future__ import annotations
@@ -227,18 +228,32 @@ def parse_isa(text: str) -> IsaProgram:
     return isa
 
 
-def check(isa: IsaProgram) -> None:
-    """Every ``send(b, ..., len)`` of core ``a`` is matched, in order, by a ``recv(a, ..., len)`` of core ``b``.
+LOCAL_BYTES = ("recv", "load", "store")  # instructions whose ``len`` (bytes) is held in a core's local memory
+
+
+def check(isa: IsaProgram, local_bytes: int | None = None) -> None:
+    """Every ``send(b, ..., len)`` of core ``a`` is matched, in order, by a ``recv(a, ..., len)`` of core ``b``;
+    with ``local_bytes``, every ``recv``, ``load`` and ``store`` of a core moves at most that many bytes.
+
+    Parameters
+    ----------
+    isa : IsaProgram
+    local_bytes : int, optional
+        A core's local memory (the preset's ``core.local_buffer``); the global pseudo-core is not bounded.
 
     Raises
     ------
     ValueError
-        An unmatched or mismatched pair.
+        An unmatched or mismatched pair, or a transfer larger than a core's local memory.
     """
     sends: dict[tuple[int, int], list[int]] = {}
     recvs: dict[tuple[int, int], list[int]] = {}
     for core, code in isa.code.items():
         for ins in code:
+            if local_bytes is not None and core != isa.cores and ins.name in LOCAL_BYTES \
+                    and int(ins.args[-1]) > local_bytes:
+                raise ValueError(f"{isa.name}: core {core}: {ins.name}({', '.join(map(str, ins.args))}) moves "
+                                 f"{ins.args[-1]} bytes, more than its {local_bytes}-byte local memory")
             if ins.name == "send":
                 sends.setdefault((core, int(ins.args[0])), []).append(int(ins.args[2]))
             elif ins.name == "recv":

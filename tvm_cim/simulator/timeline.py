@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import operator
 from array import array
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -27,6 +28,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 _LONG = 16  # dependency lists longer than this are stored as arrays and maximised in numpy
+_BLOCK = 32  # busy intervals of a resource are kept in blocks of _BLOCK to 2 * _BLOCK
+_GAP_MARGIN = 1e-3  # ns: a block is skipped only if its largest gap is this much shorter than needed
 
 
 class Prefix:
@@ -85,55 +88,133 @@ class Events:
 
 
 class _Resource:
-    """Busy intervals of one resource, sorted by start."""
+    """Busy intervals of one resource, sorted by start, in blocks that know their largest gap.
 
-    __slots__ = ("starts", "ends", "busy")
+    The intervals are disjoint (touching ones are merged) and kept in blocks of
+    at most ``2 * _BLOCK``; each block records its last end and the largest gap
+    before or between its own intervals (in a numpy array), so that
+    :meth:`earliest` jumps over every block in which no gap is long enough in
+    one vectorised search.  A batch of inputs leaves many short gaps on a
+    resource; scanning them one by one made the schedule quadratic in the batch.
+    """
+
+    __slots__ = ("bs", "be", "gap", "last", "busy")
 
     def __init__(self):
-        self.starts: list[float] = []  # busy intervals, disjoint; touching ones are merged
-        self.ends: list[float] = []
+        self.bs: list[list[float]] = []  # per block: starts of its intervals
+        self.be: list[list[float]] = []  # per block: ends
+        # per block: largest gap inside it or between the previous block's last end and its first start
+        self.gap = np.zeros(0)
+        self.last: list[float] = []  # per block: its last end (sorted: bisect finds a block)
         self.busy = 0.0
 
     def earliest(self, t: float, dur: float) -> float:
         """Earliest start >= t of a gap of length dur."""
-        ends = self.ends
-        if not ends or t >= ends[-1]:
+        last = self.last
+        if not last or t >= last[-1]:
             return t
-        starts = self.starts
-        i = bisect.bisect_right(ends, t)
-        while i < len(starts):
-            if starts[i] >= t + dur:
+        b = bisect.bisect_right(last, t)  # the first block with an interval ending after t
+        s, e = self.bs[b], self.be[b]
+        i = bisect.bisect_right(e, t)
+        nb = len(last)
+        while True:
+            n = len(s)
+            while i < n:
+                if s[i] >= t + dur:
+                    return t
+                if e[i] > t:
+                    t = e[i]
+                i += 1
+            b += 1
+            if b == nb:
                 return t
-            if ends[i] > t:
-                t = ends[i]
-            i += 1
-        return t
+            # t is the previous block's last end: jump to the first block that may hold a gap long enough
+            # (a margin far above rounding: the exact test in the scan decides)
+            fits = self.gap[b:] >= dur - _GAP_MARGIN
+            k = int(fits.argmax())
+            if not fits[k]:
+                return last[-1]
+            if k:
+                b += k
+                t = last[b - 1]
+            s, e, i = self.bs[b], self.be[b], 0
+
+    def _fix(self, b: int) -> None:
+        """Recompute the gap of block ``b`` (after it or the previous block's last end changed)."""
+        if b < len(self.bs):
+            s, e = self.bs[b], self.be[b]
+            g = max(map(operator.sub, s[1:], e[:-1]), default=0.0)
+            if b:
+                g = max(g, s[0] - self.last[b - 1])
+            self.gap[b] = g
 
     def reserve(self, t: float, dur: float) -> None:
         """Mark ``[t, t + dur)`` busy (a gap :meth:`earliest` returned)."""
         end = t + dur
-        starts, ends = self.starts, self.ends
+        last = self.last
         self.busy += dur
-        if not ends or t >= ends[-1]:  # the usual case: after everything booked so far
-            if ends and ends[-1] == t:
-                ends[-1] = end
+        if not last or t >= last[-1]:  # the usual case: after everything booked so far
+            if last and last[-1] == t:
+                self.be[-1][-1] = end
+                last[-1] = end
+            elif not last or len(self.bs[-1]) >= 2 * _BLOCK:
+                self.gap = np.append(self.gap, t - last[-1] if last else 0.0)
+                self.bs.append([t])
+                self.be.append([end])
+                last.append(end)
             else:
-                starts.append(t)
-                ends.append(end)
+                s, e = self.bs[-1], self.be[-1]
+                if t - e[-1] > self.gap[-1]:
+                    self.gap[-1] = t - e[-1]
+                s.append(t)
+                e.append(end)
+                last[-1] = end
             return
-        i = bisect.bisect_left(starts, t)
-        joins_prev = i > 0 and ends[i - 1] == t
-        joins_next = i < len(starts) and starts[i] == end
-        if joins_prev and joins_next:
-            ends[i - 1] = ends[i]
-            del starts[i], ends[i]
-        elif joins_prev:
-            ends[i - 1] = end
-        elif joins_next:
-            starts[i] = t
+        b = bisect.bisect_right(last, t)
+        s, e = self.bs[b], self.be[b]
+        i = bisect.bisect_left(s, t)
+        if i > 0:
+            joins_prev = e[i - 1] == t
         else:
-            starts.insert(i, t)
-            ends.insert(i, end)
+            joins_prev = b > 0 and last[b - 1] == t
+        joins_next = i < len(s) and s[i] == end
+        if joins_prev and joins_next:
+            if i > 0:
+                e[i - 1] = e[i]
+                del s[i], e[i]
+            else:
+                self.be[b - 1][-1] = e[0]
+                last[b - 1] = e[0]
+                del s[0], e[0]
+                if not s:
+                    del self.bs[b], self.be[b], last[b]
+                    self.gap = np.delete(self.gap, b)
+                    self._fix(b)
+                    return
+            last[b] = e[-1]
+            self._fix(b)
+        elif joins_prev:
+            if i > 0:
+                e[i - 1] = end
+            else:
+                self.be[b - 1][-1] = end
+                last[b - 1] = end
+            self._fix(b)
+        elif joins_next:
+            s[i] = t
+            self._fix(b)
+        else:
+            s.insert(i, t)
+            e.insert(i, end)
+            if len(s) > 2 * _BLOCK:
+                self.bs.insert(b + 1, s[_BLOCK:])
+                self.be.insert(b + 1, e[_BLOCK:])
+                del s[_BLOCK:], e[_BLOCK:]
+                self.gap = np.insert(self.gap, b + 1, 0.0)
+                last.insert(b + 1, self.be[b + 1][-1])
+                last[b] = e[-1]
+                self._fix(b + 1)
+            self._fix(b)
 
 
 class _Power:

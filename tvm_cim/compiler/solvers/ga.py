@@ -1,4 +1,4 @@
-"""Genetic algorithms on DEAP: a seeded, elitist loop with a time limit, stagnation stop and progress.
+"""Genetic algorithms on DEAP: a seeded, elitist loop with a deterministic budget, stagnation stop and progress.
 
 The method supplies what is specific to it (how to draw a legal genome, the
 legal mutations, the fitness); DEAP supplies the fitness and selection
@@ -6,6 +6,11 @@ machinery and the log book.  Selection is PIMCOMP's: the best ``elite``
 share survives, each other individual survives with probability
 ``survive``, and mutations of survivors refill the population.  The best
 fitness never gets worse from one generation to the next.
+
+What stops the loop is deterministic (generations, a budget of fitness
+evaluations, stagnation), so a seed gives the same genome on any machine
+under any load; the wall-clock limit is only a safety net, and when it
+decides, :attr:`Result.stopped` says so.
 """
 
 from __future__ import annotations
@@ -50,7 +55,10 @@ class Result:
     seconds : float
         Wall time.
     stopped : str
-        Why the loop stopped: ``generations``, ``time limit`` or ``stagnation``.
+        Why the loop stopped: ``generations``, ``evaluations``, ``stagnation`` or ``time limit`` (the
+        safety net: the only reason that depends on the machine's speed).
+    evaluations : int
+        Fitness calls made.
     """
 
     best: Any
@@ -60,13 +68,14 @@ class Result:
     seconds: float = 0.0
     stopped: str = "generations"
     logbook: Any = None
+    evaluations: int = 0
 
 
 def evolve(init: Callable[[random.Random], Any], mutate: Callable[[Any, random.Random], Any],
            fitness: Callable[[Any], float], *, population: int = 200, generations: int = 100,
            elite: float = 0.3, survive: float = 0.2, seed: int = 0, time_limit: float | None = None,
            stagnation: int = 25, progress: bool = True, desc: str = "GA",
-           seeds: list[Any] | None = None) -> Result:
+           seeds: list[Any] | None = None, evaluations: int | None = None) -> Result:
     """Minimise ``fitness`` over genomes.
 
     Parameters
@@ -83,13 +92,17 @@ def evolve(init: Callable[[random.Random], Any], mutate: Callable[[Any, random.R
     seed : int
         Seed of every random choice.
     time_limit : float, optional
-        Seconds; the best so far is returned when it is reached (it also cuts the first population short).
+        Seconds, a safety net only: the best so far is returned when it is reached (it also cuts the first
+        population short), and ``stopped`` says ``time limit``.
     stagnation : int
         Stop after this many generations without improvement.
     progress : bool
         Show a tqdm bar.
     seeds : list, optional
         Genomes to put in the first population (e.g. another method's answer).
+    evaluations : int, optional
+        Budget of fitness calls (the first population is always complete): the loop stops after the
+        generation in which it is reached.  Deterministic, unlike ``time_limit``.
 
     Returns
     -------
@@ -97,15 +110,21 @@ def evolve(init: Callable[[random.Random], Any], mutate: Callable[[Any, random.R
     """
     rng = random.Random(seed)
     t0 = time.perf_counter()
-    pop = [Individual(g) for g in (seeds or [])][:population]
-    for ind in pop:
+    calls = 0
+
+    def evaluate(ind: Individual) -> Individual:
+        nonlocal calls
+        calls += 1
         ind.fitness.values = (float(fitness(ind.genome)),)
+        return ind
+
+    pop = [evaluate(Individual(g)) for g in (seeds or [])][:population]
+    cut = False  # the clock cut the first population short (the result then depends on the machine)
     while len(pop) < population:  # a time limit also bounds the first population (at least one new genome)
         if time_limit is not None and len(pop) > len(seeds or []) and time.perf_counter() - t0 > time_limit:
+            cut = True
             break
-        ind = Individual(init(rng))
-        ind.fitness.values = (float(fitness(ind.genome)),)
-        pop.append(ind)
+        pop.append(evaluate(Individual(init(rng))))
     stats = tools.Statistics(lambda ind: ind.fitness.values[0])
     stats.register("min", np.min)
     stats.register("mean", np.mean)
@@ -113,7 +132,7 @@ def evolve(init: Callable[[random.Random], Any], mutate: Callable[[Any, random.R
     best = tools.selBest(pop, 1)[0]
     history = [best.fitness.values[0]]
     book.record(gen=0, **stats.compile(pop))
-    stopped, since, gen = "generations", 0, 0
+    stopped, since, gen = ("time limit" if cut else "generations"), 0, 0
     bar = tqdm(range(generations), desc=desc, disable=not progress, leave=False)
     for gen in bar:
         ranked = tools.selBest(pop, len(pop))
@@ -122,9 +141,7 @@ def evolve(init: Callable[[random.Random], Any], mutate: Callable[[Any, random.R
         children = []
         while len(keep) + len(children) < population:
             parent = keep[rng.randrange(len(keep))]
-            child = Individual(mutate(parent.genome, rng))
-            child.fitness.values = (float(fitness(child.genome)),)
-            children.append(child)
+            children.append(evaluate(Individual(mutate(parent.genome, rng))))
         pop = keep + children
         cur = tools.selBest(pop, 1)[0]
         if cur.fitness.values[0] < best.fitness.values[0] * (1 - 1e-12):
@@ -134,12 +151,15 @@ def evolve(init: Callable[[random.Random], Any], mutate: Callable[[Any, random.R
         history.append(best.fitness.values[0])
         book.record(gen=gen + 1, **stats.compile(pop))
         bar.set_postfix(best=f"{best.fitness.values[0]:.4g}")
+        if since >= stagnation:
+            stopped = "time limit" if cut else "stagnation"
+            break
+        if evaluations is not None and calls >= evaluations:
+            stopped = "time limit" if cut else "evaluations"
+            break
         if time_limit is not None and time.perf_counter() - t0 > time_limit:
             stopped = "time limit"
             break
-        if since >= stagnation:
-            stopped = "stagnation"
-            break
     bar.close()
     return Result(best.genome, best.fitness.values[0], history, len(history) - 1,
-                  time.perf_counter() - t0, stopped, book)
+                  time.perf_counter() - t0, stopped, book, calls)

@@ -85,10 +85,13 @@ class Options:
         PIMCOMP's layer grouping (Alg. 1) without the inter-layer pipeline: a
         region waits for its producers' whole outputs only, so independent
         layers run at once (otherwise also for the region before it).
-    ga_generations, ga_population, ga_time_limit, ga_seed
+    ga_generations, ga_population, ga_evaluations, ga_time_limit, ga_seed
         PIMCOMP's genetic algorithm (``duplication='ga'``,
         :mod:`~tvm_cim.compiler.strategies.replication`): generations,
-        population, seconds per segment, seed.
+        population, budget of genomes evaluated per segment (with the
+        generations and a 25-generation stagnation stop, what decides:
+        deterministic), seconds per segment (a safety net only, reported
+        when it stops the search), seed.
     ga_seed_dp : bool
         Put our DP's replication (packed first-fit) into the GA's first
         population (ours; the paper starts from one replica per layer).
@@ -119,7 +122,8 @@ class Options:
     grouping: bool = False
     ga_generations: int = 100
     ga_population: int = 200
-    ga_time_limit: float = 10.0
+    ga_evaluations: int = 4000
+    ga_time_limit: float = 300.0
     ga_seed: int = 0
     ga_seed_dp: bool = True
     local_memory: bool = False
@@ -243,6 +247,7 @@ register(Strategy("cmswitch", "CMSwitch's dual-mode method: segmentation by DP w
 
 
 SEND_BATCH = 8  # Alg. 2's transmit threshold (the paper gives none; 8 chunks, an ablation sets 1)
+LL_EVALUATIONS = 1000  # the low-latency fitness simulates one input's element pipeline (ms per genome, not us)
 
 
 def _pimcomp(hw: CIMHardware, mode: str) -> Options:
@@ -250,7 +255,7 @@ def _pimcomp(hw: CIMHardware, mode: str) -> Options:
     if mode == "ht":
         return Options(duplication="ga", unfolding="ht", grouping=True)
     return Options(duplication="ga", unfolding="ll", pipeline=True, mvm_pipeline=xbar, local_memory=True,
-                   send_batch=SEND_BATCH)
+                   send_batch=SEND_BATCH, ga_evaluations=LL_EVALUATIONS)
 
 
 register(Strategy("pimcomp-ht", "PIMCOMP high throughput: Table IV unfolding per layer (least load), replication and "

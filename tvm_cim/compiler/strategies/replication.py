@@ -606,7 +606,8 @@ class Outcome:
 
 def ga(p: Problem, fitness: Callable[[np.ndarray], float], *, generations: int = 100, population: int = 200,
        time_limit: float | None = 10.0, seed: int = 0, progress: bool = True, stagnation: int = 25,
-       seeds: list | None = None, report: Callable[[np.ndarray], float] | None = None) -> tuple[Outcome, np.ndarray]:
+       seeds: list | None = None, report: Callable[[np.ndarray], float] | None = None,
+       evaluations: int | None = None) -> tuple[Outcome, np.ndarray]:
     """PIMCOMP's GA on the shared driver.
 
     Parameters
@@ -617,7 +618,7 @@ def ga(p: Problem, fitness: Callable[[np.ndarray], float], *, generations: int =
     generations, population : int
         The paper: population 200, up to 1000 iterations.
     time_limit : float, optional
-        Seconds.
+        Seconds, a safety net (reported as the stop reason when it decides).
     seed : int
     progress : bool
         A progress bar.
@@ -628,6 +629,8 @@ def ga(p: Problem, fitness: Callable[[np.ndarray], float], *, generations: int =
     report : callable, optional
         The objective the outcome states (``fitness`` when it is a search
         surrogate, e.g. :meth:`Problem.cycle_search`); default ``fitness``.
+    evaluations : int, optional
+        The deterministic budget: genomes evaluated (:func:`~tvm_cim.compiler.solvers.ga.evolve`).
 
     Returns
     -------
@@ -644,14 +647,17 @@ def ga(p: Problem, fitness: Callable[[np.ndarray], float], *, generations: int =
             cache[key] = float(fitness(reps))
         return max(cache[key], p.core_ns(g))
 
+    c0 = time.process_time()
     res = evolve(lambda rng: random_genome(p, rng), lambda g, rng: mutate(p, g, rng), fit,
                  population=population, generations=generations, seed=seed, time_limit=time_limit,
-                 stagnation=stagnation, progress=progress, desc="PIMCOMP GA", seeds=seeds)
+                 stagnation=stagnation, progress=progress, desc="PIMCOMP GA", seeds=seeds, evaluations=evaluations)
+    cpu = time.process_time() - c0
     reps = decode(p, res.best)
     return Outcome([int(d) for d in reps], max(float(report(reps)), p.core_ns(res.best)) if report else res.fitness,
                    res.seconds, {
         "generations": res.generations, "stopped": res.stopped, "history": [float(h) for h in res.history],
-        "evaluations": len(cache), "population": population, "seed": seed}), res.best
+        "evaluations": res.evaluations, "distinct_replicas": len(cache), "population": population,
+        "seed": seed, "cpu_seconds": cpu}), res.best
 
 
 def dp_same_problem(p: Problem, fitness: Callable[[np.ndarray], float]) -> Outcome:
