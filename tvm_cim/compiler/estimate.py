@@ -75,8 +75,7 @@ def book(rs: tuple, t: float, dur: float) -> float:
         return t
     if len(rs) == 1:
         u = rs[0]
-        if u.ends and t < u.ends[-1]:
-            t = u.earliest(t, dur)
+        t = u.earliest(t, dur)  # returns t at once when t is after everything booked
         u.reserve(t, dur)
         return t + dur
     while True:
