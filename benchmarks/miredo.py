@@ -223,7 +223,7 @@ def main() -> int:
         return 2
     settings = dict(node_limit=a.node_limit or DF.dataflow_mip.NODE_LIMIT,
                     time_limit=a.time_limit or DF.dataflow_mip.SAFETY_TIME_LIMIT, spatial_top=1,
-                    starts=1, max_orders=60 if a.quick else 300, seed=a.seed)
+                    starts=1, max_orders=60 if a.quick else 100, seed=a.seed)
     results = {}
     t0 = time.perf_counter()
     out = {"hw": hw.name, "image": image, "objective": a.objective, "settings": settings, "paper": PAPER,

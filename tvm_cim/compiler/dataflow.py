@@ -344,8 +344,8 @@ def optimise(layer: LN.Layer, hier: LN.Hierarchy, method: str = "miredo", object
     spatial_top : int
         Spatial candidates tried (best utilisation first).
     starts : int
-        Greedy loop orders whose levels and buffering are solved exactly
-        (order fixed, at most a second each) before the full MIP starts from the best.
+        Greedy loop orders whose levels and buffering are solved for latency
+        (order fixed, one solve each) before the full MIP starts from the best.
     max_orders : int
         Loop orders the heuristic (and the MIP's warm start) fills per spatial candidate.
     seed : int
@@ -380,7 +380,7 @@ def optimise(layer: LN.Layer, hier: LN.Hierarchy, method: str = "miredo", object
         for st in sts:
             for m, cyc, status in dataflow_mip.solve(layer, hier, sp, ws=ws, node_limit=node_limit,
                                                      time_limit=time_limit, seed=seed, start=st, fix_order=True,
-                                                     lexicographic=objective == "edp"):
+                                                     lexicographic=False):
                 pool.append((m, cyc, status))
         valid = [(key(LN.evaluate(layer, hier, m)), i, m) for i, (m, _, _) in enumerate(pool)
                  if not LN.check(layer, hier, m)]
