@@ -85,8 +85,12 @@ def _shape_key(layer: LN.Layer) -> tuple:
     return tuple(sorted(layer.bounds.items())), layer.stride, layer.dilation
 
 
-def run_network(name: str, layers: list, hier: LN.Hierarchy, settings: dict, objective: str) -> dict:
-    """Every mapper on every distinct layer shape; per-layer rows and network totals."""
+def run_network(name: str, layers: list, hier: LN.Hierarchy, settings: dict, objective: str,
+                progress=None) -> dict:
+    """Every mapper on every distinct layer shape; per-layer rows and network totals.
+
+    ``progress(rows)``, when given, is called after every layer (partial results of a long run).
+    """
     cache: dict = {}
     rows = []
     for layer in tqdm(layers, desc=f"{name} layers", leave=False):
@@ -112,6 +116,8 @@ def run_network(name: str, layers: list, hier: LN.Hierarchy, settings: dict, obj
         rows.append({"layer": layer.name, "bounds": layer.bounds, "stride": list(layer.stride), "macs": layer.macs,
                      "solved": first, **{m: res[m] for m in METHODS}})
         cache[key] = (res, False)
+        if progress is not None:
+            progress(rows)
     tot = {}
     for meth in METHODS:
         lat = sum(r[meth]["cycles_sim"] for r in rows) * hier.cycle_ns
@@ -230,7 +236,11 @@ def main() -> int:
            "networks": results}
     for net in tqdm(nets, desc="networks"):
         layers = layers_of(zoo.build_model(net, image_size=image))[: a.layers]
-        results[net] = run_network(net, layers, hier, settings, a.objective)
+        def partial(rows, net=net):  # a killed run keeps the layers it finished
+            if a.json:
+                Path(a.json).write_text(json.dumps({**out, "partial": {net: rows}}, indent=1, default=float))
+
+        results[net] = run_network(net, layers, hier, settings, a.objective, progress=partial)
         print_network(net, results[net])
         out["wall_s"] = time.perf_counter() - t0
         if a.json:  # after every network: a killed run keeps what it finished
