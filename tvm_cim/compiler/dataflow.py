@@ -328,7 +328,8 @@ class Result:
 
 def optimise(layer: LN.Layer, hier: LN.Hierarchy, method: str = "miredo", objective: str = DEFAULT_OBJECTIVE,
              node_limit: int = dataflow_mip.NODE_LIMIT, spatial_top: int = 2, starts: int = 3,
-             max_orders: int = 500, seed: int = 0, time_limit: float = dataflow_mip.SAFETY_TIME_LIMIT) -> Result:
+             max_orders: int = 500, seed: int = 0, time_limit: float = dataflow_mip.SAFETY_TIME_LIMIT,
+             fix_starts: bool = False) -> Result:
     """The dataflow of one layer.
 
     Parameters
@@ -344,11 +345,16 @@ def optimise(layer: LN.Layer, hier: LN.Hierarchy, method: str = "miredo", object
     spatial_top : int
         Spatial candidates tried (best utilisation first).
     starts : int
-        Greedy loop orders whose levels and buffering are solved for latency
-        (order fixed, one solve each) before the full MIP starts from the best.
+        Greedy loop orders (the best by the objective) in the pool; the full
+        MIP starts from the best of them.
     max_orders : int
         Loop orders the heuristic (and the MIP's warm start) fills per spatial candidate.
     seed : int
+    fix_starts : bool
+        Also solve the levels and buffering of every start with its loop order
+        fixed (one MIP each) before the full MIP.  Off by default: on
+        ResNet-18@224 it cost a third of the solve time and the network's EDP
+        was better without it (benchmarks/miredo.py, see the README).
 
     Returns
     -------
@@ -375,9 +381,9 @@ def optimise(layer: LN.Layer, hier: LN.Hierarchy, method: str = "miredo", object
             ranked.append((key(LN.evaluate(layer, hier, sts[0])), len(ranked), sp, sts))
     ranked.sort(key=lambda x: x[:2])
     for _, _, sp, sts in ranked[:spatial_top]:
-        # warm start: the best greedy orders, each with its levels and buffering solved exactly
+        # warm start: the best greedy orders (with fix_starts, each with its levels and buffering solved)
         pool = [(st, math.nan, "heuristic") for st in sts]
-        for st in sts:
+        for st in sts if fix_starts else ():
             for m, cyc, status in dataflow_mip.solve(layer, hier, sp, ws=ws, node_limit=node_limit,
                                                      time_limit=time_limit, seed=seed, start=st, fix_order=True,
                                                      lexicographic=False):
