@@ -16,10 +16,11 @@ buffering -- minimising the stall-aware latency of
   operand's innermost level takes as many inner loops as fit, then the next
   level), single-buffered, the best by the same evaluator.
 
-Objectives: ``latency`` (lexicographic: minimal latency, then the least
-energy within 0.1 % of it) and ``edp`` (an epsilon-constraint sweep: the
-least energy under latency bounds ``(1 + eps) L*``, every point evaluated
-exactly, the smallest energy-delay product kept).
+Objectives: ``edp``, the default (:data:`DEFAULT_OBJECTIVE`; an
+epsilon-constraint sweep: the least energy under latency bounds
+``(1 + eps) L*``, every point evaluated exactly, the smallest energy-delay
+product kept) and ``latency`` (the paper's MIP objective; lexicographic:
+minimal latency, then the least energy within 0.1 % of it).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from .solvers.factorize import factors_of, residual_bounds
 METHODS = ("miredo", "ws", "zigzag")
 TIME_LIMIT_STATUS = "Time limit reached"  # HiGHS's status when the safety net stopped a solve
 OBJECTIVES = ("latency", "edp")
+DEFAULT_OBJECTIVE = "edp"  # the figure of merit of the issue and of the paper's results (EDP gains)
 
 
 # ============================================================================ spatial unrolling
@@ -324,9 +326,10 @@ class Result:
     time_limit_hit: bool = False
 
 
-def optimise(layer: LN.Layer, hier: LN.Hierarchy, method: str = "miredo", objective: str = "latency",
+def optimise(layer: LN.Layer, hier: LN.Hierarchy, method: str = "miredo", objective: str = DEFAULT_OBJECTIVE,
              node_limit: int = dataflow_mip.NODE_LIMIT, spatial_top: int = 2, starts: int = 3,
-             max_orders: int = 500, seed: int = 0, time_limit: float = dataflow_mip.SAFETY_TIME_LIMIT) -> Result:
+             max_orders: int = 500, seed: int = 0, time_limit: float = dataflow_mip.SAFETY_TIME_LIMIT,
+             fix_starts: bool = False) -> Result:
     """The dataflow of one layer.
 
     Parameters
@@ -342,11 +345,16 @@ def optimise(layer: LN.Layer, hier: LN.Hierarchy, method: str = "miredo", object
     spatial_top : int
         Spatial candidates tried (best utilisation first).
     starts : int
-        Greedy loop orders whose levels and buffering are solved exactly
-        (order fixed, at most a second each) before the full MIP starts from the best.
+        Greedy loop orders (the best by the objective) in the pool; the full
+        MIP starts from the best of them.
     max_orders : int
         Loop orders the heuristic (and the MIP's warm start) fills per spatial candidate.
     seed : int
+    fix_starts : bool
+        Also solve the levels and buffering of every start with its loop order
+        fixed (one MIP each) before the full MIP.  Off by default: on
+        ResNet-18@224 it cost a third of the solve time and the network's EDP
+        was better without it (benchmarks/miredo.py, see the README).
 
     Returns
     -------
@@ -373,12 +381,12 @@ def optimise(layer: LN.Layer, hier: LN.Hierarchy, method: str = "miredo", object
             ranked.append((key(LN.evaluate(layer, hier, sts[0])), len(ranked), sp, sts))
     ranked.sort(key=lambda x: x[:2])
     for _, _, sp, sts in ranked[:spatial_top]:
-        # warm start: the best greedy orders, each with its levels and buffering solved exactly
+        # warm start: the best greedy orders (with fix_starts, each with its levels and buffering solved)
         pool = [(st, math.nan, "heuristic") for st in sts]
-        for st in sts:
+        for st in sts if fix_starts else ():
             for m, cyc, status in dataflow_mip.solve(layer, hier, sp, ws=ws, node_limit=node_limit,
                                                      time_limit=time_limit, seed=seed, start=st, fix_order=True,
-                                                     lexicographic=objective == "edp"):
+                                                     lexicographic=False):
                 pool.append((m, cyc, status))
         valid = [(key(LN.evaluate(layer, hier, m)), i, m) for i, (m, _, _) in enumerate(pool)
                  if not LN.check(layer, hier, m)]
@@ -399,7 +407,7 @@ def optimise(layer: LN.Layer, hier: LN.Hierarchy, method: str = "miredo", object
 
 # ============================================================================ the dataflow piece of the pipeline
 # settings the compiler uses per layer (the benchmark passes its own)
-PIPELINE_SETTINGS = dict(method="miredo", objective="latency", node_limit=dataflow_mip.NODE_LIMIT, spatial_top=1, starts=2,
+PIPELINE_SETTINGS = dict(method="miredo", objective=DEFAULT_OBJECTIVE, node_limit=dataflow_mip.NODE_LIMIT, spatial_top=1, starts=2,
                          max_orders=200)
 _PLANS: dict = {}
 

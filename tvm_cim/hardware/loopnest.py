@@ -503,13 +503,51 @@ def pass_through(trs: list) -> dict:
     return out
 
 
+def holds(share: float) -> bool:
+    """A transfer taking all of a port (its slower end) leaves no room on it for any other transfer."""
+    return share >= 1.0 - 1e-9
+
+
+def blocking(hier: Hierarchy, m: Mapping, trs: list, passing: dict, i: int) -> dict:
+    """Overlapped refills at loop ``i`` that hold a port the inner loops' serial refills need: ``{port: cycles}``.
+
+    A refill that overlaps the body of loop ``i`` (double-buffered, or a
+    pass-through level, :func:`pass_through`) and takes all of a port
+    (:func:`holds`) is issued when the iteration starts (an output write-back
+    when its tile is complete, an input or weight prefetch when its buffer
+    is free), before the inner loops issue theirs; every refill of an inner
+    loop (slot ``> i``) using that port waits for it (a double-buffered one
+    is only one tile ahead), and so do the macros waiting for that refill:
+    its duration adds to the iteration instead of overlapping it.  Output
+    write-backs go first at an iteration boundary, so the input and weight
+    refills of loop ``i`` itself wait for them too.
+    """
+    inner_ports, here_ports = set(), set()
+    for t in trs:
+        if t.slot > i:
+            inner_ports |= set(port_cycles(hier, m, t))
+        elif t.slot == i and t.operand != "O":
+            here_ports |= set(port_cycles(hier, m, t))
+    out: dict = {}
+    for t in trs:
+        if t.slot != i or not (t.double or id(t) in passing):
+            continue
+        waiting = inner_ports | here_ports if t.operand == "O" else inner_ports
+        for p, x in port_shares(hier, m, t).items():
+            if holds(x) and p in waiting:
+                out[p] = out.get(p, 0.0) + t.times * t.cycles
+    return out
+
+
 def latency(layer: Layer, hier: Hierarchy, m: Mapping) -> float:
     """Cycles of the layer under mapping ``m`` (the stall-aware recursion of the module docstring).
 
     Per loop ``i`` (innermost first), one iteration lasts the longest of
 
     * the inner loops plus every single-buffered refill at ``i`` whose tile the
-      inner loops use (``T + body``);
+      inner loops use (``T + body``), plus, per port, the overlapped refills at
+      ``i`` that hold a port an inner loop's refill needs
+      (:func:`blocking`);
     * every double-buffered refill (``T``: it overlaps the body);
     * every single-buffered level that only feeds a child refilled at the same
       loop: its refill plus the child's (:func:`pass_through`);
@@ -526,7 +564,8 @@ def latency(layer: Layer, hier: Hierarchy, m: Mapping) -> float:
     for i in range(len(m.loops) - 1, -1, -1):
         n = m.loops[i][1]
         here = [t for t in trs if t.slot == i]
-        crit = lat + sum(t.times * t.cycles for t in here if not t.double and id(t) not in passing)
+        serial = lat + sum(t.times * t.cycles for t in here if not t.double and id(t) not in passing)
+        crit = serial + max(blocking(hier, m, trs, passing, i).values(), default=0.0)
         for t in here:
             if t.double:
                 crit = max(crit, t.times * t.cycles)
