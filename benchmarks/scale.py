@@ -40,11 +40,11 @@ GROWTH_MODELS = ["resnet18", "resnet34", "resnet50", "resnet101", "densenet121"]
 GOAL_TOTAL_S, GOAL_RSS_MB, GOAL_BITWISE_S, GOAL_COMPILE_S, GOAL_R50_S, GOAL_RATIO = 60, 4096, 10, 30, 10, 10
 
 
-def run_point(spec: str, hw: str, strategy: str | None = None, *flags: str) -> dict:
-    """One ``python -m tvm_cim run`` in its own process; the report's figures."""
+def _cli(verb: str, spec: str, hw: str, strategy: str | None, *flags: str) -> tuple[dict | None, float, str]:
+    """``python -m tvm_cim VERB`` in its own process: (report or None, wall seconds, error line)."""
     with tempfile.TemporaryDirectory() as d:
         rep_path = Path(d) / "r.json"
-        cmd = [sys.executable, "-m", "tvm_cim", "run", spec, "--hw", hw, "--report", str(rep_path), *flags]
+        cmd = [sys.executable, "-m", "tvm_cim", verb, spec, "--hw", hw, "--report", str(rep_path), *flags]
         if strategy:
             cmd += ["--strategy", strategy]
         t = time.perf_counter()
@@ -52,8 +52,15 @@ def run_point(spec: str, hw: str, strategy: str | None = None, *flags: str) -> d
         wall = time.perf_counter() - t
         if p.returncode != 0:
             tail = p.stderr.strip().splitlines()[-1] if p.stderr.strip() else f"exit {p.returncode}"
-            return {"error": tail, "process_wall_s": wall}
-        rep = json.loads(rep_path.read_text())
+            return None, wall, tail
+        return json.loads(rep_path.read_text()), wall, ""
+
+
+def run_point(spec: str, hw: str, strategy: str | None = None, *flags: str) -> dict:
+    """One ``python -m tvm_cim run`` in its own process; the report's figures."""
+    rep, wall, err = _cli("run", spec, hw, strategy, *flags)
+    if rep is None:
+        return {"error": err, "process_wall_s": wall}
     regions = rep["regions"]
     phases = rep.get("compile_phases_s", {})
     return {
@@ -93,18 +100,9 @@ def dominant(phases: dict, compile_cpu_s: float | None = None) -> tuple[str, flo
 
 def compile_point(spec: str, hw: str, strategy: str | None = None) -> dict:
     """One ``python -m tvm_cim compile`` in its own process: compile wall / CPU seconds and per pass."""
-    with tempfile.TemporaryDirectory() as d:
-        rep_path = Path(d) / "r.json"
-        cmd = [sys.executable, "-m", "tvm_cim", "compile", spec, "--hw", hw, "--report", str(rep_path)]
-        if strategy:
-            cmd += ["--strategy", strategy]
-        t = time.perf_counter()
-        p = subprocess.run(cmd, capture_output=True, text=True)
-        wall = time.perf_counter() - t
-        if p.returncode != 0:
-            tail = p.stderr.strip().splitlines()[-1] if p.stderr.strip() else f"exit {p.returncode}"
-            return {"error": tail, "process_wall_s": wall}
-        rep = json.loads(rep_path.read_text())
+    rep, wall, err = _cli("compile", spec, hw, strategy)
+    if rep is None:
+        return {"error": err, "process_wall_s": wall}
     return {"compile_s": rep["timing_s"]["compile"], "compile_cpu_s": rep["cpu_s"]["compile"],
             "import_s": rep["timing_s"]["import"], "peak_rss_mb": rep["peak_rss_mb"], "process_wall_s": wall,
             "regions": rep["regions"], "segments": rep["segments"], "phases": rep["compile_phases_s"]}
