@@ -187,7 +187,8 @@ def test_mip_finds_the_enumerated_optimum(hier, shape):
     sp = DF.spatial_candidates(layer, hier, 1)[0]
     best_m, best_c, n_valid = DF.exhaustive(layer, hier, sp)
     assert n_valid > 100
-    (m, mip_cycles, status), = dataflow_mip.solve(layer, hier, sp, lexicographic=False)
+    # no node limit: this checks the MIP's model against enumeration, so the solve must prove optimality
+    (m, mip_cycles, status), = dataflow_mip.solve(layer, hier, sp, lexicographic=False, node_limit=None)
     assert status == "Optimal" and LN.check(layer, hier, m) == []
     assert LN.latency(layer, hier, m) == pytest.approx(best_c.cycles, rel=1e-6)
     assert mip_cycles == pytest.approx(best_c.cycles, rel=1e-6)  # the MIP's own latency is the model's
