@@ -63,6 +63,7 @@ CONFIGS = {
     "+wordline": R(_PD, crossbar_dup=True, crossbar_dp=True, mvm_pipeline=True, remap=True),
 }
 # the configurations of the previous version of this benchmark (before issue 14): same names, older columns
+# (used for a --before file written by that version, i.e. one without '+xbar Eq.1')
 BEFORE_NAMES = {"+xbar Eq.1": "+crossbar"}
 PAPER = {  # paper 003, Fig. 21 (a)-(c): speedup of P&D over none, crossbar level over P&D, wordline over crossbar
     "graph-P&D": "up to 123x", "xbar/P&D": "1.8x (R-50), 1.4x (R-101)", "wl/xbar": "~1.1x (R-50)",
@@ -126,7 +127,8 @@ def exp1(nets, image, isaac, before: dict, save) -> dict:
         old = before.get(net)
         if old:
             ob = old["none"]["latency_ns"]
-            osp = {c: ob / old[BEFORE_NAMES.get(c, c)]["latency_ns"] for c in cols if BEFORE_NAMES.get(c, c) in old}
+            names = {} if "+xbar Eq.1" in old else BEFORE_NAMES  # a run of this version keeps its own names
+            osp = {c: ob / old[names.get(c, c)]["latency_ns"] for c in cols if names.get(c, c) in old}
             print(f"{'  was':10s} " + " ".join(f"{osp[c]:10.2f}x" if c in osp else f"{'':>11s}" for c in cols)
                   + f" {osp['+crossbar'] / osp['graph-P&D']:8.2f}x {osp['+wordline'] / osp['+crossbar']:7.2f}x")
     print("  paper (Fig. 21): " + "; ".join(f"{k} {v}" for k, v in PAPER.items()))
