@@ -18,14 +18,13 @@ file, unreadable model, unsupported model), 1 internal error.
 from __future__ import annotations
 
 import argparse
-import resource
 from pathlib import Path
 
 from . import report as R
 from .common import hardware, sweep, zoo
 from .common.cli import UserError, add_run_io, dispatch, load_hardware
 from .common.onnx_io import load_onnx  # noqa: F401  (part of the CLI's API: zoo specs)
-from .common.report import finish_run, write_json
+from .common.report import finish_run, peak_rss_mb, write_json
 from .compiler import strategies
 from .compiler.accuracy import DEFAULT_MAX_ERROR
 from .compiler.transform import last_compile_info
@@ -53,7 +52,7 @@ def cmd_compile(args) -> int:
     load_hardware(args.hw, "cim")
     rep, info = compile_only(args.model, args.hw, args.strategy, seed=args.seed, calib_samples=args.calib_samples,
                              max_error=args.max_error)
-    rep["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rep["peak_rss_mb"] = peak_rss_mb()
     if args.emit:
         Path(args.emit).write_text(info.program_text())
     t, c = rep["timing_s"], rep["cpu_s"]

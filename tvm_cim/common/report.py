@@ -118,7 +118,7 @@ def finish_run(rep: dict, summary, args, model, outs: list, emitted: str) -> int
     int
         0.
     """
-    rep["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rep["peak_rss_mb"] = peak_rss_mb()
     print(summary(rep))
     if args.report:
         write_json(rep, args.report)
@@ -129,6 +129,11 @@ def finish_run(rep: dict, summary, args, model, outs: list, emitted: str) -> int
     if getattr(args, "emit", None):
         print(f"{emitted:13s} {args.emit}")
     return 0
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process so far, in MB (Linux: ``ru_maxrss`` is in KB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def finish_benchmark(res: dict, plots: list[str], json_path: str | None, t0: float) -> int:
