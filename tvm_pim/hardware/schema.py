@@ -67,6 +67,26 @@ class DramTiming:
         0, doc="minimum spacing of consecutive bank_group-scope (same-bank) compute commands (nCCDSB); "
         "0 = only the command's own latency", unit="tCK"
     )
+    trtp: Count = key(
+        0, doc="column read (or bank-reading compute command) to precharge of the same row: the precharge "
+        "waits this long after the row's last such command (nRTPL; 0 = no rule beyond the issue spacing)",
+        unit="tCK",
+    )
+    twtr: Count = key(
+        0, doc="write-to-read turnaround of a rank: a column write (host write, input-register write, or a "
+        "bank-writing PIM command) to the next column read (host read, or a bank-reading PIM command), "
+        "WL + BL/2 + tWTR; on devices whose PIM commands are triggered by column reads and writes (HBM-PIM); "
+        "0 = not modelled", unit="tCK",
+    )
+    trtw: Count = key(
+        0, doc="read-to-write turnaround of a rank (RL + BL/2 + tRTRS - WL), the reverse of twtr; 0 = not "
+        "modelled", unit="tCK",
+    )
+    trefi: Count = key(
+        0, doc="all-bank refresh interval: every trefi cycles a refresh blocks the group's banks (0 = refresh "
+        "not modelled)", unit="tCK"
+    )
+    trfc: Count = key(0, doc="all-bank refresh cycle time (the banks are blocked this long per refresh)", unit="tCK")
 
 
 # What a PIM command does, as the bank-PIM code generator and simulator
@@ -207,6 +227,10 @@ class PIMHardware(DescriptionRoot):
         if abs(self.core.frequency_mhz / unit_mhz - 1.0) > 0.01:
             return [("core.frequency_mhz", f"1 / (tccd_l x tck_ns) = {unit_mhz:.1f} MHz within 1% (one column per "
                      "tCCD_L)", self.core.frequency_mhz)]
+        t = self.dram.timing
+        if t.trefi and t.trefi <= t.trfc + t.trp + t.trcd:
+            return [("dram.timing.trefi", f"0 (no refresh) or more than trfc + trp + trcd = {t.trfc + t.trp + t.trcd}",
+                     t.trefi)]
         return []
 
     @property

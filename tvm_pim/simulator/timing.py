@@ -18,7 +18,8 @@ arithmetic (loops are multiplied out, never expanded):
 * single-bank activations (scope ``bank``) are spaced
   ``max(tRRD, tFAW / 4)`` in each rank of a pseudo-channel;
 * every core (its banks) accumulates its own busy time: ``ACT`` costs
-  ``tRCD``, ``PRE`` costs ``tRP`` and stretches the open row to ``tRAS``,
+  ``tRCD``, ``PRE`` costs ``tRP`` and stretches the open row to ``tRAS``
+  and to ``tRTP`` after the row's last bank-reading column command,
   column commands cost their issue spacing (at least ``tCCD_L`` for one
   bank's successive bank-level commands), host bursts into a bank pay
   their row activations, precharges and ``tWR``;
@@ -31,6 +32,13 @@ arithmetic (loops are multiplied out, never expanded):
   bank-level commands to different cores overlap their row cycles while
   sharing the bus, and those to different bank groups overlap their
   column spacing;
+* read/write turnarounds (``twtr`` / ``trtw``, on devices whose PIM
+  commands are column reads and writes) delay the command path and every
+  core once per switch between writes and reads in the phase's order;
+* all-bank refresh (``tREFI`` / ``tRFC``, when the device sets them)
+  stops the whole channel: a channel busy ``W`` cycles in a phase takes
+  ``floor(W / (tREFI - c)) * c`` more, ``c = tRFC + tRP + tRCD`` (close the
+  open row, refresh, re-open it), counting from a refresh at the phase start;
 * a phase lasts as long as its slowest channel (all channels in parallel),
   or the sum over channels for ``serial`` phases, and at least its host
   traffic divided by the host bandwidth; host actions (launch, merges) add
@@ -61,7 +69,7 @@ from .decode import DATA_ROLES, Env, LazyEnv, SimulationError, role_of
 #: (this module, or the streams the code generator emits for a draft): the records of tuned
 #: schedule databases store simulated times and carry this number in their key
 #: (:func:`tvm_pim.search.database.record_key`), so records of an older model are ignored, not applied.
-TIMING_MODEL_VERSION = 2
+TIMING_MODEL_VERSION = 3
 
 
 @dataclass
@@ -98,6 +106,12 @@ class SimResult:
             "command_counts": dict(self.command_counts),
             "host_bytes": self.host_bytes,
         }
+
+
+#: roles that write a column of a bank or a core's registers, and roles that read a bank column (read/write
+#: turnarounds, on devices whose PIM commands are column reads and writes)
+_WRITES = ("host_write", "reg_write", "store")
+_READS = ("host_read", "mac", "dot", "acc_add", "load", "add", "mul")
 
 
 def _selection(it: Command, C: int):
@@ -137,6 +151,76 @@ class TimingModel:
         self.col_bus = max(float(self.t.tbl), view.column_bytes / (view.channel_bw_gbs / self.npch) / self.t.tck_ns)
         # activation windows: at most one ACT per tRRD and four per tFAW in each rank of a pseudo-channel
         self.act_step = max(float(self.t.trrd), self.t.tfaw / 4.0)
+        # all-bank refresh: every tREFI one refresh closes the open row (tRP), blocks the banks for tRFC and
+        # re-opens the row (tRCD); between two refreshes the banks work tREFI minus that
+        t = self.t
+        self.ref_cost = float(t.trfc + t.trp + t.trcd) if t.trefi else 0.0
+        self.ref_gap = float(t.trefi) - self.ref_cost if t.trefi else 0.0
+
+    def turnarounds(self, items) -> tuple[str | None, str | None, int, int]:
+        """Read/write turnarounds of a command sequence, loops multiplied out without expanding them.
+
+        A command is a column write (host or input-register write, a bank-writing PIM command) or a column
+        read (host read, a bank-reading PIM command); activations, precharges and control commands are
+        neither.  Only meaningful on devices that set ``twtr`` / ``trtw`` (PIM commands triggered by column
+        reads and writes, HBM-PIM).
+
+        Parameters
+        ----------
+        items : list
+            Commands and loops of a phase.
+
+        Returns
+        -------
+        tuple
+            ``(first, last, writes_to_reads, reads_to_writes)``: the first and last direction (``"R"``,
+            ``"W"`` or None when no command moves data) and the number of each turnaround.
+        """
+        first = last = None
+        wtr = rtw = 0
+
+        def step(f, lo, a, b, times):
+            nonlocal first, last, wtr, rtw
+            if f is None:
+                return
+            wtr, rtw = wtr + a * times, rtw + b * times
+            if times > 1 and lo != f:  # from one iteration into the next
+                wtr, rtw = wtr + (times - 1) * (lo == "W"), rtw + (times - 1) * (lo == "R")
+            if last is not None and last != f:
+                wtr, rtw = wtr + (last == "W"), rtw + (last == "R")
+            first = first or f
+            last = lo
+
+        for it in items:
+            if isinstance(it, Loop):
+                step(*self.turnarounds(it.body), it.count)
+                continue
+            if it.op.startswith("HOST."):
+                continue
+            role = role_of(self.hw, it.op, it.args)[0]
+            d = "W" if role in _WRITES else "R" if role in _READS else None
+            step(d, d, 0, 0, 1)
+        return first, last, wtr, rtw
+
+    def refreshes(self, cycles):
+        """All-bank refreshes that fall into ``cycles`` of bank work started right after a refresh: the
+        refresh manager fires every ``trefi`` cycles of wall time and each one stops the work for
+        ``trfc + trp + trcd``, so ``floor(cycles / (trefi - trfc - trp - trcd))`` of them (0 without refresh).
+
+        Parameters
+        ----------
+        cycles : float or numpy.ndarray
+            Busy cycles of a channel in one phase, without refresh.
+
+        Returns
+        -------
+        numpy.ndarray
+            Refresh count (same shape).
+        """
+        c = np.asarray(cycles, dtype=float)
+        if not self.ref_gap:
+            return np.zeros_like(c)
+        return np.floor(c / self.ref_gap)
 
     def spacing(self, cmd) -> float:
         """Issue-to-issue time of a compute command: its latency, at least the device's power-constraint spacing
@@ -204,6 +288,14 @@ class TimingModel:
             seg_dirty = False
             Gst = stream.groups
             tRCD, tRP, tRAS, tCCDL = float(t.trcd), float(t.trp), float(t.tras), float(t.tccd_l)
+            tRTP = float(t.trtp)
+            # issue spacing of the open row's last bank-reading column command: the precharge may issue
+            # tRTP after that command's issue, i.e. tRTP - spacing after the chain's time (earlier when tRTP
+            # is shorter than the spacing; without a tRTP the precharge follows the last spacing)
+            last = {"step": 0.0}
+
+            def rtp_wait(open_seg):
+                return np.where(open_seg > 0, tRTP - last["step"], 0.0) if tRTP else 0.0
 
             def uniform(it) -> bool:
                 u = getattr(it, "_uniform", None)
@@ -237,13 +329,17 @@ class TimingModel:
                         if role == "act":
                             U["chain"] += mult * max(lat, tRCD)
                             U["seg"] = 0.0
+                            last["step"] = 0.0
                             U["bus"] += mult * issues
                             if not bcast and cmd.scope == "bank":
                                 U["acts"] += mult
                             n_cmd = 1
                         elif role == "pre":
-                            U["chain"] += mult * (max(lat, tRP) + max(0.0, tRAS - tRCD - U["seg"]))
+                            wait = max(tRAS - tRCD - U["seg"], float(rtp_wait(U["seg"]))) if tRTP else \
+                                max(0.0, tRAS - tRCD - U["seg"])
+                            U["chain"] += mult * (max(lat, tRP) + wait)
                             U["seg"] = 0.0
+                            last["step"] = 0.0
                             U["bus"] += mult * issues
                             n_cmd = 1
                         elif role in ("mac", "dot", "acc_add", "load", "add", "mul", "store"):
@@ -253,6 +349,8 @@ class TimingModel:
                             U["bus"] += mult * issues * n * lat
                             U["chain"] += mult * n * step
                             U["seg"] += n * step
+                            if role != "store":
+                                last["step"] = step
                             if not bcast:
                                 U["colw"] += mult * n * tCCDL
                             n_cmd = n * issues
@@ -287,14 +385,17 @@ class TimingModel:
                         lat = max(lat, float(t.trcd))
                         chain[_ci(gsel, csel)] += mult * lat
                         seg[_ci(gsel, csel)] = 0.0
+                        last["step"] = 0.0
                         bus[gsel] += mult * issues  # one command slot
                         if not bcast and cmd.scope == "bank":
                             acts[_ci(gsel, csel)] += mult
                         n_cmd = 1
                     elif role == "pre":
                         lat = max(lat, float(t.trp))
-                        stretch = np.maximum(0.0, t.tras - t.trcd - seg[_ci(gsel, csel)] - U["seg"])
+                        open_seg = seg[_ci(gsel, csel)] + U["seg"]
+                        stretch = np.maximum(0.0 if not tRTP else rtp_wait(open_seg), t.tras - t.trcd - open_seg)
                         U["seg"] = 0.0
+                        last["step"] = 0.0
                         chain[_ci(gsel, csel)] += mult * (lat + stretch)
                         seg[_ci(gsel, csel)] = 0.0
                         bus[gsel] += mult * issues
@@ -313,6 +414,8 @@ class TimingModel:
                         bus[gsel] += mult * issues * n * lat
                         chain[_ci(gsel, csel)] += mult * n * step
                         seg[_ci(gsel, csel)] += n * step
+                        if role != "store":
+                            last["step"] = step
                         if not bcast:
                             colw[_ci(gsel, csel)] += mult * n * tCCDL
                         n_cmd = n * issues
@@ -339,6 +442,12 @@ class TimingModel:
                     energy[op] += mult * n_cmd * len(g) * cmd.energy_pj * e_rows
 
             walk(ph.body, 1, {})
+            if t.twtr or t.trtw:
+                # the rank's banks wait for the turnaround: the command path and every core
+                _, _, n_wtr, n_rtw = self.turnarounds(ph.body)
+                turn = float(n_wtr * t.twtr + n_rtw * t.trtw)
+                U["bus"] += turn
+                U["chain"] += turn
             bus[:Gst] += U["bus"]
             chain[:Gst, :] += U["chain"]
             colw[:Gst, :] += U["colw"]
@@ -362,8 +471,12 @@ class TimingModel:
             terms = {"command_path": bus, "busiest_core": chain.max(axis=1), "busiest_bank_group": bg_busy.max(axis=1),
                      "busiest_data_bus": pch_busy.max(axis=1), "activation_window": act_busy.max(axis=1) * self.act_step,
                      "busiest_rank": rank_busy.max(axis=1) * (float(t.tccd_s) / self.col_bus)}
-            per_ch = np.maximum.reduce(list(terms.values()))
+            work = np.maximum.reduce(list(terms.values()))
             tck = t.tck_ns
+            # all-bank refresh stops every resource of the channel: each channel's refreshes lengthen its time
+            # (a serial phase's channels work one after another, each refreshed while it works)
+            n_ref = self.refreshes(work)
+            per_ch = work + n_ref * self.ref_cost
             if ph.serial:
                 dev_ns = float(per_ch.sum()) * tck
             else:
@@ -380,8 +493,11 @@ class TimingModel:
             b = int(np.argmax(per_ch)) if per_ch.size else 0
             res = {k: float(v[b]) * tck for k, v in terms.items()} if per_ch.size else {}
             res["host_link"] = bw_ns
-            bound = max(res, key=res.get) if res else "none"
+            res_refresh = float(n_ref[b] * self.ref_cost) * tck if per_ch.size else 0.0
+            # (refresh stops the channel's resources, not the host link)
+            bound = max(res, key=lambda k: res[k] + (res_refresh if k != "host_link" else 0.0)) if res else "none"
             resources[ph.name] = {"ns": phase_ns, "bound": bound, "terms_ns": res, "host_ns": host_ns,
+                                  "refresh_ns": res_refresh, "refreshes": int(n_ref.sum()) if n_ref.size else 0,
                                   "host_data_share_of_command_path": float(data_bus[b] / bus[b]) if per_ch.size and bus[b] > 0 else 0.0,
                                   "channels": int(Gst), "serial": bool(ph.serial), "rounds": int(ph.rounds)}
             host_bytes_total += host_bytes if ph.name != "setup" else 0.0
