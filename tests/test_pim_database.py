@@ -13,7 +13,7 @@ from tvm.s_tir import meta_schedule as ms
 
 from tvm_pim import load
 from tvm_pim.compiler import space
-from tvm_pim.compiler.codegen import DCC, generate
+from tvm_pim.compiler.codegen import DCC, contract_plan, generate
 from tvm_pim.compiler.kernels import KernelSpec
 from tvm_pim.cost import features
 from tvm_pim.cost.measure import evaluate
@@ -136,5 +136,44 @@ def test_plan_counts_are_the_commands_the_simulator_counts(dev, sizes):
         units = d.groups_used  # group-wide commands: one issue per group reaches all its cores
         assert res.command_counts[act] == c["acts"] * units
         assert res.command_counts[comp] == c["compute_cols"] * units
+        _check_moves(view, d, c, res)
+        checked += 1
+    assert checked >= 6
+
+
+def _check_moves(view, d, c, res):
+    """Result moves to the group buffer: every core's columns, one command each (AttAcc's MVSB)."""
+    mv = view.command("to_group")
+    if c["move_cols"]:
+        assert res.command_counts[mv] == c["move_cols"] * d.cores_used * d.groups_used
+    else:
+        assert mv is None or mv not in res.command_counts
+
+
+@pytest.mark.parametrize("dev", ["hbm-pim", "attacc"])
+@pytest.mark.parametrize("sizes", [dict(b=2, n=512, k=512), dict(b=8, n=768, k=768)])
+def test_plan_counts_of_reductions(dev, sizes):
+    """RED drafts that split k over cores: activations, compute columns, result moves and (AttAcc, a dot
+    product against ones) the ones vector written once per group by broadcast, as the simulator counts them."""
+    view = PimView(load(dev))
+    spec = KernelSpec.make("red", resident=("A",), **sizes)
+    drafts, _ = space.enumerate_drafts(spec, view)
+    rng = np.random.default_rng(1)
+    checked = 0
+    for i in rng.choice(len(drafts), 12, replace=False):
+        d = drafts[int(i)]
+        try:
+            c = features.plan_counts(spec, d, view)
+        except space.InfeasibleDraft:
+            continue
+        res = Simulator(view.hw).run(generate(spec, d, view, DCC), functional=False)
+        act = view.command("act", "group") or view.require("act")
+        role = contract_plan(spec, d, view).op_role  # (HBM-PIM reduces with ADD, AttAcc with dot products)
+        comp = view.command(role, "group") or view.require(role)
+        assert res.command_counts[act] == c["acts"] * d.groups_used
+        assert res.command_counts[comp] == c["compute_cols"] * d.groups_used
+        _check_moves(view, d, c, res)
+        if view.contraction == "dot":
+            assert res.command_counts[view.command("reg_write", "group")] == c["x_cols"] * d.groups_used
         checked += 1
     assert checked >= 6

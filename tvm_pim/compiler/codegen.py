@@ -444,7 +444,8 @@ def gen_contract(spec: KernelSpec, draft: Draft, view: PimView, opts: CodegenOpt
     B.phase("compute")
     op, op_cores = B.compute_cmd(pl.op_role)
     act, pre = B.act_pre(op_cores)
-    x_shared = til.shared("b", "m", "k")
+    # the ones vector of a reduction run as dot products is the same in every core: broadcast it
+    x_shared = til.shared("b", "m", "k") or not pl.needs_x
     xw, xw_cores = B.data_cmd("reg_write", x_shared and til.C > 1) if (pl.needs_x or pl.op_role == "dot") else (None, None)
     if not pl.needs_x and pl.op_role == "dot":
         B.emit(xw, None if xw_cores is None else "each", reg=0, src=f"ones:{pl.kc * lanes}")

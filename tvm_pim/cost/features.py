@@ -23,8 +23,9 @@ from ..compiler.codegen import contract_plan
 from ..compiler.kernels import KINDS, KernelSpec
 from ..compiler.space import Draft, InfeasibleDraft, dimension_sets
 from ..hardware.view import ELEM_BYTES, PimView, ceil_div
+from ..simulator.timing import TimingModel
 
-FEATURE_VERSION = 4
+FEATURE_VERSION = 5
 _DIMS = ("b", "m", "n", "k", "i")
 
 # caches: (spec, hardware digest) -> the static part; spec -> dimension-set extents
@@ -114,7 +115,7 @@ def features(spec: KernelSpec, draft: Draft, view: PimView) -> np.ndarray:
     return np.asarray(f, dtype=np.float32)
 
 
-_N_PLAN = 24
+_N_PLAN = 27
 
 
 def prior_log_ns(X: np.ndarray) -> np.ndarray:
@@ -136,8 +137,11 @@ def plan_counts(spec: KernelSpec, draft: Draft, view: PimView) -> dict[str, floa
     commands every core issues and a PIM programmer's estimate of the time
     they take: each row opened pays ``tRCD + tRP`` and stays open at least
     ``tRAS``; compute commands are issued at their spacing; input-register
-    writes take a bus slot per column; the partial outputs are read over the
-    host link and summed on the host.  The trees learn corrections to these.
+    writes take a bus slot per column and cross the host link; results moved
+    to the group buffer (``to_group``, AttAcc's MVSB) occupy the channel's
+    data buses beside the compute; read/write turnarounds and refresh follow
+    the device's rules; the partial outputs are read over the host link and
+    summed on the host.  The trees learn corrections to these.
 
     Parameters
     ----------
@@ -149,9 +153,13 @@ def plan_counts(spec: KernelSpec, draft: Draft, view: PimView) -> dict[str, floa
     -------
     dict or None
         ``acts`` (row activations per core), ``compute_cols`` (compute column commands per core),
-        ``x_cols`` (input-register columns written per core), ``result_moves`` (store / move commands
-        per core), ``core_cycles``, ``command_path_cycles``, ``out_ns`` (result read-out and host sum),
-        ``reduce_ns`` and the plan's sizes; None for other kernels.
+        ``x_cols`` (input-register columns written per core, the ones vector of a dot-product
+        reduction included), ``result_moves`` (store / move commands per core), ``move_cols`` (result
+        columns moved to the group buffer per core), ``core_cycles``, ``command_path_cycles``,
+        ``data_bus_cycles`` (result moves on the channel's data buses), ``x_link_ns`` (input writes over
+        the host link), ``pim_ns`` (the compute phase: the busiest of these, with turnarounds and
+        refresh), ``out_ns`` (result read-out and host sum), ``reduce_ns`` and the plan's sizes; None
+        for other kernels.
 
     Raises
     ------
@@ -174,6 +182,10 @@ def plan_counts(spec: KernelSpec, draft: Draft, view: PimView) -> dict[str, floa
     acts = reps * acts_per
     mac_cols = reps * pl.Tn * pl.P
     x_cols = pl.Tb * pl.Tm * pl.P * (pl.nb if pl.nch > 1 else 1) if pl.needs_x else 0
+    x_loads = pl.Tb * pl.Tm // pl.mb * (pl.nb * pl.nch if pl.nch > 1 else 1) if pl.needs_x else 0
+    ones = not pl.needs_x and pl.op_role == "dot"  # (a reduction's ones vector, written once, broadcast)
+    if ones:
+        x_cols = pl.kc
     t = view.hw.dram.timing
     role = pl.op_role
     cmd = view.cmd(view.command(role, "group") or view.require(role))
@@ -189,9 +201,21 @@ def plan_counts(spec: KernelSpec, draft: Draft, view: PimView) -> dict[str, floa
     st_cyc = pl.Tb * pl.Tm * pl.Tn * step if pl.result == "bank" else 0.0
     core_cyc = act_cyc + open_cyc + x_cyc + st_cyc
     C = draft.cores_used
-    shared = all(draft.part(d).cores == 1 for d in ("b", "m", "k"))
+    shared = (all(draft.part(d).cores == 1 for d in ("b", "m", "k")) or ones) and C > 1
     x_bus = x_cols * (max(x_lat, col_bus) if shared else C * col_bus / npch)
     bus_cyc = 2 * acts + mac_cyc + x_bus + st_cyc
+    # results moved to the group buffer: every core's columns on the channel's data buses (beside the MACs)
+    lanes = view.elems_per_column
+    move_cols = reps * pl.mb * (full * ceil_div(pl.ob, lanes) + (ceil_div(tail, lanes) if tail else 0)) \
+        if pl.result == "group" else 0
+    dbus_cyc = move_cols * C * col_bus / npch
+    x_link_ns = draft.groups_used * x_cols * (1 if shared else C) * view.column_bytes / view.host_bw_gbs
+    # read/write turnarounds (devices whose PIM commands are column reads and writes): one pair per input load,
+    # one per block whose results are stored back into the bank
+    turn = (x_loads + (reps * pl.nb if pl.result == "bank" else 0)) * float(t.twtr + t.trtw)
+    work = np.maximum.reduce([bus_cyc, core_cyc, dbus_cyc]) + turn
+    tm = TimingModel(view)
+    pim_cyc = float(work + tm.refreshes(work) * tm.ref_cost)
     ks = draft.part("k").groups * draft.part("k").cores
     cdiv = draft.part("k").cores if (pl.result == "group" and view.hw.group.accumulator) else 1
     parts = ks // cdiv * (view.elems_per_column if role != "dot" else 1)
@@ -204,7 +228,9 @@ def plan_counts(spec: KernelSpec, draft: Draft, view: PimView) -> dict[str, floa
     return {
         "kc": pl.kc, "nch": pl.nch, "ob": pl.ob, "nb": pl.nb, "upr": pl.upr, "rpu": pl.rpu, "rows": pl.rows_b * pl.Tb,
         "mb": pl.mb, "bank_result": float(pl.result == "bank"), "acts": acts, "compute_cols": mac_cols,
-        "x_cols": x_cols, "result_moves": reps * pl.nb * pl.mb, "act_cycles": act_cyc, "compute_cycles": mac_cyc,
+        "x_cols": x_cols, "result_moves": reps * pl.nb * pl.mb, "move_cols": move_cols, "act_cycles": act_cyc,
+        "compute_cycles": mac_cyc, "data_bus_cycles": dbus_cyc, "x_link_ns": x_link_ns, "turnaround_cycles": turn,
+        "pim_ns": max(pim_cyc * t.tck_ns, x_link_ns),
         "block_padding": (pl.nbp * pl.ob - pl.Tn) / max(pl.nbp * pl.ob, 1), "core_cycles": core_cyc,
         "x_cycles": x_cyc, "command_path_cycles": bus_cyc, "reduce_ns": reduce_ns,
         "out_ns": read_bytes / view.host_bw_gbs + reduce_ns, "tck_ns": t.tck_ns,
@@ -219,11 +245,12 @@ def _plan_features(spec: KernelSpec, draft: Draft, view: PimView) -> list[float]
         c = plan_counts(spec, draft, view)
     except InfeasibleDraft:
         return [-1.0] * _N_PLAN
-    pim_ns = max(c["command_path_cycles"], c["core_cycles"]) * c["tck_ns"]
+    pim_ns = c["pim_ns"]
     return [_l2(c["kc"]), _l2(c["nch"]), _l2(c["ob"]), _l2(c["nb"]), _l2(c["upr"]), _l2(c["rpu"]), _l2(c["rows"]),
             float(c["mb"]), c["bank_result"], _l2(c["acts"]), _l2(c["compute_cols"]), _l2(c["x_cols"] + 1),
             _l2(c["result_moves"]), _l2(c["act_cycles"] + c["compute_cycles"]),
             c["act_cycles"] / max(c["act_cycles"] + c["compute_cycles"], 1.0), c["block_padding"],
             _l2(c["core_cycles"]), _l2(c["core_cycles"] * c["tck_ns"]), c["x_cycles"] / max(c["core_cycles"], 1.0),
-            _l2(c["command_path_cycles"]), _l2(pim_ns), _l2(c["out_ns"]), _l2(c["reduce_ns"] + 1),
+            _l2(c["command_path_cycles"]), _l2(c["data_bus_cycles"] + 1), _l2(c["x_link_ns"] + 1),
+            _l2(c["turnaround_cycles"] + 1), _l2(pim_ns), _l2(c["out_ns"]), _l2(c["reduce_ns"] + 1),
             _l2(pim_ns + c["out_ns"])]
