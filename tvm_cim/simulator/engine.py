@@ -127,7 +127,8 @@ class _Tile:
             lim = 2 ** (bits - 1) - 1
             if w.dtype.kind not in "iu" or np.iinfo(w.dtype).max < lim:
                 w = w.astype(np.int64)
-            self.weights = np.clip(w, -lim, lim)  # integer codes (the source's integer type)
+            # integer codes (the source's integer type); the ufuncs np.clip calls, without its per-call checks
+            self.weights = np.minimum(np.maximum(w, -lim), lim)
         else:
             self.weights = X.decode(self.cells(), hw, bits)
 
@@ -245,8 +246,9 @@ class Chip:
         self._pending_tile_bytes = 0
         self._cross = self._cross_pass()
         self._entries_memo: dict = {}  # id(op) -> _entries (the program is alive while it runs)
+        self._blocks: dict = {}  # vxb -> row-block start -> its crossbars (in binding order)
         self._read_memo: dict = {}  # aggregated cost of a read of one crossbar set
-        self._shape_memo: dict = {}  # (rows, cols, vectors, groups) -> cost.read of this program's mapping  # (rows, cols, vectors, groups) -> cost.read of this program's mapping
+        self._shape_memo: dict = {}  # (rows, cols, vectors, groups) -> cost.read of this program's mapping
         self._done_full: set[str] = set()
         self._write_memo: dict = {}
         self._sp = None
@@ -322,8 +324,13 @@ class Chip:
             raise SimulationError(f"program '{self.prog.name}': read of unbound virtual crossbar {v}")
         ents = self.vxbs[v]
         blk = o.get("block")
-        if blk is not None:
-            ents = [e for e in ents if e[1].start == blk.start]
+        if blk is not None:  # the crossbars of one row block (indexed once per virtual crossbar)
+            index = self._blocks.get(v)
+            if index is None:
+                index = self._blocks[v] = defaultdict(list)
+                for e in ents:
+                    index[e[1].start].append(e)
+            ents = index.get(blk.start, [])
         if o.opcode == "CIM.read_row":
             ra = self.xhw.crossbar.rows_active
             g = int(o["group"])
@@ -539,17 +546,23 @@ class Chip:
         queue = self._pending.get((src, dst))
         if queue is None:
             queue = self._pending[(src, dst)] = []
-        for xb, rows, cols, base in self._entries(o):
-            if xb not in cells:
-                raise SimulationError(f"read of crossbar {xb} before it was written")
-            # the read sees the tile the crossbar holds now (captured: a later write need not flush it)
-            w = weights[xb]
-            queue.append((rows, cols, base, v, w, cells[xb], offsets.get(xb)))
+        ents = self._entries(o)
+        try:  # the read sees the tiles the crossbars hold now (captured: a later write need not flush it)
+            if offsets:
+                new = [(rows, cols, base, v, weights[xb], cells[xb], offsets.get(xb)) for xb, rows, cols, base in ents]
+            else:
+                new = [(rows, cols, base, v, weights[xb], cells[xb], None) for xb, rows, cols, base in ents]
+        except KeyError:
+            xb = next(xb for xb, _, _, _ in ents if xb not in cells)
+            raise SimulationError(f"read of crossbar {xb} before it was written") from None
+        queue.extend(new)
+        for it in new:
+            w = it[4]
             if id(w) not in tiles:
                 tiles[id(w)] = w
                 self._pending_tile_bytes += 8 * w.size  # as the float64 the product converts it to
-            if not self._cross:
-                self._pending_xbs.add(xb)
+        if not self._cross:
+            self._pending_xbs.update(xb for xb, _, _, _ in ents)
         self._pending_dsts.add(dst)
         self._pending_srcs.add(src)
         if self._pending_tile_bytes > _TILE_BYTES:  # bound the tiles held for queued reads

@@ -366,8 +366,16 @@ def schedule_graph(regions: list[tuple[str, Events, int]], producers: dict[str, 
                         t = fin[d]
             dur = ev_dur[i]
             if dur > 0:
-                rs = [res[r] for r in ev_res[i]]
+                names = ev_res[i]
                 capped = power is not None and ev.analog[i]
+                if len(names) == 1 and not capped:  # one resource: its earliest gap (the loop's fixed point)
+                    r = res[names[0]]
+                    t = r.earliest(t, dur)
+                    r.reserve(t, dur)
+                    st[i], fin[i] = t, t + dur
+                    fin_np[i] = t + dur
+                    continue
+                rs = [res[r] for r in names]
                 while True:  # earliest time every resource is free (and, capped, the power allows it)
                     t2 = t
                     for r in rs:
