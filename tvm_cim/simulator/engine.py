@@ -48,7 +48,7 @@ from ..hardware import cost, loopnest
 from ..hardware import crossbar as X
 from ..hardware.schema import CIMHardware
 from ..program import OPS, Op, Parallel, Program, Range, Ref
-from .localmem import LocalMemory
+from .localmem import LocalMemory, buffer_bytes
 from .loopnest import simulate as simulate_loopnest
 from .timeline import Events, schedule_graph
 
@@ -146,6 +146,35 @@ _TILE_BYTES = 32 * 2**20
 def _vecs(o: Op, default: int) -> Range:
     v = o.get("vecs")
     return v if isinstance(v, Range) else Range(0, default)
+
+
+def timing_inputs(prog: Program) -> dict[str, np.ndarray]:
+    """Placeholders for a timing-only run (``Options(functional=False)``): every input and constant a
+    zero-stride array of its declared shape (nothing the size of the weights is allocated)."""
+    return {d.name: np.broadcast_to(np.zeros((), d.dtype), d.shape) for d in prog.decls
+            if d.role in ("input", "const")}
+
+
+def heap_peak(hw: CIMHardware, prog: Program) -> int:
+    """Peak unread bytes in one core's local memory while ``prog`` runs alone (timing only).
+
+    The first pass of the low-latency heap split: the program is simulated as
+    it is, with the ``local_bytes`` it declares (a whole core's memory, in that
+    pass); 0 if it declares none.
+
+    Parameters
+    ----------
+    hw : CIMHardware
+    prog : Program
+
+    Returns
+    -------
+    int
+    """
+    if not int(prog.attr("local_bytes", 0)):
+        return 0
+    stats = Chip(hw, Options(functional=False)).run(prog, timing_inputs(prog))[1]
+    return int(stats.localmem["peak_bytes"])
 
 
 class Chip:
@@ -991,7 +1020,7 @@ class Chip:
                 deps += self._deps(val.name, rng_in, False)
         held = None
         if self._lmem is not None and sub == "dequantize" and core is not None:  # output pixels, until sent
-            buf, waits = self._lmem.alloc(int(core), self._batch * v.size * int(self.prog.attr("N", 1)))
+            buf, waits = self._lmem.alloc(int(core), buffer_bytes(o, self._batch, int(self.prog.attr("N", 1)), self.M))
             deps += waits
             if buf is not None:
                 held = (self._lmem.heaps[int(core)], buf)

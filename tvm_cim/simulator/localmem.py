@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..program import Op, Range
+
 
 @dataclass
 class Buffer:
@@ -129,3 +131,31 @@ class LocalMemory:
                 "peak_bytes": max((h.peak for h in self.heaps.values()), default=0),
                 "allocations": self.allocs, "waits": self.waits, "spills": self.spills,
                 "spilled_bytes": self.spilled_bytes}
+
+
+def buffer_bytes(op: Op, batch: int, n: int, m: int) -> int | None:
+    """Bytes of the local-memory buffer ``op`` allocates, or None if it allocates none.
+
+    A ``DMOV.scatter`` receives an input slice into the core that reads it; a
+    core-level ``DCOM.dequantize`` keeps the output pixels its replica produced
+    until they are sent (``batch`` inferences of the op's vectors of ``n``
+    bytes each; ``m`` vectors when the op names none).
+
+    Parameters
+    ----------
+    op : Op
+        A meta-operator of a program's ``run`` section.
+    batch, n, m : int
+        The program's ``batch``, ``N`` and vectors (``M`` x ``batch``).
+
+    Returns
+    -------
+    int or None
+    """
+    if op.opcode == "DMOV" and op.get("op") == "scatter":
+        return int(op.get("bytes", 0))
+    if op.opcode == "DCOM" and op.get("op") == "dequantize" and op.get("core") is not None:
+        v = op.get("vecs")
+        return int(batch) * (v.size if isinstance(v, Range) else int(m)) * int(n)
+    return None
+
