@@ -52,7 +52,9 @@ from __future__ import annotations
 import math
 import random
 import time
+from bisect import bisect_left
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Callable
 
 import numpy as np
@@ -117,6 +119,11 @@ class Problem:
     @property
     def n(self) -> int:
         return len(self.units)
+
+    @cached_property
+    def neg_best(self) -> list[list[float]]:
+        """Per layer, minus the running minimum of its latency curve (non-decreasing: binary-searchable)."""
+        return [(-np.minimum.accumulate(np.asarray(lt, dtype=float))).tolist() for lt in self.lat]
 
     def replica_xbs(self) -> np.ndarray:
         """Crossbars one replica's units occupy, per layer."""
@@ -447,10 +454,12 @@ def _directed(p: Problem, h: np.ndarray, reps: np.ndarray, kind: str, rng: rando
     return tuple(cells[0]) if len(cells) else None
 
 
-def _min_reps(lt: np.ndarray, bound: float) -> int:
-    """Fewest replicas whose latency is within ``bound`` (the start of the curve's plateau at or under it)."""
-    ok = lt <= bound * (1 + 1e-12)
-    return int(np.argmax(ok)) + 1 if ok.any() else len(lt)
+def _min_reps_upto(neg_best: list, reps: int, bound: float) -> int:
+    """Fewest replicas, at most ``reps``, whose latency is within ``bound`` (the start of the curve's plateau at
+    or under it; ``reps`` if none): a binary search in ``neg_best``, minus the curve's running minimum
+    (:attr:`Problem.neg_best`)."""
+    i = bisect_left(neg_best, -(bound * (1 + 1e-12)))
+    return i + 1 if i < reps else reps
 
 
 def _next_step(lt: np.ndarray, d: int) -> int | None:
@@ -461,9 +470,10 @@ def _next_step(lt: np.ndarray, d: int) -> int | None:
 
 def _trim(p: Problem, h: np.ndarray, bound: float, rng: random.Random) -> None:
     """Every layer down to the start of its plateau under ``bound`` (frees crossbars, no layer slower), in place."""
-    reps = decode(p, h)
+    reps = decode(p, h).tolist()
+    neg_best = p.neg_best
     for li in range(p.n):
-        d = _min_reps(p.lat[li][: int(reps[li])], bound)
+        d = _min_reps_upto(neg_best[li], reps[li], bound)
         if d < reps[li]:
             _remove(p, h, li, int(p.units[li]) * int(reps[li] - d), None, rng)
 
@@ -516,10 +526,10 @@ def mutate(p: Problem, g: np.ndarray, rng: random.Random) -> np.ndarray:
     crossbars move towards the bottleneck when the chip is full.
     """
     kinds, weights = zip(*RATES.items())
+    genes = np.argwhere(g > 0).tolist()  # every retry starts from g
     for _ in range(RETRIES):
         h = g.copy()
         kind = rng.choices(kinds, weights)[0]
-        genes = [tuple(x) for x in np.argwhere(h > 0)]
         if not genes:
             return g
         c, s = genes[rng.randrange(len(genes))]
