@@ -991,13 +991,14 @@ def _local_shares(cmap: mapping.ChipMap, hw: CIMHardware, demand: dict[str, int]
 
     The regions of a segment run at once (element pipeline), so a core's local
     memory is divided among the regions with crossbars on it, by measured
-    need: ``demand`` is each region's peak of unread bytes when its buffers
-    may use a whole core's memory (the first pass, :func:`heap_peak`).  On
-    each core the regions are admitted smallest demand first while their
-    demands fit, and get them (they run as with a whole memory); the bytes left
-    are divided in proportion to the demands of all regions on the core.  A
-    region gets its smallest share over its cores, so the shares on a core
-    never exceed its memory.
+    need: ``demand`` is the peak of bytes a region's buffers hold over time
+    when it runs alone with a whole core's memory (the first pass,
+    :func:`~tvm_cim.simulator.engine.heap_peak`).  On each core the regions
+    are admitted smallest demand first while their demands fit, and get them
+    (they run as with a whole memory); the bytes left are divided in
+    proportion to the demands of all regions on the core.  A region gets its
+    smallest share over its cores, so the shares on a core never exceed its
+    memory.
 
     Parameters
     ----------

@@ -156,11 +156,13 @@ def timing_inputs(prog: Program) -> dict[str, np.ndarray]:
 
 
 def heap_peak(hw: CIMHardware, prog: Program) -> int:
-    """Peak unread bytes in one core's local memory while ``prog`` runs alone (timing only).
+    """Peak bytes one core's local memory holds over time while ``prog`` runs alone (timing only).
 
     The first pass of the low-latency heap split: the program is simulated as
     it is, with the ``local_bytes`` it declares (a whole core's memory, in that
-    pass); 0 if it declares none.
+    pass), and its timeline scheduled; a buffer is held from the start of the
+    operation that fills it to the finish of its last reader
+    (:meth:`LocalMemory.in_flight`).  0 if it declares none.
 
     Parameters
     ----------
@@ -173,8 +175,10 @@ def heap_peak(hw: CIMHardware, prog: Program) -> int:
     """
     if not int(prog.attr("local_bytes", 0)):
         return 0
-    stats = Chip(hw, Options(functional=False)).run(prog, timing_inputs(prog))[1]
-    return int(stats.localmem["peak_bytes"])
+    chip = Chip(hw, Options(functional=False))
+    stats = chip.run(prog, timing_inputs(prog))[1]
+    tl = schedule_graph([(prog.name, stats.events, 0)], {}, pipeline=True)
+    return int(chip._lmem.in_flight(tl.start, tl.finish))
 
 
 class Chip:
@@ -947,6 +951,7 @@ class Chip:
             self._energy["noc+buffer"] += e
             i = ev.add(dur, res, deps, e, False, "DMOV.scatter")
             if held is not None:
+                held[1].writer = i
                 self._lbuf[(key, v.start, v.stop)] = held
             self._mark(key, v, i, True)
             return
@@ -1026,6 +1031,7 @@ class Chip:
                 held = (self._lmem.heaps[int(core)], buf)
         i = ev.add(dur, res if dur else (), deps, e, False, o.kind)
         if held is not None:
+            held[1].writer = i
             self._lbuf[("out", v.start, v.stop)] = held
         if dst is not None:
             whole = sub in ("layout", "colsum", "zeros", "reshape") and not o.get("vecs")
