@@ -149,18 +149,21 @@ class Problem:
         link = np.zeros(self.cores)
         cells = np.argwhere(g > 0)
         vals = g[cells[:, 0], cells[:, 1]]
-        lay, cnt = vals // BASE, vals % BASE
-        for li in np.unique(lay):
-            sel = lay == li
-            seq = np.repeat(cells[sel, 0], cnt[sel])  # cores of the layer's units, in core order
-            u = int(self.units[li])
-            d = len(seq) // u
-            home = seq[::u]
-            np.add.at(alu, home, self.post_ns[li] / d)
-            if self.per_unit_links:
-                np.add.at(link, seq, self.link_ns[li] / (d * u))
-            else:
-                np.add.at(link, home, self.link_ns[li] / d)
+        by_layer = np.argsort(vals // BASE, kind="stable")  # layer by layer, each in core order
+        lay, cnt = vals[by_layer] // BASE, vals[by_layer] % BASE
+        seq = np.repeat(cells[by_layer, 0], cnt)  # every unit's core
+        seq_lay = np.repeat(lay, cnt)
+        total = np.bincount(seq_lay, minlength=self.n)
+        first = np.cumsum(total) - total  # where each layer's units start in seq
+        u = self.units[seq_lay]
+        pos = np.arange(len(seq)) - first[seq_lay]
+        d = total[seq_lay] // u
+        home = pos % u == 0  # each replica's first unit
+        np.add.at(alu, seq[home], self.post_ns[seq_lay[home]] / d[home])
+        if self.per_unit_links:
+            np.add.at(link, seq, self.link_ns[seq_lay] / (d * u))
+        else:
+            np.add.at(link, seq[home], self.link_ns[seq_lay[home]] / d[home])
         return float(max(alu.max(), link.max()))
 
     def cycle_search(self, reps) -> float:
@@ -307,17 +310,16 @@ def crossbars(tiles: list, cores: list[list[int]], per_core: int, nxt: dict) -> 
 # --------------------------------------------------------------------------- genome helpers
 def decode(p: Problem, g: np.ndarray) -> np.ndarray:
     """Replicas per layer of a genome."""
-    tot = np.zeros(p.n, dtype=np.int64)
     v = g[g > 0]
-    np.add.at(tot, v // BASE, v % BASE)
-    return tot // p.units
+    return np.bincount(v // BASE, weights=v % BASE, minlength=p.n).astype(np.int64) // p.units
 
 
 def free_xbs(p: Problem, g: np.ndarray) -> np.ndarray:
     """Free crossbars per core."""
-    lay, cnt = g // BASE, g % BASE
-    used = np.where(g > 0, cnt * p.unit_xbs[lay], 0).sum(axis=1)
-    return p.per_core - used
+    at = np.flatnonzero(g)
+    v = g.ravel()[at]
+    used = np.bincount(at // g.shape[1], weights=(v % BASE) * p.unit_xbs[v // BASE], minlength=g.shape[0])
+    return p.per_core - used.astype(np.int64)
 
 
 def legal(p: Problem, g: np.ndarray) -> bool:
@@ -500,8 +502,9 @@ def balance(p: Problem, g: np.ndarray, rng: random.Random) -> np.ndarray:
         if any(st is None for st in steps):
             break
         trial = h.copy()
+        is_slow = set(slow.tolist())
         new_top = max([float(p.lat[li][st - 1]) for li, st in zip(slow, steps)]
-                      + [float(x) for i, x in enumerate(lat) if i not in set(slow.tolist())])
+                      + [float(x) for i, x in enumerate(lat) if i not in is_slow])
         _trim(p, trial, new_top, rng)
         free = free_xbs(p, trial)
         ok = True
