@@ -995,8 +995,9 @@ def _local_shares(cmap: mapping.ChipMap, hw: CIMHardware, demand: dict[str, int]
     when it runs alone with a whole core's memory (the first pass,
     :func:`~tvm_cim.simulator.engine.heap_peak`).  On each core the regions
     are admitted smallest demand first while their demands fit, and get them
-    (they run as with a whole memory); the bytes left are divided in
-    proportion to the demands of all regions on the core.  A region gets its
+    (they run as with a whole memory); the bytes left are divided among the
+    others in proportion to their demands, or evenly among all when every
+    demand fits.  A region gets its
     smallest share over its cores, so the shares on a core never exceed its
     memory.
 
@@ -1031,8 +1032,12 @@ def _local_shares(cmap: mapping.ChipMap, hw: CIMHardware, demand: dict[str, int]
             if need[n] > left:
                 break
             got[n], left = need[n], left - need[n]
-        total = sum(need.values())
-        alloc[key] = {n: got[n] + left * need[n] // total for n in names}
+        rest = [n for n in names if not got[n]]
+        if rest:  # what is left goes to those that do not fit, in proportion to their demands
+            total = sum(need[n] for n in rest)
+            alloc[key] = {n: got[n] or left * need[n] // total for n in names}
+        else:  # all fit: the spare bytes evenly
+            alloc[key] = {n: got[n] + left // len(names) for n in names}
     return {n: min(alloc[(cmap.placements[n].segment, c)][n] for c in cs) for n, cs in cores_of.items() if cs}
 
 
