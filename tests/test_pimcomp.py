@@ -355,6 +355,60 @@ def test_low_latency_heap_stalls_when_memory_is_small_and_keeps_outputs_bit_iden
     assert t_tiny.latency_ns >= t_big.latency_ns
 
 
+def test_in_flight_bytes_follow_the_timeline():
+    """A buffer is held from the start of the operation that fills it to the finish of its last reader; the
+    peak is the largest sum over one core at any time (hand-computed timeline)."""
+    from tvm_cim.simulator.localmem import LocalMemory
+
+    mem = LocalMemory(1000)
+    a, _ = mem.alloc(0, 100)
+    b, _ = mem.alloc(0, 200)
+    c, _ = mem.alloc(1, 250)
+    a.writer, b.writer, c.writer = 0, 1, 2
+    a.readers, b.readers, c.readers = [3], [4], [5]
+    start = np.array([0.0, 5.0, 0.0, 0.0, 0.0, 0.0])
+    finish = np.array([1.0, 6.0, 1.0, 4.0, 9.0, 3.0])
+    assert mem.in_flight(start, finish) == 250  # core 0: a [0, 4], b [5, 9] apart; core 1: c [0, 3]
+    finish[3] = 7.0  # a read late: a and b overlap on core 0
+    assert mem.in_flight(start, finish) == 300
+    finish[3] = 5.0  # a released at 5 as b is filled: the release counts first
+    assert mem.in_flight(start, finish) == 250
+
+
+def test_low_latency_heap_is_split_by_measured_demand():
+    """Each core's memory is divided by need, measured in a first pass (each program alone with a whole
+    core's memory): the shares of the regions on a core never exceed it, and a region whose demand fits
+    next to the smaller ones gets at least that much."""
+    from tvm_cim.compiler import transform as T
+    from tvm_cim.simulator.engine import heap_peak
+
+    mod = import_onnx(zoo.build_model("resnet18", image_size=32, in_channels=1, num_classes=10), "r18")[0]
+    hw = tvm_cim.load("pimcomp-a")
+    opts = R(strategies.get("pimcomp-ll").options(hw), ga_generations=3)
+    _, info = tvm_cim.offload(mod, hw, strategy="pimcomp-ll", options=opts)
+    cap = int(hw.core.local_buffer.capacity_kb * 1024)
+    share = {p.name: int(p.attr("local_bytes", 0)) for p in info.programs}
+    assert all(share.values())
+    whole = [dataclasses.replace(p, attrs=tuple((k, cap if k == "local_bytes" else v) for k, v in p.attrs))
+             for p in info.programs]
+    peak = {p.name: heap_peak(hw, w) for p, w in zip(info.programs, whole)}
+    assert all(0 < v for v in peak.values())
+    on_core: dict = {}
+    for name, pl in info.chip_map.placements.items():
+        for c in {xb // hw.core.crossbars for rep in pl.replicas for xb in rep}:
+            on_core.setdefault((pl.segment, c), []).append(name)
+    assert max(len(v) for v in on_core.values()) > 1  # cores are shared: the split matters
+    admitted: dict = {}
+    for names in on_core.values():
+        assert sum(share[n] for n in names) <= cap
+        total = 0
+        for n in sorted(names, key=lambda n: (peak[n], n)):
+            total += peak[n]
+            admitted[n] = admitted.get(n, True) and total <= cap
+    assert any(admitted.values()) and all(share[n] >= peak[n] for n, ok in admitted.items() if ok)
+    assert T._local_shares(info.chip_map, hw, peak) == share
+
+
 def test_batched_sends_defer_the_results():
     """Alg. 2: with a threshold of T chunks, stores come in groups of T after T chunks' computations."""
     hw = tvm_cim.load("pimcomp-a")
@@ -384,6 +438,19 @@ def stepped(cores=12, per_core=16, seed=0):
     max_reps = np.minimum(chunks, cores * per_core // (units * uxbs))
     lat = [np.array([math.ceil(c / d) * t for d in range(1, m + 1)]) for c, t, m in zip(chunks, per_round, max_reps)]
     return RP.Problem(units, uxbs, units.copy(), max_reps, cores, per_core, 6, lat, 0.0)
+
+
+def test_trim_search_equals_a_scan_of_the_curve():
+    """The plateau search the trim uses (a binary search over the curve's running minimum) gives the first
+    replica count within the bound among the first ``reps``, as a plain scan does, on curves that rise too."""
+    rng = np.random.default_rng(3)
+    for _ in range(300):
+        lt = rng.choice([1.0, 2.0, 3.0, 5.0, 8.0], rng.integers(1, 12))
+        p = RP.Problem(np.ones(1, int), np.ones(1, int), np.ones(1, int), np.array([len(lt)]), 1, 16, 1, [lt], 0.0)
+        for reps in range(1, len(lt) + 1):
+            for bound in (0.5, 1.0, 2.0, 2.5, 3.0, 8.0):
+                within = [i + 1 for i in range(reps) if lt[i] <= bound * (1 + 1e-12)]
+                assert RP._min_reps_upto(p.neg_best[0], reps, bound) == (within[0] if within else reps)
 
 
 @pytest.mark.parametrize("seed", [0, 2, 4])

@@ -14,7 +14,7 @@ from .compiler.transform import CompileInfo
 from .hardware import crossbar as xbar
 from .hardware.cost import leakage_mw as chip_leakage_mw
 from .simulator.batch import schedule_batch
-from .simulator.engine import Chip
+from .simulator.engine import Chip, timing_inputs
 from .simulator.engine import Options as SimOptions
 from .simulator.timeline import schedule_graph
 
@@ -48,9 +48,7 @@ def simulate_timing(info: CompileInfo, power_cap_mw: float | None = None, schedu
     for p in tqdm(info.programs, desc="simulating regions (timing only)", unit="region", disable=None, leave=False):
         # no values are computed: every input and constant is a zero-stride placeholder of its declared
         # shape (nothing the size of the weights or of attention's score matrices is allocated)
-        tensors = {d.name: np.broadcast_to(np.zeros((), d.dtype), d.shape) for d in p.decls
-                   if d.role in ("input", "const")}
-        stats.append(chip.run(p, tensors)[1])
+        stats.append(chip.run(p, timing_inputs(p))[1])
     return stats, timeline(info, stats, power_cap_mw) if schedule else None
 
 

@@ -75,6 +75,7 @@ from ..hardware import loopnest as LN
 from ..hardware.schema import CIMHardware
 from ..program import Network, Program, parse_network, parse_program, print_network, print_program, verify_network
 from ..program import Segment as NetSegment
+from ..simulator.engine import heap_peak
 from . import accuracy, codegen, dataflow, mapping, schedule, strategies
 from .estimate import Estimator
 from .partition import PREFIX, PartitionForCIM
@@ -960,13 +961,20 @@ class GenerateMetaOps:
         uid = _build_uid(mod, hw)
         regions = [region_of(f) for _, f in fs]
         cmap = _chip_map(mod, hw, regions)
-        share = _local_shares(cmap, hw) if opts.local_memory else {}
-        updates, names, segs = {}, [], {}
+        cap = int(hw.core.local_buffer.capacity_kb * 1024) if opts.local_memory else 0
+        progs = []
         for (g, f), r in zip(fs, regions):
             df = _attr(f, "dataflow")
             nest = json.loads(str(df))["op"] if df is not None else None
-            prog = codegen.generate(r, cmap.placements[r.name], hw, opts, strategy, name=f"m{uid}.{r.name}",
-                                    loopnest=nest, memory=_memory_of(f), local_bytes=share.get(r.name, 0))
+            progs.append(codegen.generate(r, cmap.placements[r.name], hw, opts, strategy, name=f"m{uid}.{r.name}",
+                                          loopnest=nest, memory=_memory_of(f), local_bytes=cap))
+        if cap:  # two passes: each region's peak with a whole core's memory decides its share
+            share = _local_shares(cmap, hw, {r.name: heap_peak(hw, p) for r, p in zip(regions, progs)})
+            progs = [dataclasses.replace(p, attrs=tuple((k, share.get(r.name, 0) if k == "local_bytes" else v)
+                                                        for k, v in p.attrs if k != "local_bytes" or share.get(r.name)))
+                     for r, p in zip(regions, progs)]
+        updates, names, segs = {}, [], {}
+        for (g, f), r, prog in zip(fs, regions, progs):
             text = print_program(prog)
             _remember(prog, text)
             updates[g] = {"program": text}
@@ -978,23 +986,59 @@ class GenerateMetaOps:
         return _with_attrs(mod, updates).with_attr(A + "network", print_network(net))
 
 
-def _local_shares(cmap: mapping.ChipMap, hw: CIMHardware) -> dict[str, int]:
+def _local_shares(cmap: mapping.ChipMap, hw: CIMHardware, demand: dict[str, int]) -> dict[str, int]:
     """Per region, the bytes of its cores' local memories its buffers may use (PIMCOMP's low-latency heap).
 
     The regions of a segment run at once (element pipeline), so a core's local
-    memory is split evenly among the regions with crossbars on it; a region
-    gets its smallest share over its cores.
+    memory is divided among the regions with crossbars on it, by measured
+    need: ``demand`` is the peak of bytes a region's buffers hold over time
+    when it runs alone with a whole core's memory (the first pass,
+    :func:`~tvm_cim.simulator.engine.heap_peak`).  On each core the regions
+    are admitted smallest demand first while their demands fit, and get them
+    (they run as with a whole memory); the bytes left are divided among the
+    others in proportion to their demands, or evenly among all when every
+    demand fits.  A region gets its
+    smallest share over its cores, so the shares on a core never exceed its
+    memory.
+
+    Parameters
+    ----------
+    cmap : mapping.ChipMap
+        The placements.
+    hw : CIMHardware
+        The chip.
+    demand : dict
+        Region name -> bytes.
+
+    Returns
+    -------
+    dict
+        Region name -> bytes.
     """
     per_core = hw.core.crossbars
-    users: dict[tuple[int, int], set] = {}
+    users: dict[tuple[int, int], list] = {}
     cores_of: dict[str, set] = {}
     for name, pl in cmap.placements.items():
         cs = {xb // per_core for rep in pl.replicas for xb in rep}
         cores_of[name] = cs
-        for c in cs:
-            users.setdefault((pl.segment, c), set()).add(name)
+        for c in sorted(cs):
+            users.setdefault((pl.segment, c), []).append(name)
     cap = int(hw.core.local_buffer.capacity_kb * 1024)
-    return {n: min(cap // len(users[(cmap.placements[n].segment, c)]) for c in cs) for n, cs in cores_of.items() if cs}
+    alloc: dict[tuple, dict[str, int]] = {}
+    for key, names in users.items():
+        need = {n: max(1, int(demand.get(n, 0))) for n in names}
+        got, left = {n: 0 for n in names}, cap
+        for n in sorted(names, key=lambda n: (need[n], n)):
+            if need[n] > left:
+                break
+            got[n], left = need[n], left - need[n]
+        rest = [n for n in names if not got[n]]
+        if rest:  # what is left goes to those that do not fit, in proportion to their demands
+            total = sum(need[n] for n in rest)
+            alloc[key] = {n: got[n] or left * need[n] // total for n in names}
+        else:  # all fit: the spare bytes evenly
+            alloc[key] = {n: got[n] + left // len(names) for n in names}
+    return {n: min(alloc[(cmap.placements[n].segment, c)][n] for c in cs) for n, cs in cores_of.items() if cs}
 
 
 _PROGRAMS: OrderedDict = OrderedDict()  # program name -> (text, Program): lowering need not re-parse the text

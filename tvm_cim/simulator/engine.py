@@ -48,7 +48,7 @@ from ..hardware import cost, loopnest
 from ..hardware import crossbar as X
 from ..hardware.schema import CIMHardware
 from ..program import OPS, Op, Parallel, Program, Range, Ref
-from .localmem import LocalMemory
+from .localmem import LocalMemory, buffer_bytes
 from .loopnest import simulate as simulate_loopnest
 from .timeline import Events, schedule_graph
 
@@ -147,6 +147,39 @@ _TILE_BYTES = 32 * 2**20
 def _vecs(o: Op, default: int) -> Range:
     v = o.get("vecs")
     return v if isinstance(v, Range) else Range(0, default)
+
+
+def timing_inputs(prog: Program) -> dict[str, np.ndarray]:
+    """Placeholders for a timing-only run (``Options(functional=False)``): every input and constant a
+    zero-stride array of its declared shape (nothing the size of the weights is allocated)."""
+    return {d.name: np.broadcast_to(np.zeros((), d.dtype), d.shape) for d in prog.decls
+            if d.role in ("input", "const")}
+
+
+def heap_peak(hw: CIMHardware, prog: Program) -> int:
+    """Peak bytes one core's local memory holds over time while ``prog`` runs alone (timing only).
+
+    The first pass of the low-latency heap split: the program is simulated as
+    it is, with the ``local_bytes`` it declares (a whole core's memory, in that
+    pass), and its timeline scheduled; a buffer is held from the start of the
+    operation that fills it to the finish of its last reader
+    (:meth:`LocalMemory.in_flight`).  0 if it declares none.
+
+    Parameters
+    ----------
+    hw : CIMHardware
+    prog : Program
+
+    Returns
+    -------
+    int
+    """
+    if not int(prog.attr("local_bytes", 0)):
+        return 0
+    chip = Chip(hw, Options(functional=False))
+    stats = chip.run(prog, timing_inputs(prog))[1]
+    tl = schedule_graph([(prog.name, stats.events, 0)], {}, pipeline=True)
+    return int(chip._lmem.in_flight(tl.start, tl.finish))
 
 
 class Chip:
@@ -931,6 +964,7 @@ class Chip:
             self._energy["noc+buffer"] += e
             i = ev.add(dur, res, deps, e, False, "DMOV.scatter")
             if held is not None:
+                held[1].writer = i
                 self._lbuf[(key, v.start, v.stop)] = held
             self._mark(key, v, i, True)
             return
@@ -1004,12 +1038,13 @@ class Chip:
                 deps += self._deps(val.name, rng_in, False)
         held = None
         if self._lmem is not None and sub == "dequantize" and core is not None:  # output pixels, until sent
-            buf, waits = self._lmem.alloc(int(core), self._batch * v.size * int(self.prog.attr("N", 1)))
+            buf, waits = self._lmem.alloc(int(core), buffer_bytes(o, self._batch, int(self.prog.attr("N", 1)), self.M))
             deps += waits
             if buf is not None:
                 held = (self._lmem.heaps[int(core)], buf)
         i = ev.add(dur, res if dur else (), deps, e, False, o.kind)
         if held is not None:
+            held[1].writer = i
             self._lbuf[("out", v.start, v.stop)] = held
         if dst is not None:
             whole = sub in ("layout", "colsum", "zeros", "reshape") and not o.get("vecs")

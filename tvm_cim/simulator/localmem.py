@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..program import Op, Range
+
 
 @dataclass
 class Buffer:
@@ -33,6 +35,7 @@ class Buffer:
     addr: int
     size: int
     readers: list = field(default_factory=list)
+    writer: int = -1  # the operation that fills it (set by the simulator once recorded)
 
     @property
     def end(self) -> int:
@@ -109,6 +112,7 @@ class LocalMemory:
         self.waits = 0
         self.spills = 0
         self.spilled_bytes = 0
+        self.held: list[tuple[int, Buffer]] = []  # (core, buffer) of every allocation that was held
 
     def alloc(self, core: int, size: int) -> tuple[Buffer | None, list]:
         """Allocate on ``core`` (see :meth:`Heap.alloc`), counting waits and spills."""
@@ -118,9 +122,39 @@ class LocalMemory:
         if buf is None:
             self.spills += 1
             self.spilled_bytes += int(size)
-        elif waits:
-            self.waits += 1
+        else:
+            self.held.append((core, buf))
+            if waits:
+                self.waits += 1
         return buf, waits
+
+    def in_flight(self, start, finish) -> int:
+        """Peak bytes one core holds over time on the scheduled timeline: a buffer from the start of the
+        operation that fills it to the finish of its last reader.
+
+        Parameters
+        ----------
+        start, finish : numpy.ndarray
+            Start and finish of every operation (:class:`~tvm_cim.simulator.timeline.Timeline`).
+
+        Returns
+        -------
+        int
+            Bytes (the largest over the cores).
+        """
+        steps: dict[int, list] = {}
+        end = float(max(finish, default=0.0))
+        for core, b in self.held:
+            t0 = float(start[b.writer]) if b.writer >= 0 else 0.0
+            t1 = max((float(finish[r]) for r in b.readers), default=end)
+            steps.setdefault(core, []).extend(((t0, b.size), (max(t0, t1), -b.size)))
+        peak = 0
+        for ev in steps.values():
+            cur = 0
+            for _, d in sorted(ev, key=lambda e: (e[0], e[1])):  # a release before an allocation at one time
+                cur += d
+                peak = max(peak, cur)
+        return peak
 
     def summary(self) -> dict:
         """Capacity per core, peak bytes in use on the busiest core, allocations, stalls (allocations that
@@ -129,3 +163,31 @@ class LocalMemory:
                 "peak_bytes": max((h.peak for h in self.heaps.values()), default=0),
                 "allocations": self.allocs, "waits": self.waits, "spills": self.spills,
                 "spilled_bytes": self.spilled_bytes}
+
+
+def buffer_bytes(op: Op, batch: int, n: int, m: int) -> int | None:
+    """Bytes of the local-memory buffer ``op`` allocates, or None if it allocates none.
+
+    A ``DMOV.scatter`` receives an input slice into the core that reads it; a
+    core-level ``DCOM.dequantize`` keeps the output pixels its replica produced
+    until they are sent (``batch`` inferences of the op's vectors of ``n``
+    bytes each; ``m`` vectors when the op names none).
+
+    Parameters
+    ----------
+    op : Op
+        A meta-operator of a program's ``run`` section.
+    batch, n, m : int
+        The program's ``batch``, ``N`` and vectors (``M`` x ``batch``).
+
+    Returns
+    -------
+    int or None
+    """
+    if op.opcode == "DMOV" and op.get("op") == "scatter":
+        return int(op.get("bytes", 0))
+    if op.opcode == "DCOM" and op.get("op") == "dequantize" and op.get("core") is not None:
+        v = op.get("vecs")
+        return int(batch) * (v.size if isinstance(v, Range) else int(m)) * int(n)
+    return None
+

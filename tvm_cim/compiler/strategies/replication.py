@@ -52,7 +52,9 @@ from __future__ import annotations
 import math
 import random
 import time
+from bisect import bisect_left
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Callable
 
 import numpy as np
@@ -118,6 +120,11 @@ class Problem:
     def n(self) -> int:
         return len(self.units)
 
+    @cached_property
+    def neg_best(self) -> list[list[float]]:
+        """Per layer, minus the running minimum of its latency curve (non-decreasing: binary-searchable)."""
+        return [(-np.minimum.accumulate(np.asarray(lt, dtype=float))).tolist() for lt in self.lat]
+
     def replica_xbs(self) -> np.ndarray:
         """Crossbars one replica's units occupy, per layer."""
         return self.units * self.unit_xbs
@@ -142,18 +149,21 @@ class Problem:
         link = np.zeros(self.cores)
         cells = np.argwhere(g > 0)
         vals = g[cells[:, 0], cells[:, 1]]
-        lay, cnt = vals // BASE, vals % BASE
-        for li in np.unique(lay):
-            sel = lay == li
-            seq = np.repeat(cells[sel, 0], cnt[sel])  # cores of the layer's units, in core order
-            u = int(self.units[li])
-            d = len(seq) // u
-            home = seq[::u]
-            np.add.at(alu, home, self.post_ns[li] / d)
-            if self.per_unit_links:
-                np.add.at(link, seq, self.link_ns[li] / (d * u))
-            else:
-                np.add.at(link, home, self.link_ns[li] / d)
+        by_layer = np.argsort(vals // BASE, kind="stable")  # layer by layer, each in core order
+        lay, cnt = vals[by_layer] // BASE, vals[by_layer] % BASE
+        seq = np.repeat(cells[by_layer, 0], cnt)  # every unit's core
+        seq_lay = np.repeat(lay, cnt)
+        total = np.bincount(seq_lay, minlength=self.n)
+        first = np.cumsum(total) - total  # where each layer's units start in seq
+        u = self.units[seq_lay]
+        pos = np.arange(len(seq)) - first[seq_lay]
+        d = total[seq_lay] // u
+        home = pos % u == 0  # each replica's first unit
+        np.add.at(alu, seq[home], self.post_ns[seq_lay[home]] / d[home])
+        if self.per_unit_links:
+            np.add.at(link, seq, self.link_ns[seq_lay] / (d * u))
+        else:
+            np.add.at(link, seq[home], self.link_ns[seq_lay[home]] / d[home])
         return float(max(alu.max(), link.max()))
 
     def cycle_search(self, reps) -> float:
@@ -300,17 +310,16 @@ def crossbars(tiles: list, cores: list[list[int]], per_core: int, nxt: dict) -> 
 # --------------------------------------------------------------------------- genome helpers
 def decode(p: Problem, g: np.ndarray) -> np.ndarray:
     """Replicas per layer of a genome."""
-    tot = np.zeros(p.n, dtype=np.int64)
     v = g[g > 0]
-    np.add.at(tot, v // BASE, v % BASE)
-    return tot // p.units
+    return np.bincount(v // BASE, weights=v % BASE, minlength=p.n).astype(np.int64) // p.units
 
 
 def free_xbs(p: Problem, g: np.ndarray) -> np.ndarray:
     """Free crossbars per core."""
-    lay, cnt = g // BASE, g % BASE
-    used = np.where(g > 0, cnt * p.unit_xbs[lay], 0).sum(axis=1)
-    return p.per_core - used
+    at = np.flatnonzero(g)
+    v = g.ravel()[at]
+    used = np.bincount(at // g.shape[1], weights=(v % BASE) * p.unit_xbs[v // BASE], minlength=g.shape[0])
+    return p.per_core - used.astype(np.int64)
 
 
 def legal(p: Problem, g: np.ndarray) -> bool:
@@ -447,10 +456,12 @@ def _directed(p: Problem, h: np.ndarray, reps: np.ndarray, kind: str, rng: rando
     return tuple(cells[0]) if len(cells) else None
 
 
-def _min_reps(lt: np.ndarray, bound: float) -> int:
-    """Fewest replicas whose latency is within ``bound`` (the start of the curve's plateau at or under it)."""
-    ok = lt <= bound * (1 + 1e-12)
-    return int(np.argmax(ok)) + 1 if ok.any() else len(lt)
+def _min_reps_upto(neg_best: list, reps: int, bound: float) -> int:
+    """Fewest replicas, at most ``reps``, whose latency is within ``bound`` (the start of the curve's plateau at
+    or under it; ``reps`` if none): a binary search in ``neg_best``, minus the curve's running minimum
+    (:attr:`Problem.neg_best`)."""
+    i = bisect_left(neg_best, -(bound * (1 + 1e-12)))
+    return i + 1 if i < reps else reps
 
 
 def _next_step(lt: np.ndarray, d: int) -> int | None:
@@ -461,9 +472,10 @@ def _next_step(lt: np.ndarray, d: int) -> int | None:
 
 def _trim(p: Problem, h: np.ndarray, bound: float, rng: random.Random) -> None:
     """Every layer down to the start of its plateau under ``bound`` (frees crossbars, no layer slower), in place."""
-    reps = decode(p, h)
+    reps = decode(p, h).tolist()
+    neg_best = p.neg_best
     for li in range(p.n):
-        d = _min_reps(p.lat[li][: int(reps[li])], bound)
+        d = _min_reps_upto(neg_best[li], reps[li], bound)
         if d < reps[li]:
             _remove(p, h, li, int(p.units[li]) * int(reps[li] - d), None, rng)
 
@@ -490,8 +502,9 @@ def balance(p: Problem, g: np.ndarray, rng: random.Random) -> np.ndarray:
         if any(st is None for st in steps):
             break
         trial = h.copy()
+        is_slow = set(slow.tolist())
         new_top = max([float(p.lat[li][st - 1]) for li, st in zip(slow, steps)]
-                      + [float(x) for i, x in enumerate(lat) if i not in set(slow.tolist())])
+                      + [float(x) for i, x in enumerate(lat) if i not in is_slow])
         _trim(p, trial, new_top, rng)
         free = free_xbs(p, trial)
         ok = True
@@ -516,10 +529,10 @@ def mutate(p: Problem, g: np.ndarray, rng: random.Random) -> np.ndarray:
     crossbars move towards the bottleneck when the chip is full.
     """
     kinds, weights = zip(*RATES.items())
+    genes = np.argwhere(g > 0).tolist()  # every retry starts from g
     for _ in range(RETRIES):
         h = g.copy()
         kind = rng.choices(kinds, weights)[0]
-        genes = [tuple(x) for x in np.argwhere(h > 0)]
         if not genes:
             return g
         c, s = genes[rng.randrange(len(genes))]
