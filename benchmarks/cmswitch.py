@@ -18,6 +18,11 @@
    neither; the preset assumes 64 b/cycle and 5 ns per row).
 6. Scalability: the BERT-large layer on the ``prime`` preset (paper sec. 5.5: 1.48x).
 7. ``--seq-sweep``: the four transformers at other sequence lengths (Fig. 16).
+8. ``--bound``: per model, a latency no allocation of the chip can beat
+   (:func:`tvm_cim.compiler.estimate.latency_lower_bound`: the off-chip link
+   busy with every non-resident weight, the arrays busy with every read and
+   rewrite), the speedup over ``cim-mlc`` it allows, and the link's busy time
+   by operation kind (weight fetches, activation loads/stores off-chip).
 
 Transformers are timed as one layer (weights of that layer only: 12.6 M to
 315 M) with the whole model's latency the layer's times the layer count
@@ -44,6 +49,7 @@ plots, ``--json`` writes every figure.
     python benchmarks/cmswitch.py                 # full size (ImageNet 224, transformers at seq 64)
     python benchmarks/cmswitch.py --quick         # 32x32 images, small transformer layers
     python benchmarks/cmswitch.py --models llama2_7b_layer --no-sweep --seq-sweep 64 256 1024 2048
+    python benchmarks/cmswitch.py --merge f14_*.json --bound   # the bounds of earlier --json runs
 """
 
 from __future__ import annotations
