@@ -18,6 +18,11 @@
    neither; the preset assumes 64 b/cycle and 5 ns per row).
 6. Scalability: the BERT-large layer on the ``prime`` preset (paper sec. 5.5: 1.48x).
 7. ``--seq-sweep``: the four transformers at other sequence lengths (Fig. 16).
+8. ``--bound``: per model, a latency no allocation of the chip can beat
+   (:func:`tvm_cim.compiler.estimate.latency_lower_bound`: the off-chip link
+   busy with every non-resident weight, the arrays busy with every read and
+   rewrite), the speedup over ``cim-mlc`` it allows, and the link's busy time
+   by operation kind (weight fetches, activation loads/stores off-chip).
 
 Transformers are timed as one layer (weights of that layer only: 12.6 M to
 315 M) with the whole model's latency the layer's times the layer count
@@ -44,6 +49,7 @@ plots, ``--json`` writes every figure.
     python benchmarks/cmswitch.py                 # full size (ImageNet 224, transformers at seq 64)
     python benchmarks/cmswitch.py --quick         # 32x32 images, small transformer layers
     python benchmarks/cmswitch.py --models llama2_7b_layer --no-sweep --seq-sweep 64 256 1024 2048
+    python benchmarks/cmswitch.py --merge f14_*.json --bound   # the bounds of earlier --json runs
 """
 
 from __future__ import annotations
@@ -67,6 +73,7 @@ import tvm_cim  # noqa: E402
 from tvm_cim.common import zoo  # noqa: E402
 from tvm_cim.common.onnx_io import import_onnx  # noqa: E402
 from tvm_cim.compiler import quantize  # noqa: E402
+from tvm_cim.compiler.estimate import latency_lower_bound  # noqa: E402
 from tvm_cim.compiler.transform import offload  # noqa: E402
 from tvm_cim.report import build_report, simulate_timing  # noqa: E402
 
@@ -131,8 +138,12 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def measure(mod, hw, strategy: str) -> dict:
-    """Compile, run on a timing-only chip, report latency, overhead shares and the allocation."""
+def measure(mod, hw, strategy: str, layers: int = 1) -> dict:
+    """Compile, run on a timing-only chip, report latency, overhead shares and the allocation.
+
+    ``bound``: :func:`tvm_cim.compiler.estimate.latency_lower_bound` of the compiled regions for a
+    model of ``layers`` such layers, per layer (no allocation of ``hw`` beats it).
+    """
     t0 = time.perf_counter()
     _, info = offload(mod, hw, strategy=strategy)
     compile_s = time.perf_counter() - t0
@@ -141,7 +152,15 @@ def measure(mod, hw, strategy: str) -> dict:
     sim_s = time.perf_counter() - t1
     rep = build_report(info, stats, hw.name)
     dm = rep["dual_mode"]
+    bits = hw.crossbar
+    link: dict = {}  # off-chip link busy time by operation kind: what the bound's link term leaves out
+    for st in stats:
+        for d, res, k in zip(st.events.dur, st.events.res, st.events.kind):
+            if "offchip" in res:
+                link[k] = link.get(k, 0.0) + d
     return {
+        "link_busy_ns": link,
+        "bound": latency_lower_bound(hw, info.regions, bits.weight_bits, bits.input_bits, layers),
         "latency_ns": tl.latency_ns,
         "estimate_ns": info.schedule.estimate_ns,
         "segments": info.schedule.segments,
@@ -169,11 +188,11 @@ def exp_main(nets: dict, hw) -> dict:
         if s == STRATEGIES[0]:
             offload(mod, hw, strategy="none")  # warm the calibration cache: compile times exclude it
         row = res.setdefault(net, {})
-        row[s] = measure(mod, hw, s)
+        row[s] = measure(mod, hw, s, layers)
         if layers > 1 and not row[s]["streamed"]:
             raise RuntimeError(f"{net}: one layer fits the chip; latency x {layers} layers would miss the rewrites")
         if s == "cmswitch":  # ablation: the same DP and MIP with no array allowed to switch to memory mode
-            row["cmswitch-no-memory"] = measure(mod, R(hw, dual_mode=R(hw.dual_mode, switchable_arrays=0)), s)
+            row["cmswitch-no-memory"] = measure(mod, R(hw, dual_mode=R(hw.dual_mode, switchable_arrays=0)), s, layers)
         if s == STRATEGIES[-1]:
             forget()  # one model's weights at a time (LLM layers hold GBs)
             row["peak_rss_mb"] = peak_rss_mb()
@@ -226,10 +245,50 @@ def exp_seq_sweep(hw, quick: bool, names: list[str], seqs: list[int]) -> list[di
     return rows
 
 
-def print_tables(res: dict) -> None:
+def print_tables(res: dict, bound: bool = False) -> None:
     if "fig14" in res:
         print_fig14(res)
+        if bound:
+            print_bound(res)
     print_sweeps(res)
+
+
+def bound_of(row: dict) -> dict:
+    """The lower bound on the regions ``cmswitch`` compiled (its encodings) and the speedup over cim-mlc it allows."""
+    b = row["cmswitch"]["bound"]
+    mlc = row["cim-mlc"]["latency_ns"]
+    return b | {"max_speedup_vs_cim_mlc": mlc / b["bound_ns"], "speedup_vs_cim_mlc": mlc / row["cmswitch"]["latency_ns"]}
+
+
+def print_bound(res: dict) -> None:
+    """``--bound``: the speedup over cim-mlc no allocation of the chip can exceed, per model, and ours."""
+    rows = {net: bound_of(row) for net, row in res["fig14"].items() if "bound" in row["cmswitch"]}
+    if not rows:
+        print("\n[bound] the JSON files hold no bounds (written before --bound existed)")
+        return
+    print("\n[bound] latency lower bound of any allocation on this chip (per layer): max(off-chip link busy with "
+          "the non-resident weights, arrays busy with every read and rewrite), and the speedup over cim-mlc it allows")
+    print(f"{'model':18s} {'cim-mlc':>10s} {'cmswitch':>10s} {'link LB':>10s} {'arrays LB':>10s}  "
+          f"{'bound':>7s} {'ours':>7s}  headroom used")
+    for net, b in rows.items():
+        row = res["fig14"][net]
+        if "link_busy_ns" in row["cmswitch"]:
+            busy = {s: {k: v / 1e6 for k, v in row[s]["link_busy_ns"].items()} for s in ("cim-mlc", "cmswitch")}
+            print("  link busy (ms): " + "; ".join(f"{s} " + ", ".join(f"{k} {v:.3f}" for k, v in sorted(b_.items()))
+                                                   for s, b_ in busy.items()))
+        print(f"{net:18s} {row['cim-mlc']['latency_ns'] / 1e6:8.3f}ms {row['cmswitch']['latency_ns'] / 1e6:8.3f}ms "
+              f"{b['link_ns'] / 1e6:8.3f}ms {b['arrays_ns'] / 1e6:8.3f}ms  {b['max_speedup_vs_cim_mlc']:6.3f}x "
+              f"{b['speedup_vs_cim_mlc']:6.3f}x  {(b['speedup_vs_cim_mlc'] - 1) / (b['max_speedup_vs_cim_mlc'] - 1):6.1%}")
+    g = geomean([b["max_speedup_vs_cim_mlc"] for b in rows.values()])
+    verdict = "unreachable on this chip (proven)" if g < PAPER["geomean_vs_cim_mlc"] else "not excluded by the bound"
+    print(f"geomean of the bounds {g:.3f}x over {len(rows)} models: the paper's {PAPER['geomean_vs_cim_mlc']}x is "
+          f"{verdict}")
+    goal = PAPER["geomean_vs_cim_mlc"] ** len(rows)
+    ours = {net: b["speedup_vs_cim_mlc"] for net, b in rows.items()}
+    print("to reach the goal alone, with every other model at today's speedup, a model would need (its bound):")
+    for net, b in rows.items():
+        need = goal / math.prod(v for k, v in ours.items() if k != net)
+        print(f"{net:18s} {need:7.3f}x ({b['max_speedup_vs_cim_mlc']:.3f}x){'  beyond its bound' if need > b['max_speedup_vs_cim_mlc'] else ''}")
 
 
 def print_fig14(res: dict) -> None:
@@ -376,6 +435,8 @@ def main() -> int:
     ap.add_argument("--merge", nargs="+", metavar="JSON",
                     help="only combine the --json files of earlier runs (say one process per model, so that no "
                          "run holds several LLM layers) and print their tables")
+    ap.add_argument("--bound", action="store_true",
+                    help="print the latency lower bound of any allocation and the speedup over cim-mlc it allows")
     ap.add_argument("--json", help="write all figures to this file")
     ap.add_argument("--plots", default=".", help="folder for the PNG plots")
     args = ap.parse_args()
@@ -412,7 +473,8 @@ def summarise(fig14: dict) -> dict:
     sp = [row["cim-mlc"]["latency_ns"] / row["cmswitch"]["latency_ns"] for row in rows]
     nm = [row["cim-mlc"]["latency_ns"] / row["cmswitch-no-memory"]["latency_ns"] for row in rows]
     gain = [row["cmswitch-no-memory"]["latency_ns"] / row["cmswitch"]["latency_ns"] for row in rows]
-    return {"geomean_vs_cim_mlc": geomean(sp), "arith_mean_vs_cim_mlc": float(np.mean(sp)),
+    bounds = [bound_of(row)["max_speedup_vs_cim_mlc"] for row in rows if "bound" in row["cmswitch"]]
+    return {"geomean_vs_cim_mlc": geomean(sp), "geomean_bound_vs_cim_mlc": geomean(bounds), "arith_mean_vs_cim_mlc": float(np.mean(sp)),
             "max_vs_cim_mlc": float(max(sp)),
             "geomean_no_memory_vs_cim_mlc": geomean(nm), "geomean_memory_gain": geomean(gain),
             "compile_ratio": {n: row["cmswitch"]["compile_s"] / row["cim-mlc"]["compile_s"]
@@ -438,7 +500,7 @@ def merge(parts: list[dict]) -> dict:
 
 def report(res: dict, args) -> int:
     """Print the tables, save the plots and (``--json``) the figures."""
-    print_tables(res)
+    print_tables(res, getattr(args, "bound", False))
     out_dir = Path(args.plots)
     out_dir.mkdir(parents=True, exist_ok=True)
     for f in plots(res, out_dir):

@@ -6,6 +6,7 @@ durations against the preset's numbers written out here).
 """
 
 import dataclasses
+import itertools
 import math
 
 import numpy as np
@@ -661,3 +662,38 @@ def test_estimate_tracks_the_simulator_where_regions_contend(strategy):
     _, info = tvm_cim.offload(mod, _dyn(), strategy=strategy)
     _, tl = simulate_timing(info)
     assert abs(info.schedule.estimate_ns / tl.latency_ns - 1) < 0.03
+
+
+# ============================================================================ latency lower bound (issue 10)
+@pytest.mark.parametrize("bw", [64, 1 << 16])
+@pytest.mark.parametrize("mkn", [(64, 640, 80), (256, 320, 40), (16, 960, 240)])
+def test_latency_lower_bound_holds_for_every_enumerated_allocation(bw, mkn):
+    """No allocation beats ``latency_lower_bound``: every strategy's plan with every duplication and residency,
+    simulated; on a chip where the link or the arrays bind."""
+    from tvm_cim.compiler.estimate import latency_lower_bound
+
+    hw0 = _dyn()
+    hw = R(hw0, chip=R(hw0.chip, cores=1, offchip_bandwidth_bits=bw), core=R(hw0.core, crossbars=8),
+           dual_mode=R(hw0.dual_mode, switchable_arrays=8))
+    m, k, n = mkn
+    r, x, _ = _matmul(m, k, n)
+    lb = latency_lower_bound(hw, [r], 8, 8)
+    tiles = math.ceil(k / 320) * math.ceil(n / hw.logical_cols(8))
+    streamed = max(0, k * n - 8 * 320 * hw.logical_cols(8) - (32 + 10) * 1024)  # bytes past arrays and buffers
+    assert lb["link_ns"] == pytest.approx(math.ceil(streamed * 8 / bw) * hw.cycle_ns)
+    assert lb["tiles"] == tiles and lb["bound_ns"] == max(lb["link_ns"], lb["arrays_ns"]) > 0
+    sims = []
+    for strat in ("none", "puma", "cim-mlc", "cmswitch"):
+        sched = schedule.schedule([r], hw, strat)
+        base = sched.plans["mm"]
+        for reps, resident in itertools.product(range(1, 9), (True, False)):
+            pl = R(base, replicas=reps, resident=resident)
+            if reps * pl.tiles > hw.total_crossbars and (pl.passes == 1 or reps > 1):
+                continue
+            plans = {"mm": pl}
+            cmap = mapping.allocate([r], hw, plans)
+            prog = codegen.generate(r, cmap.placements["mm"], hw, R(sched, plans=plans).options, strat)
+            _, st = Chip(hw, Options(functional=False)).run(prog, {"x": x, **codegen.region_constants(r)})
+            sims.append(st.latency_ns)
+    assert len(sims) >= 8
+    assert lb["bound_ns"] <= min(sims)

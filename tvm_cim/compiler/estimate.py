@@ -702,3 +702,68 @@ class Estimator:
             wb = self.writeback_ns(r, getattr(p, "mem_wb", 0))  # live data leaves its arrays after the region
             end = max(end, float(fin.max()) + wb, base + (max(shared) if pipeline else max(busy)))
         return end, per
+
+
+def latency_lower_bound(hw: CIMHardware, regions: list[Region], wbits: int, ibits: int, layers: int = 1) -> dict:
+    """A latency no allocation of ``hw`` can beat on ``regions`` (CMSwitch's headroom, issue 10).
+
+    Whatever the segmentation, duplication and array modes, two resources
+    must carry fixed work:
+
+    * the off-chip link must bring every constant weight tile that is not
+      resident before the run starts.  At most ``total_crossbars`` tiles
+      (the largest ones) can be resident, and the chip's buffers could hold
+      at most their capacity more; the rest crosses at
+      ``offchip_bandwidth_bits``;
+    * the ``total_crossbars`` arrays must do every tile's reads (each input
+      vector through each tile: :func:`tvm_cim.hardware.cost.mvm_ns`) and
+      program every non-resident weight tile (rows serially,
+      :func:`tvm_cim.hardware.cost.write`); at best all arrays compute all
+      the time.  A ``dmatmul``'s run-time operand writes are left out (a
+      layout that keeps keys in place may avoid them).
+
+    The bound is the larger of the two times.  Tiles are taken at the
+    crossbar's full height (the fewest tiles, the least work).  Activation
+    traffic, digital operations and dependences are left out, so the bound
+    is optimistic.
+
+    Parameters
+    ----------
+    hw : CIMHardware
+    regions : list of Region
+        One copy of the repeated part (a transformer layer) or the whole network.
+    wbits, ibits : int
+        Quantised precision.
+    layers : int
+        Times the regions run back to back (a model of ``layers`` identical
+        layers): the resident tiles and buffers count once for all of them.
+
+    Returns
+    -------
+    dict
+        ``link_ns`` and ``arrays_ns`` per layer (the whole model's divided by
+        ``layers``), ``bound_ns`` their maximum, ``weight_bytes`` and weight ``tiles``
+        of one layer.
+    """
+    est = Estimator(hw, wbits, ibits)
+    rows = hw.crossbar.rows
+    xbs = hw.total_crossbars
+    nbytes, writes, reads = [], [], 0.0
+    for r in regions:
+        tiles = est.tile_list(r, rows)
+        m, _, n = r.mkn
+        t_rows = np.array([t.k1 - t.k0 for t in tiles])
+        mvm = cost.mvm_ns(est.hw_of(r), t_rows, np.full(len(tiles), min(est.logical_cols(r), n)), wbits, ibits,
+                          bool(r.x_signed))
+        reads += r.batch * m * float(np.sum(mvm))
+        if r.kind != DMATMUL:
+            nbytes.append(P.tile_bytes(tiles, wbits))
+            writes.append(cost.write(est.hw_of(r), t_rows, 0, 1, wbits)[0])
+    nbytes = np.sort(np.concatenate(nbytes)) if nbytes else np.zeros(0)
+    writes = np.sort(np.concatenate(writes)) if writes else np.zeros(0)
+    buffers = (hw.system.chips * hw.chip.global_buffer.capacity_kb + hw.cores * hw.core.local_buffer.capacity_kb) * 1024
+    streamed = max(0.0, layers * float(nbytes.sum()) - float(nbytes[-xbs:].sum()) - buffers)
+    link_ns = float(cost.fetch(hw, streamed)[0]) / layers
+    arrays_ns = (layers * (reads + float(writes.sum())) - float(writes[-xbs:].sum())) / xbs / layers
+    return {"link_ns": link_ns, "arrays_ns": arrays_ns, "bound_ns": max(link_ns, arrays_ns),
+            "weight_bytes": int(nbytes.sum()), "tiles": int(len(nbytes))}
