@@ -213,10 +213,15 @@ def test_optimiser_reports_solve_time_and_is_bounded(hier):
     assert 0 < res.seconds <= wall + 1e-6
     assert not res.time_limit_hit  # the node limit, not the wall-clock safety net, ended every solve
     assert LN.check(layer, hier, res.mapping) == []
-    # never worse than the heuristic seed it started from
-    sp = res.mapping.spatial
-    seed = DF.heuristic_starts(layer, hier, sp, keep=1, max_orders=100)[0]
-    assert res.cost.cycles <= LN.latency(layer, hier, seed) + 1e-6
+    # never worse, under its objective (EDP) in the exact model, than the heuristic mappings it contains: the
+    # zigzag baseline (same orders sample) and the weight-stationary greedy orders of every spatial candidate
+    edp = LN.evaluate(layer, hier, res.mapping).edp
+    assert edp == pytest.approx(res.cost.edp, rel=1e-12)
+    _, zz = DF.zigzag(layer, hier, "edp", max_orders=100, spatial_top=6)
+    assert edp <= zz.edp * (1 + 1e-9)
+    for sp in DF.spatial_candidates(layer, hier, top=6):
+        for m in DF.heuristic_starts(layer, hier, sp, "edp", ws=True, keep=1, split=DF.STRUCTURED_SPLIT):
+            assert edp <= LN.evaluate(layer, hier, m).edp * (1 + 1e-9)
     with pytest.raises(ValueError, match="unknown dataflow method"):
         DF.optimise(layer, hier, "nope")
 
@@ -370,3 +375,27 @@ def test_verifier_rejects_a_loop_nest_that_does_not_cover_the_layer():
         verify(Program("p", (("M", 2), ("N", 16)), prog.decls, (), (op("CIM.loopnest", **bad),)))
     with pytest.raises(ProgramError, match="outputs"):
         verify(Program("p", (("M", 4), ("N", 16)), prog.decls, (), (op("CIM.loopnest", **good),)))
+
+
+def test_polish_is_a_descent_over_valid_one_move_neighbours(hier):
+    """The local search run on miredo's candidates: every neighbour differs from its mapping by one move,
+    the result is valid and never worse than the start, and it is a local optimum when the budget allows."""
+    layer = LN.Layer.conv("pol", 1, 32, 32, 8, 8, 3, 3)
+    sp = DF.spatial_candidates(layer, hier, 1)[0]
+    start = DF.heuristic_starts(layer, hier, sp, "latency", keep=1, max_orders=20)[0]
+    for nb in DF.neighbours(start, hier):
+        moved = (nb.loops != start.loops) + (nb.cuts != start.cuts) + (nb.double != start.double)
+        assert moved == 1
+        if nb.loops != start.loops:
+            assert sorted(nb.loops) == sorted(start.loops)
+            assert sum(a != b for a, b in zip(nb.loops, start.loops)) == 2
+        if nb.cuts != start.cuts:
+            assert sum(abs(a[2] - b[2]) for a, b in zip(nb.cuts, start.cuts)) == 1
+    key = lambda c: c.edp  # noqa: E731
+    m, c = DF.polish(layer, hier, start, key, budget=10_000)
+    assert LN.check(layer, hier, m) == []
+    assert c.edp <= LN.evaluate(layer, hier, start).edp
+    assert c == LN.evaluate(layer, hier, m)
+    for nb in DF.neighbours(m, hier):  # local optimum
+        if not LN.check(layer, hier, nb):
+            assert LN.evaluate(layer, hier, nb).edp >= c.edp * (1 - 1e-9)
