@@ -50,7 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import tvm_cim  # noqa: E402
 from tvm_cim.common import zoo  # noqa: E402
 from tvm_cim.common.onnx_io import import_onnx  # noqa: E402
-from tvm_cim.compiler import mapping, quantize, strategies  # noqa: E402
+from tvm_cim.compiler import mapping, plan, quantize, strategies  # noqa: E402
 from tvm_cim.compiler.estimate import Estimator  # noqa: E402
 from tvm_cim.compiler.strategies import Options  # noqa: E402
 from tvm_cim.compiler.transform import offload  # noqa: E402
@@ -59,7 +59,8 @@ from tvm_cim.simulator.critical import critical_path  # noqa: E402
 
 R = dataclasses.replace
 ROUNDS = strategies.PIPELINE_ROUNDS  # cim-mlc's pipeline granularity (chunks per replica at least)
-_PD = Options(segmentation="refine", duplication="dp", pipeline=True, pipeline_rounds=ROUNDS)
+VECTORS = strategies.PIPELINE_VECTORS  # ... and output vectors per chunk at most (the paper's sliding window)
+_PD = Options(segmentation="refine", duplication="dp", pipeline=True, pipeline_rounds=ROUNDS, pipeline_vectors=VECTORS)
 CONFIGS = {
     "none": Options(),
     "graph-dup": Options(segmentation="refine", duplication="dp"),
@@ -139,7 +140,8 @@ def exp1(nets, image, isaac, before: dict, save) -> dict:
             print(f"{'  was':10s} " + " ".join(f"{osp[c]:10.2f}x" if c in osp else f"{'':>11s}" for c in cols)
                   + f" {osp['+crossbar'] / osp['graph-P&D']:8.2f}x {osp['+wordline'] / osp['+crossbar']:7.2f}x")
     print("  paper (Fig. 21): " + "; ".join(f"{k} {v}" for k, v in PAPER.items()))
-    print(f"  graph-P&D and beyond cut a duplicated region into at least {ROUNDS} chunks per replica (was 1); "
+    print(f"  graph-P&D and beyond pipeline {VECTORS} output vector(s) at a time (at most {plan.MAX_CHUNKS} chunks "
+          f"per region; before issue 14 s6: output rows) and at least {ROUNDS} chunks per replica; "
           "'+xbar Eq.1' fills the cores an operator holds (Eq. 1, the old '+crossbar'); '+crossbar' then re-runs "
           "the DP at crossbar granularity")
     print("\n[1b] ISAAC-like preset: peak computing power (crossbars, DACs, ADCs active at once), W; "
@@ -154,17 +156,20 @@ def exp1(nets, image, isaac, before: dict, save) -> dict:
 
 
 def exp1_rounds(image, isaac, save) -> dict:
-    """ResNet-18 graph-level P&D at several pipeline granularities (chunks per replica at least)."""
+    """ResNet-18 graph-level P&D at several pipeline granularities: output rows with at least k chunks per
+    replica, then at most v output vectors per chunk (8 per replica at least)."""
     mod = relax_module("resnet18", image_size=image)
     base = measure(mod, isaac, "cim-mlc", CONFIGS["none"])["latency_ns"]
     out = {}
-    for k in (1, 4, 8, 16):
-        m = measure(mod, isaac, "cim-mlc", R(_PD, pipeline_rounds=k))
-        out[k] = {"latency_ns": m["latency_ns"], "estimate_ns": m["estimate_ns"], "speedup": base / m["latency_ns"]}
+    grains = [(f"rows, {k}/replica", R(_PD, pipeline_rounds=k, pipeline_vectors=0)) for k in (1, 8)]
+    grains += [(f"{v} vector{'s' if v > 1 else ''}", R(_PD, pipeline_vectors=v)) for v in (16, 4, 1)]
+    for name, o in grains:
+        m = measure(mod, isaac, "cim-mlc", o)
+        out[name] = {"latency_ns": m["latency_ns"], "estimate_ns": m["estimate_ns"], "speedup": base / m["latency_ns"]}
         save("exp1_rounds", out)
-    print("\n[1c] ResNet-18 (ISAAC-like), graph-level P&D against the pipeline granularity")
+    print("\n[1c] ResNet-18 (ISAAC-like), graph-level P&D against the pipeline granularity (chunks)")
     for k, r in out.items():
-        print(f"  at least {k:2d} chunks per replica: {r['latency_ns'] / 1e6:7.3f} ms  speedup {r['speedup']:6.1f}x  "
+        print(f"  {k:16s}: {r['latency_ns'] / 1e6:7.3f} ms  speedup {r['speedup']:6.1f}x  "
               f"(estimate {r['estimate_ns'] / 1e6:7.3f} ms)")
     return out
 

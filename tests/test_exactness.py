@@ -240,7 +240,7 @@ def test_each_technique_takes_effect_and_stays_exact():
     assert res["none"][0] == wl.crossbar.rows
     # wordline remapping where it beats duplicating full-height tiles: here with one chunk per replica (with
     # cim-mlc's finer pipeline granularity, seven full-height copies are estimated faster than one remapped)
-    one = R(strategies.get("cim-mlc").options(wl), pipeline_rounds=1)
+    one = R(strategies.get("cim-mlc").options(wl), pipeline_rounds=1, pipeline_vectors=0)
     env, stats, prog, _ = run(r, wl, "cim-mlc", x, options=one)
     np.testing.assert_array_equal(env["acc"][0], ref)
     assert prog.attr("tile_rows") == wl.crossbar.rows_active and stats.latency_ns < res["none"][2]
