@@ -81,6 +81,11 @@ class Options:
         :data:`tvm_cim.compiler.plan.MAX_CHUNKS` per region; 0: output rows.
     remap : bool
         Wordline-level row remapping.
+    remap_joint : bool
+        With ``remap`` and ``crossbar_dp``: the crossbar-granularity DP
+        knows that an operator's crossbars may hold remapped copies instead
+        of full-height ones, so duplication and remapping share the
+        crossbars (otherwise remapping only reuses what the DP allotted).
     unfolding : {'im2col', 'ht', 'll'}
         How convolution weights are unfolded into array groups: the usual
         im2col, or PIMCOMP's per-layer choice among the formats of Table IV
@@ -123,6 +128,7 @@ class Options:
     pipeline_rounds: int = 1
     pipeline_vectors: int = 0
     remap: bool = False
+    remap_joint: bool = False
     unfolding: str = "im2col"
     grouping: bool = False
     ga_generations: int = 100
