@@ -17,6 +17,12 @@
    (cold: calibration included).
 7. ResNet-18 on the ISAAC-like preset: latency against a peak-power cap
    (time-division activation of crossbars, :func:`tvm_cim.report.timeline`).
+8. The critical path of graph-P&D and +crossbar on the ISAAC-like preset
+   (``--decompose NET``, ResNet-50 by default): per pipelined stage, its
+   replicas, its span, and its time on the path as running its own chunks
+   and as queued behind earlier chunks on its own crossbars
+   (:func:`tvm_cim.simulator.critical.critical_path`); waiting for a
+   producer is the producer's time on the path.
 
 Latency and power come from the simulator's resource timeline run in
 timing-only mode (values are not computed; correctness of every strategy is
@@ -44,15 +50,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import tvm_cim  # noqa: E402
 from tvm_cim.common import zoo  # noqa: E402
 from tvm_cim.common.onnx_io import import_onnx  # noqa: E402
-from tvm_cim.compiler import mapping, quantize, strategies  # noqa: E402
+from tvm_cim.compiler import mapping, plan, quantize, strategies  # noqa: E402
 from tvm_cim.compiler.estimate import Estimator  # noqa: E402
 from tvm_cim.compiler.strategies import Options  # noqa: E402
 from tvm_cim.compiler.transform import offload  # noqa: E402
 from tvm_cim.report import simulate_timing, timeline  # noqa: E402
+from tvm_cim.simulator.critical import critical_path  # noqa: E402
 
 R = dataclasses.replace
 ROUNDS = strategies.PIPELINE_ROUNDS  # cim-mlc's pipeline granularity (chunks per replica at least)
-_PD = Options(segmentation="refine", duplication="dp", pipeline=True, pipeline_rounds=ROUNDS)
+VECTORS = strategies.PIPELINE_VECTORS  # ... and output vectors per chunk at most (the paper's sliding window)
+_PD = Options(segmentation="refine", duplication="dp", pipeline=True, pipeline_rounds=ROUNDS, pipeline_vectors=VECTORS)
 CONFIGS = {
     "none": Options(),
     "graph-dup": Options(segmentation="refine", duplication="dp"),
@@ -132,7 +140,8 @@ def exp1(nets, image, isaac, before: dict, save) -> dict:
             print(f"{'  was':10s} " + " ".join(f"{osp[c]:10.2f}x" if c in osp else f"{'':>11s}" for c in cols)
                   + f" {osp['+crossbar'] / osp['graph-P&D']:8.2f}x {osp['+wordline'] / osp['+crossbar']:7.2f}x")
     print("  paper (Fig. 21): " + "; ".join(f"{k} {v}" for k, v in PAPER.items()))
-    print(f"  graph-P&D and beyond cut a duplicated region into at least {ROUNDS} chunks per replica (was 1); "
+    print(f"  graph-P&D and beyond pipeline {VECTORS} output vector(s) at a time (at most {plan.MAX_CHUNKS} chunks "
+          f"per region; before issue 14 s6: output rows) and at least {ROUNDS} chunks per replica; "
           "'+xbar Eq.1' fills the cores an operator holds (Eq. 1, the old '+crossbar'); '+crossbar' then re-runs "
           "the DP at crossbar granularity")
     print("\n[1b] ISAAC-like preset: peak computing power (crossbars, DACs, ADCs active at once), W; "
@@ -147,17 +156,20 @@ def exp1(nets, image, isaac, before: dict, save) -> dict:
 
 
 def exp1_rounds(image, isaac, save) -> dict:
-    """ResNet-18 graph-level P&D at several pipeline granularities (chunks per replica at least)."""
+    """ResNet-18 graph-level P&D at several pipeline granularities: output rows with at least k chunks per
+    replica, then at most v output vectors per chunk (8 per replica at least)."""
     mod = relax_module("resnet18", image_size=image)
     base = measure(mod, isaac, "cim-mlc", CONFIGS["none"])["latency_ns"]
     out = {}
-    for k in (1, 4, 8, 16):
-        m = measure(mod, isaac, "cim-mlc", R(_PD, pipeline_rounds=k))
-        out[k] = {"latency_ns": m["latency_ns"], "estimate_ns": m["estimate_ns"], "speedup": base / m["latency_ns"]}
+    grains = [(f"rows, {k}/replica", R(_PD, pipeline_rounds=k, pipeline_vectors=0)) for k in (1, 8)]
+    grains += [(f"{v} vector{'s' if v > 1 else ''}", R(_PD, pipeline_vectors=v)) for v in (16, 4, 1)]
+    for name, o in grains:
+        m = measure(mod, isaac, "cim-mlc", o)
+        out[name] = {"latency_ns": m["latency_ns"], "estimate_ns": m["estimate_ns"], "speedup": base / m["latency_ns"]}
         save("exp1_rounds", out)
-    print("\n[1c] ResNet-18 (ISAAC-like), graph-level P&D against the pipeline granularity")
+    print("\n[1c] ResNet-18 (ISAAC-like), graph-level P&D against the pipeline granularity (chunks)")
     for k, r in out.items():
-        print(f"  at least {k:2d} chunks per replica: {r['latency_ns'] / 1e6:7.3f} ms  speedup {r['speedup']:6.1f}x  "
+        print(f"  {k:16s}: {r['latency_ns'] / 1e6:7.3f} ms  speedup {r['speedup']:6.1f}x  "
               f"(estimate {r['estimate_ns'] / 1e6:7.3f} ms)")
     return out
 
@@ -210,6 +222,45 @@ def exp7(image, isaac, save) -> dict:
     out = cap_sweep(mod, isaac, measure(mod, isaac, "puma", None)["peak_power_mw"])
     print("\n[7] ResNet-18 (ISAAC-like), cim-mlc under a peak-power cap (time-division activation of crossbars)")
     print_caps(out)
+    return out
+
+
+def exp8(net: str, image, isaac, save) -> dict:
+    """The critical path of graph-P&D and +crossbar, stage by stage (what the crossbar level can shorten)."""
+    mod = relax_module(net, image_size=image)
+    out = {}
+    for cfg in ("graph-P&D", "+crossbar"):
+        _, info = offload(mod, isaac, strategy="cim-mlc", options=CONFIGS[cfg])
+        stats, tl = simulate_timing(info)
+        cp = critical_path([(s.name, s.events, s.segment) for s in stats if s.events is not None], info.producers,
+                           bool(info.schedule.options.pipeline), tl)
+        chunks = {p.name: int(p.attr("chunks")) for p in info.programs}
+        stages = []
+        for s in stats:
+            r = cp["regions"][s.name]
+            stages.append({"name": s.name, "replicas": len(info.chip_map.placements[s.name].replicas),
+                           "chunks": chunks.get(s.name, 0), **{k: v for k, v in r.items() if k != "entered"},
+                           "entered": sorted(set(r["entered"]))})
+        out[cfg] = {"latency_ns": tl.latency_ns, "path_ns": cp["path_ns"], "edges_ns": cp["edges"], "stages": stages,
+                    "crossbars": sum(len(pl.tiles) * len(pl.replicas) for pl in info.chip_map.placements.values())}
+        save("exp8", out)
+    print(f"\n[8] {net} ({image}x{image}, ISAAC-like): critical path per pipelined stage, us "
+          "(run: its own chunks on the path; queue: earlier chunks ahead on its own crossbars)")
+    pd, xb = out["graph-P&D"], out["+crossbar"]
+    print(f"{'stage':24s} {'P&D rep':>7s} {'chunks':>6s} {'span':>8s} {'run':>7s} {'queue':>7s} |"
+          f" {'+xb rep':>7s} {'chunks':>6s} {'span':>8s} {'run':>7s} {'queue':>7s}")
+    for a, b in zip(pd["stages"], xb["stages"]):
+        print(f"{a['name'].split('.')[-1]:24s} {a['replicas']:7d} {a['chunks']:6d} {a['span_ns'] / 1e3:8.1f} "
+              f"{a['run_ns'] / 1e3:7.1f} {a['queue_ns'] / 1e3:7.1f} | {b['replicas']:7d} {b['chunks']:6d} "
+              f"{b['span_ns'] / 1e3:8.1f} {b['run_ns'] / 1e3:7.1f} {b['queue_ns'] / 1e3:7.1f}")
+    for cfg, r in out.items():
+        run = sum(st["run_ns"] for st in r["stages"])
+        queue = sum(st["queue_ns"] for st in r["stages"])
+        on = sum(st["path_ns"] > 0 for st in r["stages"])
+        print(f"  {cfg:10s} latency {r['latency_ns'] / 1e3:9.1f} us = path {r['path_ns'] / 1e3:9.1f} us over {on} stages: "
+              f"run {run / 1e3:8.1f} us, queue on own crossbars {queue / 1e3:8.1f} us; edges "
+              + ", ".join(f"{k} {v / 1e3:.1f}" for k, v in sorted(r["edges_ns"].items())) + f"; crossbars {r['crossbars']}")
+    print(f"  crossbar over P&D {pd['latency_ns'] / xb['latency_ns']:.2f}x (paper 1.8x on ResNet-50)")
     return out
 
 
@@ -373,13 +424,14 @@ def main() -> int:
     ap.add_argument("--json", help="write all figures to this file (rewritten after every model)")
     ap.add_argument("--before", help="a JSON of an earlier run: its figures are printed beside these")
     ap.add_argument("--plots", default=".", help="folder for the PNG plots")
+    ap.add_argument("--decompose", default="resnet50", help="network of experiment 8 (critical path)")
     args = ap.parse_args()
     image = args.image or (64 if args.quick else 224)
     nets = ["resnet18", "resnet50"] if args.quick else ["resnet18", "resnet34", "resnet50", "resnet101"]
     vit_kw = dict(image_size=64, patch_size=16, depth=4) if args.quick else {}
     isaac, puma = tvm_cim.load("isaac"), tvm_cim.load("puma")
     before = json.loads(Path(args.before).read_text()) if args.before else {}
-    todo = set(args.only or range(1, 8))
+    todo = set(args.only or range(1, 8))  # 8 (the critical path) runs when asked for
     res = {}
 
     def save(key, value):
@@ -400,6 +452,8 @@ def main() -> int:
         save("exp7", exp7(image, isaac, save))
     if 5 in todo:
         save("exp5", exp5(image, isaac))
+    if 8 in todo:
+        save("exp8", exp8(args.decompose, image, isaac, save))
     if 4 in todo:
         save("exp4", exp4(isaac, vit_kw, args.quick))
     out_dir = Path(args.plots)

@@ -110,3 +110,13 @@ def test_pimcomp_quick(tmp_path):
     assert set(res["saturation"]["strategies"]["pimcomp-ht"]) == {"2", "3"}
     assert all(r["throughput_per_s"] > 0 and r["latency_ns"] > 0 for r in pt["strategies"].values())
     assert all(p.endswith(".png") for p in res["plots"])
+
+
+def test_cim_multilevel_critical_path(tmp_path):
+    res, out = bench("cim_multilevel.py", "--quick", "--image", "32", "--only", "8", "--decompose", "resnet18",
+                     "--plots", tmp_path, tmp=tmp_path)
+    assert set(res) == {"exp8"} and "[8]" in out
+    for cfg in ("graph-P&D", "+crossbar"):
+        r = res["exp8"][cfg]
+        assert abs(r["path_ns"] - r["latency_ns"]) <= 1e-9 * r["latency_ns"]
+        assert abs(sum(s["path_ns"] for s in r["stages"]) - r["latency_ns"]) <= 1e-6 * r["latency_ns"]

@@ -240,7 +240,7 @@ def test_each_technique_takes_effect_and_stays_exact():
     assert res["none"][0] == wl.crossbar.rows
     # wordline remapping where it beats duplicating full-height tiles: here with one chunk per replica (with
     # cim-mlc's finer pipeline granularity, seven full-height copies are estimated faster than one remapped)
-    one = R(strategies.get("cim-mlc").options(wl), pipeline_rounds=1)
+    one = R(strategies.get("cim-mlc").options(wl), pipeline_rounds=1, pipeline_vectors=0)
     env, stats, prog, _ = run(r, wl, "cim-mlc", x, options=one)
     np.testing.assert_array_equal(env["acc"][0], ref)
     assert prog.attr("tile_rows") == wl.crossbar.rows_active and stats.latency_ns < res["none"][2]
@@ -293,3 +293,26 @@ def test_offchip_weight_fetch_and_activation_spill_are_costed():
         assert abs(est / stats.latency_ns - 1) < 0.05
         out[name] = stats.latency_ns
     assert out["spills"] > out["fits"]  # loads and stores at the off-chip bandwidth
+
+
+def test_joint_remap_dp_stays_exact_and_shares_the_crossbars():
+    """The crossbar DP that knows about remapping (remap_joint) keeps outputs exact; a region's remapped
+    copies fit in the crossbars its full-height copies would take."""
+    from tvm_cim.compiler.estimate import Estimator
+    from tvm_cim.compiler.strategies import duplication
+
+    rng = np.random.default_rng(2)
+    w = rng.integers(-127, 128, size=(300, 70)).astype(np.int8)
+    r = Region("mm", MATMUL, [(37, 300)], (37, 70), x_scale=1.0, x_zero=0, w_int=w, w_scale=np.ones(70, np.float32))
+    x = codes(rng, (37, 300), 0)
+    ref = x.astype(np.int64) @ w.astype(np.int64)
+    wl = small_chip(lossless(tvm_cim.load("jain21")), cores=4, per_core=64)
+    opts = R(strategies.get("cim-mlc").options(wl), remap_joint=True)
+    env, stats, prog, _ = run(r, wl, "cim-mlc", x, options=opts)
+    np.testing.assert_array_equal(env["acc"][0], ref)
+    est = Estimator.of(wl, 8, 8, opts)
+    full, short = est.tiles(r, wl.crossbar.rows), est.tiles(r, wl.crossbar.rows_active)
+    for d in (1, 5, 40):
+        d_r = duplication.remapped(r, d, est, wl.crossbar.rows, wl)
+        assert d_r * short <= d * full < (d_r + 1) * short
+    assert prog.attr("replicas") * est.tiles(r, prog.attr("tile_rows")) <= wl.total_crossbars

@@ -157,3 +157,40 @@ def test_calibration_build_computes_the_bits_of_the_optimised_build(name):
         outs.append(relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy())
     assert outs[0].dtype == np.float32 and np.isfinite(outs[0]).all()
     np.testing.assert_array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32))
+
+
+@pytest.mark.parametrize("shape", [
+    # (n, c, h, w, kernel, stride, pad, dilation)
+    (1, 2, 9, 7, 3, 1, 1, 1), (2, 1, 8, 8, 3, 2, 1, 1), (1, 1, 11, 10, 7, 2, 3, 1), (1, 3, 6, 6, 1, 1, 0, 1),
+    (1, 1, 9, 9, 3, 1, 2, 2), (1, 1, 5, 8, 2, 2, 0, 1),
+])
+def test_exact_input_span_is_the_raster_range_of_the_windows(shape):
+    """At a vector granularity a chunk needs the input from its first window's first element to its last
+    window's last one: checked against every window's elements enumerated one by one."""
+    from tvm_cim.compiler import plan
+    from tvm_cim.compiler.region import CONV2D, Region
+
+    n, c, h, w, k, s, p, d = shape
+    oh, ow = (h + 2 * p - d * (k - 1) - 1) // s + 1, (w + 2 * p - d * (k - 1) - 1) // s + 1
+    r = Region("c", CONV2D, [(n, c, h, w)], (n, 4, oh, ow), w_int=np.zeros((c * k * k, 4), np.int8),
+               conv={"kernel": (k, k), "strides": (s, s), "padding": (p, p, p, p), "dilation": (d, d)})
+
+    def reads(v):  # raster indices (b, row, col) of the input elements output vector v reads
+        b, y, x = v // (oh * ow), (v // ow) % oh, v % ow
+        return [(b * h + yy) * w + xx for i in range(k) for j in range(k)
+                for yy, xx in [(y * s - p + i * d, x * s - p + j * d)] if 0 <= yy < h and 0 <= xx < w]
+
+    m = n * oh * ow
+    for size in (1, 2, ow, ow + 3):
+        starts = np.arange(0, m, size)
+        stops = np.minimum(starts + size, m)
+        f0, f1 = r.input_span(starts, stops, exact=True)
+        for a, b, g0, g1 in zip(starts, stops, f0, f1):
+            idx = [i for v in range(a, b) for i in reads(v)]
+            assert round(g0 * n * h * w) == min(idx) and round(g1 * n * h * w) == max(idx) + 1, (a, b)
+    # one vector per chunk, never more than MAX_CHUNKS chunks, never coarser than output rows
+    assert plan.chunk_count(r, 1, 1, vectors=1) == min(m, plan.MAX_CHUNKS)
+    assert plan.chunk_count(r, 1, 1, vectors=0) == n * oh
+    # every input element is loaded once at a vector granularity (the halo stays in the core's buffer)
+    ch = plan.chunks(r, 1, tvm_cim.load(HW), 8, 8, vectors=1)
+    assert int(ch.load_bytes.sum()) <= n * c * h * w + len(ch)  # at least one byte per chunk

@@ -151,3 +151,53 @@ def test_resource_gaps_match_a_brute_force_calendar():
     ends = [e for b in res.be for e in b]
     assert all(e < s for e, s in zip(ends, starts[1:]))  # disjoint, sorted, touching ones merged
     assert len(res.bs) > 10
+
+
+def test_critical_path_follows_producers_and_own_crossbars():
+    from tvm_cim.simulator.critical import critical_path
+
+    # producer: two chunks on one replica (load -> read -> store each), the reads queue on the replica
+    a = Events()
+    for c in range(2):
+        ld = a.add(1.0, ("gbuf",), (), 0.0, False, "DMOV.load")
+        a.inputs.append((ld, c / 2, (c + 1) / 2))
+        rd = a.add(10.0, ("vxb:a:0",), (ld,), 5.0, True, "CIM.read_xb")
+        st = a.add(1.0, ("gbuf",), (rd,), 0.0, False, "DMOV.store")
+        a.outputs.append((st, c / 2, (c + 1) / 2))
+    # consumer: one chunk needing the second half of the producer's output
+    b = Events()
+    ld = b.add(1.0, ("gbuf",), (), 0.0, False, "DMOV.load")
+    b.inputs.append((ld, 0.5, 1.0))
+    rd = b.add(4.0, ("vxb:b:0",), (ld,), 2.0, True, "CIM.read_xb")
+    st = b.add(1.0, ("gbuf",), (rd,), 0.0, False, "DMOV.store")
+    b.outputs.append((st, 0.0, 1.0))
+    regions = [("a", a, 0), ("b", b, 0)]
+    tl = schedule_graph(regions, {"b": ["a"]}, pipeline=True)
+    cp = critical_path(regions, {"b": ["a"]}, True, tl)
+    # by hand: a's second load overlaps nothing but waits for the port (t=1..2); its read waits for
+    # the first read (own crossbars, 1..11) -> 11..21, store 21..22; b loads 22..23, reads 23..27, stores 27..28
+    assert tl.latency_ns == pytest.approx(28.0)
+    assert cp["path_ns"] == pytest.approx(tl.latency_ns)
+    assert cp["regions"]["a"]["queue_ns"] == pytest.approx(11.0)  # the first chunk's load and read
+    assert cp["regions"]["a"]["run_ns"] == pytest.approx(11.0)  # the second chunk's read and store
+    assert cp["regions"]["b"]["path_ns"] == pytest.approx(6.0) and cp["regions"]["b"]["entered"] == ["producer"]
+    assert cp["edges"]["own"] == pytest.approx(10.0) and cp["edges"]["producer"] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("strategy", ["cim-mlc", "none"])
+def test_critical_path_of_a_network_adds_up_to_the_latency(strategy):
+    from tvm_cim.simulator.critical import critical_path
+
+    info, stats = timed_regions("isaac", strategy)
+    regions = [(s.name, s.events, s.segment) for s in stats]
+    pipeline = info.schedule.options.pipeline
+    tl = schedule_graph(regions, info.producers, pipeline)
+    cp = critical_path(regions, info.producers, pipeline, tl)
+    # every instant of the latency is an operation on the path, found by the scheduler's own rules
+    assert cp["path_ns"] == pytest.approx(tl.latency_ns, rel=1e-9)
+    assert sum(r["path_ns"] for r in cp["regions"].values()) == pytest.approx(tl.latency_ns, rel=1e-9)
+    for r in cp["regions"].values():
+        assert r["run_ns"] + r["queue_ns"] == pytest.approx(r["path_ns"])
+    if not pipeline:  # one region after another: every region is on the path for its whole span
+        for name, (s0, s1) in tl.region_span.items():
+            assert cp["regions"][name]["path_ns"] == pytest.approx(s1 - s0, rel=1e-9, abs=1e-6)

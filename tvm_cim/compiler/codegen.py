@@ -110,7 +110,7 @@ def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | 
 
     n_rep = len(pl.replicas)
     m_total = m  # vectors per batch element; chunks cut M
-    ch = P.chunks(region, n_rep, hw, wbits, ibits, opts.pipeline_rounds)
+    ch = P.chunks(region, n_rep, hw, wbits, ibits, opts.pipeline_rounds, opts.pipeline_vectors)
     level = ch.level  # a working set larger than the global buffer stays in off-chip memory
     mem = memory or {}
     mem_in, mem_out = tuple(mem.get("in", ())), tuple(mem.get("out", ()))

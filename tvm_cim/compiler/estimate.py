@@ -146,6 +146,8 @@ class Estimator:
     rounds : int
         Chunks per replica at least (the pipeline granularity,
         :func:`tvm_cim.compiler.plan.chunk_count`).
+    vectors : int
+        Output vectors per chunk at most (0: output rows).
     shared_units : bool
         In :meth:`graph_ns`, book the units regions share (global-buffer
         port, chip ALU, off-chip interface, each core's link and ALU) region
@@ -157,12 +159,13 @@ class Estimator:
     """
 
     def __init__(self, hw: CIMHardware, wbits: int, ibits: int, mvm_pipeline: bool = False,
-                 offchip_in_order: bool = False, rounds: int = 1, shared_units: bool = True):
+                 offchip_in_order: bool = False, rounds: int = 1, shared_units: bool = True, vectors: int = 0):
         self.hw, self.wbits, self.ibits = hw, wbits, ibits
         self.shared_units = shared_units
         self.mvm_pipeline = mvm_pipeline
         self.offchip_in_order = offchip_in_order
         self.rounds = rounds
+        self.vectors = vectors
         self.xbs_per_core = hw.core.crossbars
         self._tile_bytes: dict = {}
         self._tiles: dict = {}
@@ -172,7 +175,7 @@ class Estimator:
     def of(cls, hw: CIMHardware, wbits: int, ibits: int, opts) -> "Estimator":
         """The estimate of a schedule's options (:class:`tvm_cim.compiler.strategies.Options`)."""
         return cls(hw, wbits, ibits, mvm_pipeline=opts.mvm_pipeline, offchip_in_order=opts.modes == "dual",
-                   rounds=opts.pipeline_rounds,
+                   rounds=opts.pipeline_rounds, vectors=opts.pipeline_vectors,
                    shared_units=opts.duplication != "ga" and not opts.local_memory and opts.send_batch <= 1)
 
     def hw_of(self, r: Region) -> CIMHardware:
@@ -262,7 +265,7 @@ class Estimator:
 
     def chunks(self, r: Region, replicas: int) -> P.Chunks:
         """The chunks the code generator emits (:func:`tvm_cim.compiler.plan.chunks`)."""
-        return P.chunks(r, replicas, self.hw, self.wbits, self.ibits, self.rounds)
+        return P.chunks(r, replicas, self.hw, self.wbits, self.ibits, self.rounds, self.vectors)
 
     # ------------------------------------------------------------------ per-chunk work
     def _chunk_work(self, r: Region, ch: P.Chunks, tile_rows: int, mem_in: int = 0, mem_out: int = 0):

@@ -7,7 +7,10 @@ module, so the estimate describes the program the simulator runs.
 
 * :func:`chunk_count` -- the pipeline granularity: output rows of a
   convolution, at most 16 row blocks of a matrix product (at least one chunk
-  per replica); a ``dmatmul``'s chunks cut ``M`` and hold every head.
+  per replica); a ``dmatmul``'s chunks cut ``M`` and hold every head.  With
+  a vector granularity (CIM-MLC's pipeline, one sliding window at a time)
+  a chunk holds at most that many output vectors, up to :data:`MAX_CHUNKS`
+  chunks per region.
 * :class:`Chunks` -- per chunk: its output vectors ``[start, stop)``, the
   share of the region input it needs (kernel halo included), the bytes it
   loads and the elements it quantises and unfolds.
@@ -36,10 +39,16 @@ def chunk_bounds(m_total: int, n: int) -> tuple[np.ndarray, np.ndarray]:
     return edges[:-1][keep], edges[1:][keep]
 
 
-def chunk_count(r: Region, replicas: int, rounds: int = 1) -> int:
+MAX_CHUNKS = 1024  # chunks per region at a vector granularity (tractability: events and program size per region)
+
+
+def chunk_count(r: Region, replicas: int, rounds: int = 1, vectors: int = 0) -> int:
     """Pipeline granularity: output rows for convolutions, at most 16 row blocks otherwise, and at
     least ``rounds`` chunks per replica of a duplicated region (so that its consumer can start after
-    a share of it, not only after all of it); a ``dmatmul``'s chunks cut ``M`` and hold every head."""
+    a share of it, not only after all of it); a ``dmatmul``'s chunks cut ``M`` and hold every head.
+
+    ``vectors`` > 0: chunks of at most that many output vectors (CIM-MLC pipelines one sliding window
+    at a time), at most :data:`MAX_CHUNKS` of them (never coarser than the default)."""
     m, _, _ = r.mkn
     if r.kind == DMATMUL:
         return int(min(m, max(16, replicas)))
@@ -47,6 +56,8 @@ def chunk_count(r: Region, replicas: int, rounds: int = 1) -> int:
         base = r.out_shape[0] * r.out_shape[2]  # batch x output rows
     else:
         base = min(16, r.batch * m)
+    if vectors > 0:
+        base = max(base, min(MAX_CHUNKS, -(-r.batch * m // vectors)))
     n = max(base, replicas * (rounds if replicas > 1 else 1))
     return int(min(n, r.batch * m))
 
@@ -95,16 +106,22 @@ class Chunks:
         return len(self.starts)
 
 
-def chunks(r: Region, replicas: int, hw: CIMHardware, wbits: int, ibits: int, rounds: int = 1) -> Chunks:
+def chunks(r: Region, replicas: int, hw: CIMHardware, wbits: int, ibits: int, rounds: int = 1,
+           vectors: int = 0) -> Chunks:
     """The chunks the code generator emits for a region with ``replicas`` copies of its weights
-    (at least ``rounds`` per replica, :func:`chunk_count`)."""
+    (at least ``rounds`` per replica, at most ``vectors`` output vectors each: :func:`chunk_count`).
+
+    At a vector granularity a convolution's chunk needs the input from its first window's first
+    element to its last window's last one (:meth:`Region.input_span` ``exact``), and loads only the
+    input no earlier chunk loaded (the kernel halo stays in the core's buffer, as a line buffer);
+    otherwise it needs and loads whole input rows, its halo included."""
     m, k, _ = r.mkn
-    starts, stops = chunk_bounds(m, chunk_count(r, replicas, rounds))
-    f0, f1 = r.input_span(starts, stops)
-    share = (f1 - f0) * float(np.prod(r.in_shapes[0]))
-    load = np.maximum(1, np.ceil(share * ibits / 8))
+    starts, stops = chunk_bounds(m, chunk_count(r, replicas, rounds, vectors))
+    f0, f1 = r.input_span(starts, stops, exact=vectors > 0)
     covered = np.concatenate([[0.0], np.maximum.accumulate(f1)[:-1]])  # input quantised by earlier chunks
     fresh = np.maximum(0.0, f1 - np.maximum(f0, covered)) * float(np.prod(r.in_shapes[0]))
+    share = fresh if vectors > 0 else (f1 - f0) * float(np.prod(r.in_shapes[0]))
+    load = np.maximum(1, np.ceil(share * ibits / 8))
     quant = np.maximum(1, fresh.astype(np.int64))
     im2col = (stops - starts) * k if r.kind == CONV2D else np.zeros(len(starts), dtype=np.int64)
     return Chunks(starts, stops, f0, f1, load, quant, im2col, spill_level(r, hw, wbits, ibits))

@@ -138,21 +138,50 @@ class Region:
         """
         return self.working_set_bytes(ibits, wbits) > capacity_bytes
 
-    def input_span(self, starts, stops) -> tuple[np.ndarray, np.ndarray]:
+    def input_span(self, starts, stops, exact: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Share ``[f0, f1)`` of the region input that output vectors ``[start, stop)`` need.
 
         Vectorised over chunks.  A convolution's chunk needs whole input rows,
-        its kernel halo included; other operators need the same share of
-        their input as of their output.
+        its kernel halo included; with ``exact``, the input in raster order
+        (batch, row, column) from the first element of its first window to
+        the last element of its last window (a window's pixels arrive in the
+        order its producer stores them).  Other operators need the same share
+        of their input as of their output.
         """
         starts, stops = np.asarray(starts), np.asarray(stops)
         m_total = self.mkn[0]
         if self.kind != CONV2D:
             return starts / m_total, stops / m_total
-        n, _, h, _ = self.in_shapes[0]
+        n, _, h, w = self.in_shapes[0]
         _, _, oh, ow = self.out_shape
         s, d, k = self.conv["strides"][0], self.conv["dilation"][0], self.conv["kernel"][0]
         pt = self.conv["padding"][0]
+        if exact:
+            sw, dw, kw, pl = (self.conv["strides"][1], self.conv["dilation"][1], self.conv["kernel"][1],
+                              self.conv["padding"][1])
+
+            def up(i, step):  # the first kernel tap at or after the padding: i + a multiple of the dilation
+                return np.where(i < 0, i + (-i + step - 1) // step * step, i)
+
+            def down(i, step, size):  # the last one before the padding
+                return np.where(i > size - 1, i - (i - size + step) // step * step, i)
+
+            def first(v):  # raster index of the first input element output vector v reads
+                b, y, x = v // (oh * ow), (v // ow) % oh, v % ow
+                return (b * h + up(y * s - pt, d)) * w + up(x * sw - pl, dw)
+
+            def last(v):  # ... and the last one
+                b, y, x = v // (oh * ow), (v // ow) % oh, v % ow
+                return (b * h + down(y * s - pt + (k - 1) * d, d, h)) * w + down(x * sw - pl + (kw - 1) * dw, dw, w)
+
+            # a window's own first and last elements; over a chunk's windows the extremes (where the kernel
+            # is clipped at an edge, a window other than the chunk's first or last reaches further)
+            v = np.arange(n * oh * ow + 1)  # one past the end: a chunk's stop may be the last vector's end
+            idx = np.stack([starts, stops], axis=1).ravel()
+            beg = np.minimum.reduceat(first(v), idx)[::2] if len(starts) else starts
+            end = np.maximum.reduceat(last(v), idx)[::2] if len(starts) else stops
+            tot = n * h * w
+            return beg / tot, np.minimum(1.0, (end + 1) / tot)
         r0, r1 = starts // ow, -(-stops // ow)  # global output rows (n*OH + oh)
         i0 = (r0 // oh) * h + (r0 % oh) * s - pt
         i1 = ((r1 - 1) // oh) * h + ((r1 - 1) % oh) * s - pt + (k - 1) * d + 1

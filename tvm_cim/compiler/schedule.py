@@ -190,10 +190,15 @@ def duplicate(regions: list[Region], segment_of: list[int], resident: bool, hw: 
             reps = [1] * len(seg)
         if opts.crossbar_dup:
             reps = duplication.crossbar_level(seg, reps, costs, est, tile_rows, budget, hw)
-            alt = duplication.crossbar_dp(seg, est, tile_rows, hw, resident, opts.pipeline) if opts.crossbar_dp else None
+            joint = opts.remap and opts.remap_joint
+            alt = (duplication.crossbar_dp(seg, est, tile_rows, hw, resident, opts.pipeline, remap=joint)
+                   if opts.crossbar_dp else None)
             if alt is not None:  # the DP at crossbar granularity, kept where the graph estimate finds it faster
                 def graph(rs, seg=seg):
-                    pl = {r.name: make_plan(r, est, d, tile_rows[r.name], s_idx, resident, latency=False)
+                    rows = dict(tile_rows)
+                    if joint:  # both as the wordline level will remap them
+                        rs = duplication.remap(seg, rs, est, rows, hw, resident)
+                    pl = {r.name: make_plan(r, est, d, rows[r.name], s_idx, resident, latency=False)
                           for r, d in zip(seg, rs)}
                     return est.graph_ns(seg, pl, opts.pipeline, producers)[0]
                 if graph(alt) < graph(reps):

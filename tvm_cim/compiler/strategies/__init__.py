@@ -75,8 +75,17 @@ class Options:
         into at least this many chunks per replica (taken round-robin), so
         its consumer starts after the first round instead of after the
         whole region (:func:`tvm_cim.compiler.plan.chunk_count`).
+    pipeline_vectors : int
+        Pipeline granularity in output vectors: chunks hold at most this
+        many (CIM-MLC pipelines one sliding window at a time: 1), up to
+        :data:`tvm_cim.compiler.plan.MAX_CHUNKS` per region; 0: output rows.
     remap : bool
         Wordline-level row remapping.
+    remap_joint : bool
+        With ``remap`` and ``crossbar_dp``: the crossbar-granularity DP
+        knows that an operator's crossbars may hold remapped copies instead
+        of full-height ones, so duplication and remapping share the
+        crossbars (otherwise remapping only reuses what the DP allotted).
     unfolding : {'im2col', 'ht', 'll'}
         How convolution weights are unfolded into array groups: the usual
         im2col, or PIMCOMP's per-layer choice among the formats of Table IV
@@ -117,7 +126,9 @@ class Options:
     crossbar_dp: bool = False
     mvm_pipeline: bool = False
     pipeline_rounds: int = 1
+    pipeline_vectors: int = 0
     remap: bool = False
+    remap_joint: bool = False
     unfolding: str = "im2col"
     grouping: bool = False
     ga_generations: int = 100
@@ -208,6 +219,10 @@ def all_strategies() -> list[Strategy]:
 # replica, so a consumer waits for an eighth of a duplicated producer (benchmarks/cim_multilevel.py
 # reports 1, 4, 8 and 16)
 PIPELINE_ROUNDS = 8
+# ... and at the paper's granularity: a consumer starts on the windows it needs, one output vector
+# at a time (Fig. 12: one sliding window per step); the critical path of ResNet-50 holds about one
+# chunk per stage, so whole output rows as chunks made it 3x longer (benchmarks/cim_multilevel.py --only 8)
+PIPELINE_VECTORS = 1
 
 
 def _cim_mlc(hw: CIMHardware) -> Options:
@@ -221,6 +236,7 @@ def _cim_mlc(hw: CIMHardware) -> Options:
         mvm_pipeline=mode in ("crossbar", "wordline"),
         remap=mode == "wordline",
         pipeline_rounds=PIPELINE_ROUNDS,
+        pipeline_vectors=PIPELINE_VECTORS,
     )
 
 
@@ -233,7 +249,8 @@ register(Strategy("cim-mlc", "CIM-MLC's multi-level method: DP duplication, inte
                   _cim_mlc))
 register(Strategy("miredo", "CIM-MLC's graph level with MIREDO's per-layer dataflow (MIP over loop order, tiling, "
                   "memory levels and double buffering) on chips with a [dataflow] table",
-                  lambda hw: dataclasses.replace(_cim_mlc(hw), dataflow="miredo", pipeline_rounds=1)))
+                  lambda hw: dataclasses.replace(_cim_mlc(hw), dataflow="miredo", pipeline_rounds=1,
+                                                     pipeline_vectors=0)))
 
 
 def _cmswitch(hw: CIMHardware) -> Options:

@@ -8,7 +8,9 @@
   while cores remain;
 * :func:`crossbar_level` -- CIM-MLC Eq. 1: fill the crossbars of the cores an
   operator holds with more copies;
-* :func:`crossbar_dp` -- the DP re-run at crossbar granularity after Eq. 1;
+* :func:`crossbar_dp` -- the DP re-run at crossbar granularity after Eq. 1
+  (with ``remap``: each operator's crossbars hold full-height or remapped
+  copies, whichever is faster, so duplication and remapping share them);
 * :func:`remap` -- CIM-MLC's wordline level: tiles of ``rows_active`` rows so
   a read step drives every row of its tile.
 
@@ -60,14 +62,15 @@ def max_replicas(r: Region, budget_units: int, unit_cost: int) -> int:
 
 
 def dp(seg: list[Region], est: Estimator, tile_rows: dict, costs: list[int], budget: int, resident: bool,
-       pipeline: bool, grid_only: bool = False) -> list[int]:
+       pipeline: bool, grid_only: bool = False, latency=None) -> list[int]:
     """Replicas by dynamic programming under a budget (cores, or crossbars at crossbar granularity),
     balanced to the bottleneck with the pipeline; ``grid_only``: the DP visits only the replica counts
-    the latency curves were evaluated at (:func:`curve_grid`; same result, faster on large budgets)."""
-    lat = [
-        latency_curve(lambda d, r=r: est.region_ns(r, d, tile_rows[r.name], resident), max_replicas(r, budget, c))
-        for r, c in zip(seg, costs)
-    ]
+    the latency curves were evaluated at (:func:`curve_grid`; same result, faster on large budgets);
+    ``latency(r, d)``: the latency of ``d`` units of region ``r`` (default: ``d`` replicas)."""
+    if latency is None:
+        def latency(r, d):
+            return est.region_ns(r, d, tile_rows[r.name], resident)
+    lat = [latency_curve(lambda d, r=r: latency(r, d), max_replicas(r, budget, c)) for r, c in zip(seg, costs)]
     cand = [curve_grid(len(curve)) for curve in lat] if grid_only else None
     reps = knapsack(lat, costs, budget, "max" if pipeline else "sum", cand)
     if pipeline:  # balance: no more replicas than the bottleneck needs
@@ -110,18 +113,35 @@ def crossbar_level(seg: list[Region], reps: list[int], costs: list[int], est: Es
 
 
 def crossbar_dp(seg: list[Region], est: Estimator, tile_rows: dict, hw: CIMHardware, resident: bool,
-                pipeline: bool) -> list[int] | None:
+                pipeline: bool, remap: bool = False) -> list[int] | None:
     """The graph-level DP re-run at crossbar granularity (after Eq. 1, :func:`crossbar_level`).
 
     Every replica costs its crossbars (not whole cores) out of the chip's
     crossbars, so the crossbars Eq. 1 cannot use (a core an operator holds
-    but cannot fill) go to the operators that gain most.  None when one copy
-    of every operator does not fit the chip.
+    but cannot fill) go to the operators that gain most.  With ``remap``
+    (wordline level) the crossbars of ``d`` full-height copies may instead
+    hold :func:`remapped` copies, whichever is faster: the DP allots them
+    knowing what remapping will make of them (:func:`remap` then converts).
+    None when one copy of every operator does not fit the chip.
     """
     xbs = [est.tiles(r, tile_rows[r.name]) for r in seg]
     if sum(xbs) > hw.total_crossbars:
         return None
-    return dp(seg, est, tile_rows, xbs, hw.total_crossbars, resident, pipeline, grid_only=True)
+    latency = None
+    if remap and hw.crossbar.rows_active < hw.crossbar.rows:
+        def latency(r, d):
+            full = est.region_ns(r, d, tile_rows[r.name], resident)
+            d_r = remapped(r, d, est, tile_rows[r.name], hw)
+            return min(full, est.region_ns(r, d_r, hw.crossbar.rows_active, resident)) if d_r else full
+    return dp(seg, est, tile_rows, xbs, hw.total_crossbars, resident, pipeline, grid_only=True, latency=latency)
+
+
+def remapped(r: Region, replicas: int, est: Estimator, tile_rows: int, hw: CIMHardware) -> int:
+    """Copies of ``rows_active``-row tiles the crossbars of ``replicas`` full-height copies hold
+    (0: none, or a ``dmatmul``, which is not remapped)."""
+    if r.kind == DMATMUL:
+        return 0
+    return (replicas * est.tiles(r, tile_rows)) // est.tiles(r, hw.crossbar.rows_active)
 
 
 def remap(seg: list[Region], reps: list[int], est: Estimator, tile_rows: dict, hw: CIMHardware,
@@ -133,11 +153,7 @@ def remap(seg: list[Region], reps: list[int], est: Estimator, tile_rows: dict, h
         return reps
     reps = list(reps)
     for i, r in enumerate(seg):
-        if r.kind == DMATMUL:
-            continue
-        full = est.tiles(r, tile_rows[r.name])
-        remapped = est.tiles(r, ra)
-        d_r = (reps[i] * full) // remapped
+        d_r = remapped(r, reps[i], est, tile_rows[r.name], hw)
         if d_r >= 1 and est.region_ns(r, d_r, ra, resident) < est.region_ns(r, reps[i], hw.crossbar.rows, resident):
             tile_rows[r.name] = ra
             reps[i] = d_r
