@@ -219,9 +219,14 @@ def all_strategies() -> list[Strategy]:
 # replica, so a consumer waits for an eighth of a duplicated producer (benchmarks/cim_multilevel.py
 # reports 1, 4, 8 and 16)
 PIPELINE_ROUNDS = 8
-# ... and at the paper's granularity: a consumer starts on the windows it needs, one output vector
-# at a time (Fig. 12: one sliding window per step); the critical path of ResNet-50 holds about one
-# chunk per stage, so whole output rows as chunks made it 3x longer (benchmarks/cim_multilevel.py --only 8)
+# The paper's granularity: a consumer starts on the windows it needs, one output vector at a time
+# (Fig. 12: one sliding window per step).  The critical path of ResNet-50 holds about one chunk per
+# stage, so whole output rows as chunks make it about 3x longer (benchmarks/cim_multilevel.py --only 8).
+# benchmarks/cim_multilevel.py measures CIM-MLC's levels at this granularity; the `cim-mlc` strategy
+# keeps output rows (``Options.pipeline_vectors=0``) until its cost is paid down: on ResNet-18@224 /
+# prime one vector per chunk runs 1.98 instead of 2.73 ms but compiles in 13.1 instead of 9.5 s and
+# simulates in 16.9 instead of 4.6 s (37.8 k crossbar reads), against issue 15's time goals.
+# Opt in with ``dataclasses.replace(strategies.get("cim-mlc").options(hw), pipeline_vectors=1)``.
 PIPELINE_VECTORS = 1
 
 
@@ -236,7 +241,6 @@ def _cim_mlc(hw: CIMHardware) -> Options:
         mvm_pipeline=mode in ("crossbar", "wordline"),
         remap=mode == "wordline",
         pipeline_rounds=PIPELINE_ROUNDS,
-        pipeline_vectors=PIPELINE_VECTORS,
     )
 
 
@@ -249,8 +253,7 @@ register(Strategy("cim-mlc", "CIM-MLC's multi-level method: DP duplication, inte
                   _cim_mlc))
 register(Strategy("miredo", "CIM-MLC's graph level with MIREDO's per-layer dataflow (MIP over loop order, tiling, "
                   "memory levels and double buffering) on chips with a [dataflow] table",
-                  lambda hw: dataclasses.replace(_cim_mlc(hw), dataflow="miredo", pipeline_rounds=1,
-                                                     pipeline_vectors=0)))
+                  lambda hw: dataclasses.replace(_cim_mlc(hw), dataflow="miredo", pipeline_rounds=1)))
 
 
 def _cmswitch(hw: CIMHardware) -> Options:
