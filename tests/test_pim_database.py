@@ -121,16 +121,8 @@ def test_plan_counts_are_the_commands_the_simulator_counts(dev, sizes):
     column commands that the generated stream issues (the simulator's command counts, per core)."""
     view = PimView(load(dev))
     spec = KernelSpec.make("gemv", **sizes)
-    drafts, _ = space.enumerate_drafts(spec, view)
-    rng = np.random.default_rng(0)
     checked = 0
-    for i in rng.choice(len(drafts), 12, replace=False):
-        d = drafts[int(i)]
-        try:
-            c = features.plan_counts(spec, d, view)
-        except space.InfeasibleDraft:
-            continue
-        res = Simulator(view.hw).run(generate(spec, d, view, DCC), functional=False)
+    for d, c, res in _simulated_plans(spec, view, seed=0):
         act = view.command("act", "group") or view.require("act")
         comp = view.command(view.contraction, "group") or view.require(view.contraction)
         units = d.groups_used  # group-wide commands: one issue per group reaches all its cores
@@ -139,6 +131,19 @@ def test_plan_counts_are_the_commands_the_simulator_counts(dev, sizes):
         _check_moves(view, d, c, res)
         checked += 1
     assert checked >= 6
+
+
+def _simulated_plans(spec, view, seed):
+    """Up to 12 seeded drafts of ``spec``: each feasible one with its plan counts and its simulated stream."""
+    drafts, _ = space.enumerate_drafts(spec, view)
+    rng = np.random.default_rng(seed)
+    for i in rng.choice(len(drafts), 12, replace=False):
+        d = drafts[int(i)]
+        try:
+            c = features.plan_counts(spec, d, view)
+        except space.InfeasibleDraft:
+            continue
+        yield d, c, Simulator(view.hw).run(generate(spec, d, view, DCC), functional=False)
 
 
 def _check_moves(view, d, c, res):
@@ -157,16 +162,8 @@ def test_plan_counts_of_reductions(dev, sizes):
     product against ones) the ones vector written once per group by broadcast, as the simulator counts them."""
     view = PimView(load(dev))
     spec = KernelSpec.make("red", resident=("A",), **sizes)
-    drafts, _ = space.enumerate_drafts(spec, view)
-    rng = np.random.default_rng(1)
     checked = 0
-    for i in rng.choice(len(drafts), 12, replace=False):
-        d = drafts[int(i)]
-        try:
-            c = features.plan_counts(spec, d, view)
-        except space.InfeasibleDraft:
-            continue
-        res = Simulator(view.hw).run(generate(spec, d, view, DCC), functional=False)
+    for d, c, res in _simulated_plans(spec, view, seed=1):
         act = view.command("act", "group") or view.require("act")
         role = contract_plan(spec, d, view).op_role  # (HBM-PIM reduces with ADD, AttAcc with dot products)
         comp = view.command(role, "group") or view.require(role)
