@@ -184,6 +184,16 @@ def test_ga_result_does_not_depend_on_the_clock(resnet, strategy):
     assert reps[0] == reps[1]
 
 
+def test_program_names_do_not_depend_on_solve_time(resnet):
+    """Two identical builds get the same program names: the build id leaves out the GA's recorded run
+    time, which differs between the runs (names used to differ on every run)."""
+    hw = tvm_cim.load("pimcomp-a")
+    opts = R(strategies.get("pimcomp-ht").options(hw), ga_evaluations=200)
+    runs = [tvm_cim.offload(resnet, hw, strategy="pimcomp-ht", options=opts)[1] for _ in range(2)]
+    assert runs[0].replication[0]["ga"]["seconds"] != runs[1].replication[0]["ga"]["seconds"]
+    assert [p.name for p in runs[0].programs] == [p.name for p in runs[1].programs]
+
+
 @pytest.fixture(scope="module")
 def resnet():
     return import_onnx(zoo.build_model("resnet18", image_size=32), "r18")[0]

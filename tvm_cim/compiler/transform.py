@@ -930,9 +930,55 @@ def _build_uid(mod: tvm.IRModule, hw: CIMHardware) -> str:
     would read the first one's crossbars.
     """
     h = hashlib.sha256()
-    h.update(str(tvm_ffi.structural_hash(mod)).encode())
+    h.update(str(tvm_ffi.structural_hash(_without_timings(mod))).encode())
     h.update(loader.to_json(hw).encode())
     return h.hexdigest()[:8]
+
+
+_TIMINGS = ("seconds", "cpu_seconds")  # solver run times the reports carry: they decide nothing
+
+
+def _drop_timings(v):
+    if isinstance(v, dict):
+        return {k: _drop_timings(x) for k, x in v.items() if k not in _TIMINGS}
+    if isinstance(v, list):
+        return [_drop_timings(x) for x in v]
+    return v
+
+
+def _timing_free(value):
+    """``value`` (an attribute) without the solvers' run times, or None when it records none."""
+    if not isinstance(value, str) or not value.startswith(("{", "[")):
+        return None
+    try:
+        doc = json.loads(value)
+    except json.JSONDecodeError:
+        return None
+    clean = _drop_timings(doc)
+    return json.dumps(clean, sort_keys=True) if clean != doc else None
+
+
+def _without_timings(mod: tvm.IRModule) -> tvm.IRModule:
+    """The module with the solvers' run times left out of its JSON attributes (module and region
+    functions): two builds that decide the same differ only there, and must get the same name."""
+    out = mod
+    for k, v in (mod.attrs or {}).items():
+        clean = _timing_free(v)
+        if clean is not None:
+            out = out.with_attr(k, clean)
+    updates = {}
+    for g, f in region_functions(mod):
+        kv = {k: c for k, v in (f.attrs or {}).items() if (c := _timing_free(v)) is not None}
+        if kv:
+            updates[g] = kv
+    if updates:
+        out = out.clone()
+        for g, kv in updates.items():
+            f = out[g]
+            for k, c in kv.items():
+                f = f.with_attr(k, c)
+            out.update_func(out.get_global_var(g), f)
+    return out
 
 
 @tvm.transform.module_pass(opt_level=0, name="GenerateMetaOps")
