@@ -70,7 +70,7 @@ from tqdm import tqdm  # noqa: E402
 
 import tvm_pim  # noqa: E402
 from tvm_cim.common.onnx_io import import_onnx, load_onnx, model_inputs  # noqa: E402
-from tvm_cim.common.report import finish_benchmark, run_vm  # noqa: E402
+from tvm_cim.common.report import finish_benchmark, run_vm, write_json  # noqa: E402
 from tvm_pim import report  # noqa: E402
 from tvm_pim.attention_graphs import attention_block  # noqa: E402
 from tvm_pim.compiler.codegen import DCC, CodegenOptions, generate  # noqa: E402
@@ -405,6 +405,8 @@ def print_kernels(res):
 
 
 # ============================================================================ decode
+# Decode experiment: AttAcc preset -> key of its results in the JSON.
+DECODE_DEVICES = {"attacc": "decode", "attacc-unconstrained": "decode_unconstrained"}
 DECODE_VARIANTS = ("gpu", "attacc_base", "attacc_full", "attacc_base_fb", "attacc_full_fb", "attacc_full_lit",
                    "attacc_full_lit_fb", "dcc")
 
@@ -420,10 +422,11 @@ def _gpu_attention(view, d, host, L):
     )
 
 
-def run_decode(scale: str, device: str = "attacc") -> dict:
+def run_decode(scale: str, device: str = "attacc", on_row=None) -> dict:
     """One decode step per (model, batch, context) on ``device``, for every GPU baseline and launch overhead.
 
-    Variants: GPU only; AttAcc-Base (attention on PIM with the default tiling) and AttAcc-Full (attention
+    ``on_row(rows)``, if given, is called after every configuration (the script saves its JSON there, so a
+    killed run keeps the steps done).  Variants: GPU only; AttAcc-Base (attention on PIM with the default tiling) and AttAcc-Full (attention
     and FFN), each as the paper defines them (always on PIM) and with the per-operator GPU fallback DCC
     gets (``_fb``: an operator runs where it is faster); DCC (best draft, per-operator fallback).
     """
@@ -505,6 +508,8 @@ def run_decode(scale: str, device: str = "attacc") -> dict:
                 "speedup_dcc_vs_attacc_full_lit_fb": tot["attacc_full_lit_fb"] / tot["dcc"],
             }
         )
+        if on_row:
+            on_row(rows)
     metrics = ("speedup_dcc_vs_gpu", "speedup_dcc_vs_attacc_base", "speedup_dcc_vs_attacc_full",
                "speedup_dcc_vs_attacc_base_fb", "speedup_dcc_vs_attacc_full_fb", "speedup_attacc_full_vs_gpu",
                "speedup_dcc_vs_attacc_full_lit", "speedup_dcc_vs_attacc_full_lit_fb")
@@ -622,8 +627,11 @@ def graph_cases(scale: str) -> list[tuple[str, object]]:
     return out
 
 
-def run_graphs(scale: str, device: str = "attacc", json_path: str | None = None) -> dict:
-    """Compile and simulate each exported graph with the KV cache resident (``--resident k_cache,v_cache``)."""
+def run_graphs(scale: str, device: str = "attacc", on_row=None) -> dict:
+    """Compile and simulate each exported graph with the KV cache resident (``--resident k_cache,v_cache``).
+
+    ``on_row(rows)``, if given, is called after every graph (as in :func:`run_decode`).
+    """
     rows = []
     for label, model in tqdm(graph_cases(scale), desc=f"exported graphs ({device})", unit="graph"):
         mod, shapes, dtypes = import_onnx(model, label)
@@ -646,8 +654,8 @@ def run_graphs(scale: str, device: str = "attacc", json_path: str | None = None)
                                                           for k in info.kernels if k.pattern == "bgemv")),
             "host_ops": info.host_ops,
         })
-        if json_path:  # incremental: a killed run keeps the graphs done
-            Path(json_path).write_text(json.dumps({"graphs": rows}, indent=1, default=str))
+        if on_row:
+            on_row(rows)
     return {"device": device, "rows": rows}
 
 
@@ -745,6 +753,8 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="one small size per kernel and decode step (seconds)")
     p.add_argument("--json", help="write all results here")
     p.add_argument("--plots", default="out/pim_kernels", help="directory for PNG plots")
+    p.add_argument("--decode-devices", nargs="+", default=list(DECODE_DEVICES), choices=DECODE_DEVICES,
+                   help="AttAcc presets of the decode experiment (one per process keeps memory down)")
     p.add_argument("--summarise", metavar="JSON", help="re-summarise and print the kernels table of an earlier --json")
     args = p.parse_args(argv)
     if args.summarise:
@@ -762,20 +772,35 @@ def main(argv=None) -> int:
         args.scale = "quick"
     t0 = time.perf_counter()
     res: dict = {"scale": args.scale}
+
+    def partial(key: str, device: str):
+        """Save ``res`` with the rows of an unfinished experiment, so a killed run keeps what is done."""
+        def save(rows):
+            if args.json:
+                write_json({**res, key: {"device": device, "rows": rows, "partial": True}}, args.json)
+        return save
+
+    def checkpoint():
+        if args.json:
+            write_json(res, args.json)
+
     if args.experiment in ("all", "simspeed"):
         res["simspeed"] = run_simspeed(512 if args.quick else 4096)
         print_simspeed(res["simspeed"])
+        checkpoint()
     if args.experiment in ("all", "kernels", "fig10"):
         res["kernels"] = run_kernels(args.scale, only_fig10=args.experiment == "fig10")
         print_kernels(res["kernels"])
         print_fig10_breakdown(res["kernels"]["fig10_breakdown"])
+        checkpoint()
     if args.experiment in ("all", "decode"):
-        res["decode"] = run_decode(args.scale, "attacc")
-        print_decode(res["decode"])
-        res["decode_unconstrained"] = run_decode(args.scale, "attacc-unconstrained")
-        print_decode(res["decode_unconstrained"])
+        for dev in args.decode_devices:
+            key = DECODE_DEVICES[dev]
+            res[key] = run_decode(args.scale, dev, on_row=partial(key, dev))
+            print_decode(res[key])
+            checkpoint()
     if args.experiment in ("all", "graphs"):
-        res["graphs"] = run_graphs(args.scale, json_path=args.json)
+        res["graphs"] = run_graphs(args.scale, on_row=partial("graphs", "attacc"))
         print_graphs(res["graphs"])
     return finish_benchmark(res, plot(res, Path(args.plots)), args.json, t0)
 

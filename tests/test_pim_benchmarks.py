@@ -56,6 +56,30 @@ def test_pim_kernels_quick(tmp_path, capsys):
     assert "wall time" in capsys.readouterr().out
 
 
+def test_pim_kernels_decode_one_device_saves_each_step(tmp_path, monkeypatch):
+    """``--decode-devices`` runs only the presets asked for, and the JSON holds every finished step."""
+    mod = _script("pim_kernels")
+    out = tmp_path / "d.json"
+    seen = []
+    real = mod.run_decode
+
+    def spy(scale, device, on_row=None):
+        def rows_saved(rows):
+            on_row(rows)
+            seen.append(json.loads(out.read_text()))  # written before the experiment ends
+        return real(scale, device, on_row=rows_saved)
+
+    monkeypatch.setattr(mod, "run_decode", spy)
+    argv = ["--quick", "--experiment", "decode", "--decode-devices", "attacc-unconstrained",
+            "--json", str(out), "--plots", str(tmp_path / "plots")]
+    assert mod.main(argv) == 0
+    assert seen and seen[-1]["decode_unconstrained"]["partial"] is True
+    assert len(seen[-1]["decode_unconstrained"]["rows"]) == len(seen)
+    res = json.loads(out.read_text())
+    assert "decode" not in res and res["decode_unconstrained"]["device"] == "attacc-unconstrained"
+    assert "partial" not in res["decode_unconstrained"]
+
+
 @pytest.mark.usefixtures("metaschedule_ready")
 def test_pim_predictor_quick(tmp_path):
     out = tmp_path / "p.json"
