@@ -1,5 +1,6 @@
 """PIMCOMP (paper 004): unfolding formats, GA replication and layout, the pimcomp-ht / pimcomp-ll strategies."""
 
+import contextlib
 import dataclasses
 import itertools
 import math
@@ -233,6 +234,24 @@ def test_ga_result_does_not_depend_on_the_clock(resnet, strategy):
         # region names carry a build id that hashes the options: compare the layers in order
         reps.append((rep["ga"]["fitness_ns"], [(v["replicas"], v["cores"]) for v in rep["layers"].values()]))
     assert reps[0] == reps[1]
+
+
+def test_memoised_low_latency_fitness_is_exact(resnet, monkeypatch):
+    """The GA's low-latency fitness remembers chunk finishes, chunks and per-chunk work within one solve
+    (``schedule._memo_chunk_finish``); without that memo the GA evaluates the same fitness values, so it
+    chooses the same replicas and layout, and the DP scores the same."""
+    from tvm_cim.compiler import schedule
+
+    hw = tvm_cim.load("pimcomp-a")
+    opts = R(strategies.get("pimcomp-ll").options(hw), ga_evaluations=300)
+    runs = []
+    for memo in (True, False):
+        if not memo:
+            monkeypatch.setattr(schedule, "_memo_chunk_finish", lambda est: contextlib.nullcontext())
+        rep = tvm_cim.offload(resnet, hw, strategy="pimcomp-ll", options=opts)[1].replication[0]
+        runs.append((rep["ga"]["fitness_ns"], rep["ga"]["history"] if "history" in rep["ga"] else None,
+                     rep["dp"]["fitness_ns"], [(v["replicas"], v["cores"]) for v in rep["layers"].values()]))
+    assert runs[0] == runs[1]
 
 
 def test_program_names_do_not_depend_on_solve_time(resnet):
