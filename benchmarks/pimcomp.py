@@ -215,7 +215,10 @@ def main(argv=None) -> int:
                       f"{row['batch_throughput_per_s']:10.4g}/s  (simulated in {row['simulate_s']:.0f} s)", flush=True)
                 save(res, args.json)
     # ---- tables
-    pts = [p for p in res["points"].values() if all(s in p["strategies"] for s in strats)]
+    # the ratio tables use the points that have the baselines and both modes (the ablation rows are optional)
+    main = bases + ["pimcomp-ht", "pimcomp-ll"]
+    pts = [p for p in res["points"].values() if all(s in p["strategies"] for s in main)]
+    print(f"\ntables over {len(pts)} points: {', '.join(k for k, p in res['points'].items() if p in pts)}")
     if not pts:
         print("no point has every strategy yet (--only): tables skipped")
         save(res, args.json)
@@ -244,21 +247,28 @@ def main(argv=None) -> int:
               f"energy x{geomean(en):6.2f}")
     print(f"  paper: x{PAPER['ll_vs_songc']} / x{PAPER['ll_vs_puma']} / x{PAPER['ll_vs_polyhedral']} "
           "over SongC / PUMA / Polyhedral")
+    # points in one order, architecture by architecture (a resumed JSON holds them in the order they were run)
+    order = sorted(res["points"].items(), key=lambda kv: (kv[1]["hw"], list(MODELS).index(kv[1]["model"])
+                                                          if kv[1]["model"] in MODELS else len(MODELS)))
     print("\n[3] GA vs DP on the same problem (objective on the shared estimate; lower is better)")
-    for key, p in res["points"].items():
+    for key, p in order:
         for s, g in sorted(p["ga_vs_dp"].items()):
             print(f"  {key:22s} {s:20s} GA {g['ga_ns'] / 1e3:10.2f} us in {g.get('ga_cpu_s') or 0:5.1f} CPU s "
                   f"({g['ga_generations']} gen, {g.get('ga_evaluations')} evaluations, {g['ga_stopped']})   DP {g['dp_ns'] / 1e3:10.2f} us in {g['dp_s']:5.2f} s   GA/DP "
                   f"{g['ga_ns'] / g['dp_ns']:.3f}")
     print("\n[5] Ablations (geometric means over the points)")
     for a, (base, _) in (ABLATIONS if args.ablations else GA_ALONE).items():
-        th = geomean([ratio(p, a, base, "throughput_per_s") for p in pts])
-        la = geomean([ratio(p, a, base, "latency_ns", inverse=True) for p in pts])
-        en = geomean([ratio(p, a, base, "energy_per_input_pj", inverse=True) for p in pts])
-        print(f"  {a:20s} vs {base}: throughput x{th:.3f}, latency gain x{la:.3f}, energy gain x{en:.3f}")
+        have = [p for p in pts if a in p["strategies"]]
+        if not have:
+            continue
+        th = geomean([ratio(p, a, base, "throughput_per_s") for p in have])
+        la = geomean([ratio(p, a, base, "latency_ns", inverse=True) for p in have])
+        en = geomean([ratio(p, a, base, "energy_per_input_pj", inverse=True) for p in have])
+        print(f"  {a:20s} vs {base}: throughput x{th:.3f}, latency gain x{la:.3f}, energy gain x{en:.3f} "
+              f"({len(have)} points)")
     print("\n[4] Compile time (s, calibration included; paper Table VI: 19.2 min on average)")
     comp = []
-    for key, p in res["points"].items():
+    for key, p in order:
         print(f"  {key:22s} " + "  ".join(f"{s} {r['compile_s']:.1f} ({r.get('compile_cpu_s', 0):.1f} CPU)"
                                           for s, r in p["strategies"].items()))
         comp += [r.get("compile_cpu_s", r["compile_s"]) for s, r in p["strategies"].items() if s in ("pimcomp-ht", "pimcomp-ll")]

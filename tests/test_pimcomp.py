@@ -1,8 +1,10 @@
 """PIMCOMP (paper 004): unfolding formats, GA replication and layout, the pimcomp-ht / pimcomp-ll strategies."""
 
+import contextlib
 import dataclasses
 import itertools
 import math
+import pathlib
 import random
 
 import numpy as np
@@ -10,13 +12,14 @@ import pytest
 import tvm
 
 import tvm_cim
-from tvm_cim.common import zoo
+from tvm_cim.common import hardware, zoo
 from tvm_cim.common.onnx_io import import_onnx
 from tvm_cim.compiler import strategies, unfold
 from tvm_cim.compiler.estimate import Estimator
 from tvm_cim.compiler.mapping import tile_matrix
 from tvm_cim.compiler.region import CONV2D, Region
 from tvm_cim.compiler.strategies import replication as RP
+from tvm_cim.hardware import crossbar as X
 from tvm_cim.report import simulate_timing
 
 R = dataclasses.replace
@@ -29,6 +32,55 @@ def conv(i, o, k, f_out, stride=1, pad=None):
                   w_int=np.ones((i * k * k, o), np.int8),
                   conv={"kernel": (k, k), "strides": (stride, stride), "padding": (pad, pad, pad, pad),
                         "dilation": (1, 1), "groups": 1})
+
+
+# --------------------------------------------------------------------------- 16-bit weight storage (Table V)
+@pytest.mark.parametrize("preset", ["pimcomp-a", "pimcomp-b", "pimcomp-c"])
+def test_int8_weights_take_16_bit_storage(preset):
+    """The presets store every weight in 16 bits (8 two-bit cells), so a crossbar holds half the int8 columns."""
+    hw = hardware.load(preset, kind="cim")
+    assert hw.crossbar.weight_storage_bits == 16 and hw.cols_per_weight(8) == 8
+    assert hw.logical_cols(8) == hw.crossbar.cols // 8
+    eight = R(hw, crossbar=R(hw.crossbar, weight_storage_bits=0))
+    assert eight.cols_per_weight(8) == 4  # what the int8 quantisation alone would slice
+    k, n = 300, 70
+    tiles = tile_matrix(k, n, hw, np.ones((k, n), np.int8))
+    assert len(tiles) == math.ceil(k / hw.crossbar.rows) * math.ceil(n / (hw.crossbar.cols // 8))
+
+
+@pytest.mark.parametrize("encoding", ["offset", "twos", "differential"])
+def test_16_bit_storage_of_int8_weights_is_exact_through_the_adc(encoding):
+    """int8 weights in 16-bit slicing: zero upper slices, and the bit-serial MVM with the clipping ADC equals
+    the integer product of plain numpy for every number of driven rows whose sums the ADC converts exactly
+    (2-bit cells, 1-bit inputs: 85 rows), and equals the 8-bit slicing's result where the ADC clips."""
+    base = hardware.load("pimcomp-a", kind="cim")
+    hw = R(base, crossbar=R(base.crossbar, weight_encoding=encoding))
+    eight = R(hw, crossbar=R(hw.crossbar, weight_storage_bits=0))
+    rng = np.random.default_rng(0)
+    w = rng.integers(-127, 128, size=(128, 9))
+    cells, cells8 = X.encode(w, hw, 8), X.encode(w, eight, 8)
+    s16, s8 = hw.weight_slices(8), eight.weight_slices(8)
+    assert s16 > s8 and cells.shape[-3] == s16
+    assert not cells[..., s8 - (encoding == "twos"):s16 - (encoding == "twos"), :, :].any()  # upper slices zero
+    assert np.array_equal(X.decode(cells, hw, 8), w)
+    lossless = (2 ** hw.crossbar.adc_bits - 1) // (2 ** hw.crossbar.cell_bits - 1)  # 85 rows
+    for rows in (1, 17, lossless, 128):
+        x = rng.integers(0, 256, size=(1, 1, 5, rows))
+        c = cells[None, None, :rows]
+        got = X.mvm(x, c, hw.driving(rows), 8, 8, exact_shortcut=False)[0, 0]
+        if rows <= lossless:
+            assert np.array_equal(got, x[0, 0].astype(np.int64) @ w[:rows].astype(np.int64))
+        else:  # the ADC clips: the zero upper slices add nothing, so 16-bit storage gives the 8-bit result
+            ref = X.mvm(x, cells8[None, None, :rows], eight.driving(rows), 8, 8, exact_shortcut=False)[0, 0]
+            assert np.array_equal(got, ref)
+
+
+def test_storage_wider_than_the_chip_is_rejected(tmp_path):
+    text = (pathlib.Path(tvm_cim.__file__).parent.parent / "targets" / "pimcomp-a.toml").read_text()
+    path = tmp_path / "wide.toml"
+    path.write_text(text.replace("weight_storage_bits = 16", "weight_storage_bits = 32"))
+    with pytest.raises(hardware.HardwareDescriptionError, match="weight_storage_bits"):
+        hardware.load(str(path), kind="cim")
 
 
 # --------------------------------------------------------------------------- unfolding (Table IV)
@@ -182,6 +234,24 @@ def test_ga_result_does_not_depend_on_the_clock(resnet, strategy):
         # region names carry a build id that hashes the options: compare the layers in order
         reps.append((rep["ga"]["fitness_ns"], [(v["replicas"], v["cores"]) for v in rep["layers"].values()]))
     assert reps[0] == reps[1]
+
+
+def test_memoised_low_latency_fitness_is_exact(resnet, monkeypatch):
+    """The GA's low-latency fitness remembers chunk finishes, chunks and per-chunk work within one solve
+    (``schedule._memo_chunk_finish``); without that memo the GA evaluates the same fitness values, so it
+    chooses the same replicas and layout, and the DP scores the same."""
+    from tvm_cim.compiler import schedule
+
+    hw = tvm_cim.load("pimcomp-a")
+    opts = R(strategies.get("pimcomp-ll").options(hw), ga_evaluations=300)
+    runs = []
+    for memo in (True, False):
+        if not memo:
+            monkeypatch.setattr(schedule, "_memo_chunk_finish", lambda est: contextlib.nullcontext())
+        rep = tvm_cim.offload(resnet, hw, strategy="pimcomp-ll", options=opts)[1].replication[0]
+        runs.append((rep["ga"]["fitness_ns"], rep["ga"]["history"] if "history" in rep["ga"] else None,
+                     rep["dp"]["fitness_ns"], [(v["replicas"], v["cores"]) for v in rep["layers"].values()]))
+    assert runs[0] == runs[1]
 
 
 def test_program_names_do_not_depend_on_solve_time(resnet):

@@ -272,10 +272,14 @@ def _memo_chunk_finish(est: Estimator):
     One input's latency is evaluated region after region; a mutation changes
     one or two layers' replicas, so every region before the first changed one
     (and every later one whose inputs arrive at the same times) repeats a call
-    already made with the same arguments.  The answers are the same objects
-    (the graph estimate only reads them).
+    already made with the same arguments.  The chunks of a region at a replica
+    count and their per-chunk work do not depend on the input times: they are
+    remembered too (every region at every count, once).  The answers are the
+    same objects (the graph estimate only reads them).
     """
     orig, cache = est.chunk_finish, {}
+    orig_chunks, chunk_cache = est.chunks, {}
+    orig_work, work_cache = est._chunk_work, {}
 
     def cached(r, replicas, tile_rows, resident=True, passes=1, t_in=0.0, **kw):
         key = (r.name, replicas, tile_rows, resident, passes, np.asarray(t_in, dtype=float).tobytes(),
@@ -284,11 +288,24 @@ def _memo_chunk_finish(est: Estimator):
             cache[key] = orig(r, replicas, tile_rows, resident, passes, t_in, **kw)
         return cache[key]
 
-    est.chunk_finish = cached
+    def chunks(r, replicas):
+        key = (r.name, replicas)
+        if key not in chunk_cache:
+            chunk_cache[key] = orig_chunks(r, replicas)
+        return chunk_cache[key]
+
+    def work(r, ch, tile_rows, mem_in=0, mem_out=0):
+        key = (r.name, id(ch), tile_rows, mem_in, mem_out)
+        hit = work_cache.get(key)
+        if hit is None or hit[0] is not ch:  # ch kept in the entry: its id is not reused
+            hit = work_cache[key] = (ch, orig_work(r, ch, tile_rows, mem_in, mem_out))
+        return hit[1]
+
+    est.chunk_finish, est.chunks, est._chunk_work = cached, chunks, work
     try:
         yield
     finally:
-        del est.chunk_finish  # back to the method
+        del est.chunk_finish, est.chunks, est._chunk_work  # back to the methods
 
 
 def _unfolding_name(r: Region, opts: Options, rows: int, hw: CIMHardware) -> str:

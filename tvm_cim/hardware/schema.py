@@ -107,6 +107,12 @@ class Crossbar:
     adc_energy_pj: NonNegFloat = key(0.0, doc="one conversion", unit="pJ")
     dac_energy_pj: NonNegFloat = key(0.0, doc="driving one row for one input slice", unit="pJ")
     weight_bits: PositiveInt = key(8, doc="weight precision the chip supports")
+    weight_storage_bits: Count = key(
+        0,
+        doc="bits every weight occupies in the cells (bit slices per weight, hence columns per weight and "
+        "crossbars per layer), whatever precision the compiler quantises to; 0: the quantised precision. "
+        "A narrower value is stored in the low slices (its own offset / sign slice) with zero upper slices",
+    )
     input_bits: PositiveInt = key(8, doc="activation precision the chip supports")
     weight_encoding: WeightEncoding = key(
         "differential",
@@ -276,6 +282,9 @@ class CIMHardware:
             out.append(("crossbar.dac_bits", f"at most crossbar.input_bits ({xb.input_bits})", xb.dac_bits))
         if xb.cell_bits > xb.weight_bits:
             out.append(("crossbar.cell_bits", f"at most crossbar.weight_bits ({xb.weight_bits})", xb.cell_bits))
+        if xb.weight_storage_bits > xb.weight_bits:
+            out.append(("crossbar.weight_storage_bits", f"at most crossbar.weight_bits ({xb.weight_bits})",
+                        xb.weight_storage_bits))
         if self.dual_mode.switchable_arrays > self.total_crossbars:
             out.append(("dual_mode.switchable_arrays", f"at most the chip's crossbars ({self.total_crossbars})",
                         self.dual_mode.switchable_arrays))
@@ -325,10 +334,13 @@ class CIMHardware:
         ``differential``: the ``bits - 1`` magnitude bits (on each of two
         planes); ``offset``: the ``bits`` bits of ``w + 2^(bits-1)``;
         ``twos``: the ``bits - 1`` low bits of the two's complement code and
-        one cell for the sign bit.
+        one cell for the sign bit.  At least ``crossbar.weight_storage_bits``
+        are sliced: a narrower weight keeps its own code in the low slices and
+        leaves the upper ones zero.
         """
         xb = self.crossbar
         c = xb.cell_bits
+        bits = max(bits, xb.weight_storage_bits)  # storage precision: a narrower value leaves upper slices zero
         if xb.weight_encoding == "offset":
             return -(-bits // c)
         return -(-(bits - 1) // c) + (1 if xb.weight_encoding == "twos" else 0)
