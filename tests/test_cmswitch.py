@@ -193,6 +193,34 @@ def test_allocation_mip_equals_enumeration(seed):
     assert got.latency_ns == pytest.approx(best, rel=1e-6)
 
 
+@pytest.mark.parametrize("seed", range(20))
+def test_allocation_mip_equals_enumeration_with_data_carried_across_segments(seed):
+    """Data a previous segment left in memory-mode arrays (reserved arrays, compute below the lowest of them,
+    a consumer loading through them) and an output the next segment reads (kept): the MIP equals enumeration."""
+    from tvm_cim.compiler.solvers import arrays
+
+    rng = np.random.default_rng(100 + seed)
+    ops = _random_ops(rng, int(rng.integers(1, 4)))
+    ops[0] = R(ops[0], producer=None, carried_in=float(rng.integers(1, 3)))
+    k = int(rng.integers(0, len(ops)))
+    ops[k] = R(ops[k], memory_need=max(1, ops[k].memory_need), must_keep=True, live=False)
+    reserved = int(ops[0].carried_in)
+    floor = reserved + int(rng.integers(0, 3))
+    n = int(rng.integers(sum(o.tiles for o in ops) + floor + 1, 14))
+    best, _, _ = arrays.enumerate_best(ops, n, n, reserved, floor)
+    if not np.isfinite(best):  # the kept output does not fit beside the held arrays
+        with pytest.raises(RuntimeError, match="Infeasible"):
+            arrays.allocate(ops, n, n, time_limit=5.0, reserved=reserved, floor=floor)
+        return
+    got = arrays.allocate(ops, n, n, time_limit=5.0, reserved=reserved, floor=floor)
+    assert got.status == "Optimal"
+    assert arrays.feasible(ops, got.replicas, got.memory, n, n, reserved, floor)
+    assert got.memory[k] >= ops[k].memory_need  # kept for the next segment
+    assert got.latency_ns == pytest.approx(best, rel=1e-6)
+    # the carried-in load goes through its arrays, not the port
+    assert got.latency_ns >= ops[0].in_ns_mem / ops[0].carried_in - 1e-9
+
+
 def test_allocation_uses_memory_when_bandwidth_bound_and_not_when_compute_bound():
     from tvm_cim.compiler.solvers.arrays import OpTerms, allocate
 
@@ -389,6 +417,14 @@ def test_segmented_network_switches_at_run_time_and_stays_exact():
     dm = rep["dual_mode"]
     assert info.chip_map.segments > 1 and len(dm["segments"]) == info.chip_map.segments
     assert any(seg["memory_arrays"] for seg in dm["segments"])
+    # data kept in memory-mode arrays across a boundary: the next segment's consumer loads it from there
+    carried = [(seg, n, xbs) for seg in dm["segments"] for n, xbs in seg["carried_in"].items()]
+    assert carried
+    for seg, n, xbs in carried:
+        assert n not in seg["regions"] and set(xbs) <= set(dm["segments"][seg["segment"] - 1]["memory_xbs"][n])
+        assert not set(xbs) & set(seg["switch"]["TOC"]) and not set(xbs) & set(seg["switch"]["TOM"])
+        readers = [r for r, a in seg["allocation"].items() if a["input_from"] == n]
+        assert readers and not dm["segments"][seg["segment"] - 1]["allocation"][n]["write_back"]
     assert dm["switches"] > 0 and dm["switch_energy_pj"] > 0
     assert 0 < dm["time_share"]["switch"] < dm["time_share"]["rewrite"] <= 1
     assert abs(info.schedule.estimate_ns / rep["latency_ns"] - 1) < 0.05
