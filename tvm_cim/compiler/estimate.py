@@ -37,7 +37,7 @@ from ..hardware.schema import CIMHardware
 from ..simulator.timeline import _Resource
 from . import plan as P
 from .mapping import tile_matrix
-from .region import CONV2D, DMATMUL, Region
+from .region import CONV2D, DMATMUL, Region, sources
 
 
 def maxplus(ready: np.ndarray, work: np.ndarray, axis: int = 0) -> np.ndarray:
@@ -707,7 +707,66 @@ class Estimator:
         return end, per
 
 
-def latency_lower_bound(hw: CIMHardware, regions: list[Region], wbits: int, ibits: int, layers: int = 1) -> dict:
+def input_elements_read(r: Region) -> int:
+    """Elements of a region's data input that some output reads (a convolution's windows, padding left out;
+    every element otherwise): every chunking loads at least these."""
+    if r.kind != CONV2D:
+        return int(np.prod(r.in_shapes[0]))
+    n, c, h, w = r.in_shapes[0]
+    _, _, oh, ow = r.out_shape
+    cv = r.conv
+    taps = []
+    for ax, (size, out) in enumerate(((h, oh), (w, ow))):
+        s, d, k, p = cv["strides"][ax], cv["dilation"][ax], cv["kernel"][ax], cv["padding"][ax]
+        pos = (np.arange(out)[:, None] * s - p + np.arange(k)[None, :] * d).ravel()
+        taps.append(len(np.unique(pos[(pos >= 0) & (pos < size)])))
+    return int(n * c * taps[0] * taps[1])
+
+
+def forced_activation_ns(hw: CIMHardware, regions: list[Region], wbits: int, ibits: int,
+                         producers: dict[str, list[str]]) -> dict:
+    """Off-chip link time for activations that no allocation keeps on the chip (the bound's activation term).
+
+    A region whose working set exceeds the global buffer loads and stores
+    off-chip (:func:`tvm_cim.compiler.plan.spill_level`, fixed by the region
+    alone) unless through memory-mode arrays.  Those can hold at most what
+    every switchable array but one holds (one must compute); a store into
+    them holds the region's whole output, and a region loads from them only
+    what its source producer (:func:`tvm_cim.compiler.region.sources`) stored
+    there.  So an output larger than that crosses the link when stored
+    (batch x M x N bytes), and so does every input read (the elements some
+    window reads, :func:`input_elements_read`) whose source output is larger,
+    or that has no producer.  Times at the off-chip bandwidth, unrounded.
+
+    Returns
+    -------
+    dict
+        ``loads_ns``, ``stores_ns`` and the ``capacity_bytes`` of memory mode used.
+    """
+    dm = hw.dual_mode
+    dual = dm.switchable_arrays > 0 and dm.memory_bandwidth_bits > 0
+    cap = min(dm.switchable_arrays, hw.total_crossbars - 1) * hw.memory_capacity_bytes if dual else 0
+    bits = cost.buffer_bits(hw, True)
+    src = sources(regions, producers)
+    by = {r.name: r for r in regions}
+
+    def out_bytes(r):
+        return r.batch * int(np.prod(r.mkn[::2]))
+
+    loads = stores = 0.0
+    for r in regions:
+        if P.spill_level(r, hw, wbits, ibits) != "offchip":
+            continue
+        if out_bytes(r) > cap:
+            stores += out_bytes(r) * 8 / bits * hw.cycle_ns
+        s = src.get(r.name)
+        if s is None or out_bytes(by[s]) > cap:
+            loads += input_elements_read(r) * ibits / 8 * 8 / bits * hw.cycle_ns
+    return {"loads_ns": loads, "stores_ns": stores, "capacity_bytes": cap}
+
+
+def latency_lower_bound(hw: CIMHardware, regions: list[Region], wbits: int, ibits: int, layers: int = 1,
+                        producers: dict[str, list[str]] | None = None) -> dict:
     """A latency no allocation of ``hw`` can beat on ``regions`` (CMSwitch's headroom, issue 10).
 
     Whatever the segmentation, duplication and array modes, two resources
@@ -726,7 +785,9 @@ def latency_lower_bound(hw: CIMHardware, regions: list[Region], wbits: int, ibit
       layout that keeps keys in place may avoid them).
 
     The bound is the larger of the two times.  Tiles are taken at the
-    crossbar's full height (the fewest tiles, the least work).  Activation
+    crossbar's full height (the fewest tiles, the least work).  With
+    ``producers``, the link also carries the activations no allocation can
+    keep on the chip (:func:`forced_activation_ns`); other activation
     traffic, digital operations and dependences are left out, so the bound
     is optimistic.
 
@@ -740,13 +801,15 @@ def latency_lower_bound(hw: CIMHardware, regions: list[Region], wbits: int, ibit
     layers : int
         Times the regions run back to back (a model of ``layers`` identical
         layers): the resident tiles and buffers count once for all of them.
+    producers : dict, optional
+        Region name -> regions feeding it: adds the forced activation traffic to the link.
 
     Returns
     -------
     dict
         ``link_ns`` and ``arrays_ns`` per layer (the whole model's divided by
         ``layers``), ``bound_ns`` their maximum, ``weight_bytes`` and weight ``tiles``
-        of one layer.
+        of one layer, ``weights_link_ns`` and ``activations_link_ns`` (the two parts of ``link_ns``).
     """
     est = Estimator(hw, wbits, ibits)
     rows = hw.crossbar.rows
@@ -766,7 +829,11 @@ def latency_lower_bound(hw: CIMHardware, regions: list[Region], wbits: int, ibit
     writes = np.sort(np.concatenate(writes)) if writes else np.zeros(0)
     buffers = (hw.system.chips * hw.chip.global_buffer.capacity_kb + hw.cores * hw.core.local_buffer.capacity_kb) * 1024
     streamed = max(0.0, layers * float(nbytes.sum()) - float(nbytes[-xbs:].sum()) - buffers)
-    link_ns = float(cost.fetch(hw, streamed)[0]) / layers
+    weights_ns = float(cost.fetch(hw, streamed)[0]) / layers
+    act = forced_activation_ns(hw, regions, wbits, ibits, producers) if producers is not None else {}
+    act_ns = act.get("loads_ns", 0.0) + act.get("stores_ns", 0.0)
+    link_ns = weights_ns + act_ns
     arrays_ns = (layers * (reads + float(writes.sum())) - float(writes[-xbs:].sum())) / xbs / layers
     return {"link_ns": link_ns, "arrays_ns": arrays_ns, "bound_ns": max(link_ns, arrays_ns),
-            "weight_bytes": int(nbytes.sum()), "tiles": int(len(nbytes))}
+            "weight_bytes": int(nbytes.sum()), "tiles": int(len(nbytes)), "weights_link_ns": weights_ns,
+            "activations_link_ns": act_ns}

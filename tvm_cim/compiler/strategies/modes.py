@@ -47,7 +47,7 @@ import numpy as np
 from ...hardware import cost
 from ...hardware.schema import CIMHardware
 from ..estimate import Estimator
-from ..region import DMATMUL, Region
+from ..region import DMATMUL, Region, sources
 from ..solvers import arrays as mip
 from ..solvers.segments import segment as dp_segment
 from . import duplication
@@ -120,24 +120,6 @@ def _consumers(names: list[str], producers: dict[str, list[str]]) -> dict[str, l
         for p in ps:
             if p in out:
                 out[p].append(c)
-    return out
-
-
-def sources(regions: list[Region], producers: dict[str, list[str]]) -> dict[str, str | None]:
-    """Per region, the producer whose memory-mode arrays its input may be loaded from.
-
-    Its only producer; at a join of several (a residual add, host
-    operators between regions), the latest in execution order: the host's
-    element-wise join is taken to write its result where that producer's
-    output is, and reads the other operands where they are (host operators
-    are not timed, for any strategy).  A ``dmatmul`` (two run-time
-    operands): its only producer, else none.
-    """
-    order = {r.name: i for i, r in enumerate(regions)}
-    out: dict[str, str | None] = {}
-    for r in regions:
-        ps = [p for p in producers.get(r.name, []) if p in order]
-        out[r.name] = max(ps, key=order.__getitem__) if len(ps) == 1 or (ps and r.kind != DMATMUL) else None
     return out
 
 
