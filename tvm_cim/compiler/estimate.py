@@ -407,9 +407,12 @@ class Estimator:
             start = max(t0, float(fetched[0]) + self.write_ns(r, tile_rows))
         moved = float((0.0 if mem_in else np.sum(load)) + (0.0 if mem_out else np.sum(store)))
         busy = (moved, float(np.sum(prep)), float(np.sum(fetch)) + (moved if spill else 0.0))
-        if units is not None and passes == 1:
+        if units is not None and passes == 1 and xbs is not None:
             return self._booked(r, tile_rows, ch, tiles, blocks, reps, t_in_given, tf, t_off0, fetch, resident,
                                 (load, prep, scatter, read, post, store), mem_in, mem_out, inplace, units, xbs), busy
+        if units is not None and passes > 1 and r.kind != DMATMUL:
+            return self._booked_passes(r, tile_rows, ch, tiles, t_in_given, tf, t_off0, fetch, (load, prep, post, store),
+                                       mem_in, mem_out, cap or hw.total_crossbars, units), busy
         if passes > 1:
             # every pass rewrites all crossbars with the next tiles (row-major over row and column
             # blocks), then reads every chunk; the link sends the passes' inputs in program order
@@ -536,6 +539,70 @@ class Estimator:
             fin[c] = book(m_out if mem_out else port, t, store[c])
         return fin
 
+    def _booked_passes(self, r: Region, tile_rows: int, ch: P.Chunks, tiles: list, t_in: np.ndarray, tf: float,
+                       t_off: float,
+                       fetch: np.ndarray, work: tuple, mem_in: int, mem_out: int, cap: int,
+                       units: dict) -> np.ndarray:
+        """:meth:`chunk_finish` of a region run in passes, booking the shared units in program order.
+
+        As the code generator emits it: every chunk is loaded and prepared
+        (port, chip ALU), then per pass the weights are fetched (off-chip
+        interface) and written, and every chunk is scattered (its row blocks'
+        links) and read, after the pass's writes and the previous chunk's
+        read; then every chunk is post-processed (the ALU of the core of the
+        first crossbar) and stored (port).
+        """
+        hw = self.hw
+        m, k, n = r.mkn
+        bt = r.batch
+        spill = ch.level == "offchip"
+        size = ch.size
+        load, prep, post, store = (np.asarray(w, dtype=float).tolist() for w in work)
+        nch = len(load)
+
+        def unit(*names):
+            return tuple(units[x] if x in units else units.setdefault(x, _Resource()) for x in names)
+
+        port = unit("gbuf", "offchip") if spill else unit("gbuf")
+        alu, off = unit("chipalu"), unit("offchip")
+        m_in, m_out = unit(f"{r.name}:mem_in"), unit(f"{r.name}:mem_out")
+        per_core = hw.core.crossbars
+        pipelined = self.mvm_pipeline and hw.chip.computing_mode != "core"
+        tin = np.broadcast_to(t_in, (nch,)).tolist()
+        ready = []
+        for c in range(nch):
+            t = book(m_in if mem_in else port, tin[c], load[c])
+            ready.append(book(alu, t, prep[c]))
+        t_fetch = min(tf, t_off)
+        last = tf
+        for p_idx, idx in enumerate(P.pass_ranges(len(tiles), cap)):
+            ptiles = [tiles[i] for i in idx]
+            pblocks = P.row_blocks(ptiles)
+            rows_in = sum(b1 - b0 for b0, b1 in pblocks)
+            first: dict[int, int] = {}
+            for i in idx:
+                first.setdefault(tiles[i].k0, (i % cap) // per_core)
+            if pipelined and len(pblocks) > 1:
+                links = [(unit(f"link:{first[b0]}"), (b1 - b0) / rows_in) for b0, b1 in pblocks]
+            else:
+                links = [(unit(f"link:{min(first.values())}"), 1.0)]
+            t_fetch = book(off, t_fetch, float(fetch[p_idx])) if len(fetch) > p_idx else t_fetch
+            rows = max(t.rows for t in ptiles)
+            t_w = max(last, t_fetch) + cost.write(self.hw_of(r), min(rows, k), 0, bt, self.wbits)[0]
+            sc = cost.scatter(hw, P.scatter_bytes(bt, size, rows_in, self.ibits))[0]
+            rd = bt * size * self.mvm_ns(r, tile_rows, rows)
+            done = t_w
+            for c in range(nch):
+                sent = max(book(link, ready[c], float(sc[c]) * w) for link, w in links)
+                done = max(done, sent) + float(rd[c])
+            last = done
+        core_alu = unit("alu:0")  # every pass's first tile sits on crossbar 0
+        fin = np.empty(nch)
+        for c in range(nch):
+            t = book(core_alu, last, post[c])
+            fin[c] = book(m_out if mem_out else port, t, store[c])
+        return fin
+
     # ------------------------------------------------------------------ for solvers
     def linear_terms(self, r: Region, tile_rows: int, resident: bool = True) -> LinearTerms:
         """The region's cost as terms linear in the replica count (for MIP objectives).
@@ -610,7 +677,7 @@ class Estimator:
         """The crossbar of every tile of each replica, as :func:`tvm_cim.compiler.mapping.allocate` places them.
 
         ``nxt``: the first crossbar free in the segment.  None for a region
-        run in passes (it reuses the crossbars; its units are not booked).
+        run in passes (it reuses the crossbars; :meth:`chunk_finish` books its units pass by pass).
         """
         n_t = self.tiles(r, p.tile_rows)
         cap, per_core = self.hw.total_crossbars, self.hw.core.crossbars
@@ -689,7 +756,7 @@ class Estimator:
                                           mem_in=getattr(p, "mem_in", 0), mem_out=getattr(p, "mem_out", 0),
                                           cap=getattr(p, "pass_xbs", 0) or None,
                                           inplace=bool(getattr(p, "inplace_xbs", ())),
-                                          units=units if xbs is not None else None, xbs=xbs)
+                                          units=units if (xbs is not None or p.passes > 1) else None, xbs=xbs)
             if not p.resident:
                 off_free = max(off_free, seg_start if pipeline else end) + float(
                     np.sum(self.fetch_ns(r, p.tile_rows, p.passes, getattr(p, "pass_xbs", 0) or None)))
