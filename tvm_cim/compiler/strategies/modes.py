@@ -59,6 +59,7 @@ SERIAL_MAX = 4  # longest serial segment (operators run one after another, split
 # segment chosen: 5 operators), and it removes the MIP solves of 7..20-operator candidates
 PIPELINE_MAX = 6
 SERIAL_KEEP_MAX = 4  # at most 2^this memory choices are costed per serial segment
+CARRY_SPAN = 3  # data stays in memory-mode arrays across at most this many segment boundaries
 
 
 @dataclass
@@ -522,14 +523,15 @@ def carry(regions: list[Region], segs: list[SegmentModes], est: Estimator, produ
     """Keep live outputs in memory-mode arrays across segment boundaries (paper sec. 4: memory-mode arrays
     as on-chip buffers for intermediate data), where the shared estimate finds it faster.
 
-    At every boundary, in order, an output some region of the next segment
-    still needs (:func:`needed_until`) and no later one may stay in its
-    memory-mode arrays: the segment keeps it there (``must_keep``, no
-    write-back), the next one keeps those arrays in memory mode (they count
-    in its budget, its compute arrays stay below them) and its readers load
-    from them instead of the port.  Both segments are allocated again by the
-    MIP; the candidate that lowers their estimated latency most is kept, and
-    the search repeats until none does.  Serial segments take part in none.
+    Segment by segment, in order, an output some later region still needs
+    (:func:`needed_until`), at most :data:`CARRY_SPAN` segments on, may stay
+    in its memory-mode arrays: the segment keeps it there (``must_keep``, no
+    write-back), the segments up to its last reader keep those arrays in
+    memory mode (they count in their budgets, their compute arrays stay below
+    them) and its readers load from them instead of the port.  All these
+    segments are allocated again by the MIP; the candidate that lowers their
+    estimated latency most is kept, and the search repeats until none does.
+    Serial segments take part in none.
 
     Returns
     -------
@@ -549,40 +551,59 @@ def carry(regions: list[Region], segs: list[SegmentModes], est: Estimator, produ
         seg = regions[sm.first:sm.last + 1]
         return est.graph_ns(seg, segment_plans(regions, sm, est, s_idx, resident, make_plan), True, producers)[0]
 
+    seg_of = [s for s, sm in enumerate(segs) for _ in range(sm.last - sm.first + 1)]
+    cache: dict = {}
+
+    def cost_of(s_idx, sm):
+        if id(sm) not in cache:
+            cache[id(sm)] = (sm, ns(s_idx, sm))
+        return cache[id(sm)][1]
+
+    def serial(sm):
+        return sm.pass_xbs or sm.alloc.status == "passes"
+
     taken = []
     for s in range(len(segs) - 1):
-        a, b = segs[s], segs[s + 1]
-        if a.pass_xbs or b.pass_xbs or "passes" in (a.alloc.status, b.alloc.status):
+        if serial(segs[s]):
             continue
-        base = ns(s, a) + ns(s + 1, b)
         while True:
+            a = segs[s]
             best = None
             for g in range(a.first, a.last + 1):
-                if g - a.first in a.carry_out or not a.last < until[g] <= b.last:
+                if g - a.first in a.carry_out or until[g] <= a.last:
+                    continue
+                keep = a.carry_out | {g - a.first}
+                t = max(seg_of[until[a.first + i]] for i in keep)  # the last segment holding any of them
+                if seg_of[until[g]] - s > CARRY_SPAN or any(serial(x) for x in segs[s + 1:t + 1]):
                     continue
                 readers = [order[c] for c, p in src.items() if p == regions[g].name and order[c] > a.last]
                 if any(regions[c].kind == DMATMUL for c in readers):
                     continue
                 try:
                     a2 = allocate_segment(regions, a.first, a.last, est, producers, time_limit, seed, make_plan,
-                                          a.carry_in, a.carry_out | {g - a.first}, a.held)
+                                          a.carry_in, keep, a.held)
                     if not a2.alloc.memory[g - a.first]:
                         continue
                     out_xbs = place(hw, a2)[0]
-                    held = {k: v for k, v in b.held.items() if not a.first <= k <= a.last}
-                    held |= {a.first + i: out_xbs[i] for i in a2.carry_out}
-                    b2 = allocate_segment(regions, b.first, b.last, est, producers, time_limit, seed, make_plan,
-                                          b.carry_in | {c - b.first: g for c in readers}, b.carry_out, held)
+                    new = [a2]
+                    for x in segs[s + 1:t + 1]:  # hold the arrays (at their new places) up to the last reader
+                        held = {k: (out_xbs[k - a.first] if a.first <= k <= a.last else v) for k, v in x.held.items()}
+                        if until[g] >= x.first:
+                            held[g] = out_xbs[g - a.first]
+                        cin = x.carry_in | {c - x.first: g for c in readers if x.first <= c <= x.last}
+                        x2 = allocate_segment(regions, x.first, x.last, est, producers, time_limit, seed, make_plan,
+                                              cin, x.carry_out, held)
+                        if x2.pass_xbs:
+                            raise ValueError("serial")
+                        new.append(x2)
                 except (ValueError, RuntimeError):  # does not fit beside the held arrays
                     continue
-                if b2.pass_xbs:
-                    continue
-                v = ns(s, a2) + ns(s + 1, b2)
-                if v < base and (best is None or v < best[0]):
-                    best = (v, a2, b2)
+                v = sum(cost_of(s + i, y) for i, y in enumerate(new))
+                base = sum(cost_of(i, segs[i]) for i in range(s, t + 1))
+                if v < base and (best is None or v - base < best[0]):
+                    best = (v - base, new)
             if best is None:
                 break
-            base, a, b = best
-            segs[s], segs[s + 1] = a, b
-            taken.append(s)
+            segs[s:s + len(best[1])] = best[1]
+            taken.extend(range(s, s + len(best[1]) - 1))
     return taken
