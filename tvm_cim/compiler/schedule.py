@@ -319,9 +319,12 @@ def allocate_modes(regions: list[Region], segment_of: list[int], resident: bool,
     summary : list of dict
         Per segment: its regions, arrays in compute and memory mode, the
         allocation per region, the physical memory arrays and switches,
-        the solver's status and time, and which allocation was kept
-        (``chosen``: the MIP's, or ``all-compute`` -- CIM-MLC's duplication of
-        the segment -- when the shared estimate finds it faster).
+        the solver's status and time, which allocation was kept
+        (``chosen``: the MIP's, ``all-compute`` -- CIM-MLC's duplication of
+        the segment -- when the shared estimate finds it faster, or
+        ``mip+carry`` when re-allocated to keep data in memory mode across
+        a boundary, :func:`modes.carry`) and ``carried_in`` (per producer of
+        an earlier segment, the memory-mode arrays holding its output).
     """
     hw = est.hw
     producers = producers or {}

@@ -9,20 +9,29 @@
   is the estimate of the segment under its MIP allocation (intra: pipelined
   operators, weight fetches and rewrites, T^rw), the cost of entering it the
   mode switches from the previous segment's allocation (T^swc, Eq. 1);
-* :func:`memory_layout` -- physical arrays: memory-mode arrays at the top of
-  the switchable range (``S - M .. S - 1``, in operator order), compute
-  arrays from 0 (placement), and the ``CM.switch`` lists at every segment start.
+* :func:`memory_layout` -- physical arrays (:func:`place`): memory-mode
+  arrays at the top of the switchable range (below any held for an earlier
+  segment, in operator order), compute arrays from 0 (placement), and the
+  ``CM.switch`` lists at every segment start;
+* :func:`carry` -- after the allocation, data kept in memory mode across
+  segment boundaries.
 
-Write-backs (T^wb, Eq. 4): an operator may keep its output in memory-mode
-arrays when its consumers in the segment read nothing else; if some
-consumer is in a later segment the data is live at the boundary and is
-written back (``DMOV.writeback``) to the global buffer (off-chip when it
-spills) at the end of the producer, before the next segment's switches.
-The next segment's memory arrays are assigned from the top of the
-switchable range again, so live data is never kept across a boundary:
-every live byte is written back, and T^wb depends on the previous
-segment's allocation only -- it is part of that segment's estimate, which
-is the DP's intra cost (the MIP sees it as port and array traffic).
+Where an input comes from (:func:`tvm_cim.compiler.region.sources`): its
+only producer or, at a join of several (a residual add on the host), the
+latest one, whose arrays the join's result is taken to be written into
+(host operators are not timed, for any strategy).  An operator may keep its
+output in memory-mode arrays when a consumer in the segment loads it.  If
+a region after the segment still needs it (:func:`needed_until`: a reader,
+or a join that reads it when its latest producer has run), the data is
+live at the boundary.  Then either it is written back (T^wb, Eq. 4,
+``DMOV.writeback``) to the global buffer (off-chip when it spills) at the
+end of the producer, before the next segment's switches -- part of that
+segment's estimate, the DP's intra cost (the MIP sees it as port and array
+traffic) -- or :func:`carry` keeps it: its arrays stay in memory mode in
+the following segments up to its last reader (reserved in their MIPs), and
+the readers load from them.  The DP itself does not see carried data; the
+carry pass re-allocates the segments it chose and keeps a carry where the
+shared estimate of those segments drops.
 
 Operators larger than the chip (issue 10 sec. 3, paper Alg. 1 L4) are split
 into sub-operators that fit: the tiles of each pass over the segment's
