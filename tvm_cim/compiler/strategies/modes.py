@@ -453,6 +453,8 @@ def segment_dp(regions: list[Region], est: Estimator, producers: dict[str, list[
         if prefix[j + 1] - prefix[i] > n and j - i + 1 > SERIAL_MAX:
             return math.inf
         sm = modes(i, j)
+        if sm.alloc.status == "passes" and math.isfinite(sm.alloc.latency_ns):  # serial_allocation costed it
+            return sm.alloc.latency_ns
         plans = segment_plans(regions, sm, est, 0, False, make_plan)
         return est.graph_ns(regions[i:j + 1], plans, True, producers)[0]
 
