@@ -37,7 +37,7 @@ from ..hardware.schema import CIMHardware
 from ..simulator.timeline import _Resource
 from . import plan as P
 from .mapping import tile_matrix
-from .region import CONV2D, DMATMUL, Region
+from .region import CONV2D, DMATMUL, Region, sources
 
 
 def maxplus(ready: np.ndarray, work: np.ndarray, axis: int = 0) -> np.ndarray:
@@ -407,9 +407,12 @@ class Estimator:
             start = max(t0, float(fetched[0]) + self.write_ns(r, tile_rows))
         moved = float((0.0 if mem_in else np.sum(load)) + (0.0 if mem_out else np.sum(store)))
         busy = (moved, float(np.sum(prep)), float(np.sum(fetch)) + (moved if spill else 0.0))
-        if units is not None and passes == 1:
+        if units is not None and passes == 1 and xbs is not None:
             return self._booked(r, tile_rows, ch, tiles, blocks, reps, t_in_given, tf, t_off0, fetch, resident,
                                 (load, prep, scatter, read, post, store), mem_in, mem_out, inplace, units, xbs), busy
+        if units is not None and passes > 1 and r.kind != DMATMUL:
+            return self._booked_passes(r, tile_rows, ch, tiles, t_in_given, tf, t_off0, fetch, (load, prep, post, store),
+                                       mem_in, mem_out, cap or hw.total_crossbars, units), busy
         if passes > 1:
             # every pass rewrites all crossbars with the next tiles (row-major over row and column
             # blocks), then reads every chunk; the link sends the passes' inputs in program order
@@ -536,6 +539,70 @@ class Estimator:
             fin[c] = book(m_out if mem_out else port, t, store[c])
         return fin
 
+    def _booked_passes(self, r: Region, tile_rows: int, ch: P.Chunks, tiles: list, t_in: np.ndarray, tf: float,
+                       t_off: float,
+                       fetch: np.ndarray, work: tuple, mem_in: int, mem_out: int, cap: int,
+                       units: dict) -> np.ndarray:
+        """:meth:`chunk_finish` of a region run in passes, booking the shared units in program order.
+
+        As the code generator emits it: every chunk is loaded and prepared
+        (port, chip ALU), then per pass the weights are fetched (off-chip
+        interface) and written, and every chunk is scattered (its row blocks'
+        links) and read, after the pass's writes and the previous chunk's
+        read; then every chunk is post-processed (the ALU of the core of the
+        first crossbar) and stored (port).
+        """
+        hw = self.hw
+        m, k, n = r.mkn
+        bt = r.batch
+        spill = ch.level == "offchip"
+        size = ch.size
+        load, prep, post, store = (np.asarray(w, dtype=float).tolist() for w in work)
+        nch = len(load)
+
+        def unit(*names):
+            return tuple(units[x] if x in units else units.setdefault(x, _Resource()) for x in names)
+
+        port = unit("gbuf", "offchip") if spill else unit("gbuf")
+        alu, off = unit("chipalu"), unit("offchip")
+        m_in, m_out = unit(f"{r.name}:mem_in"), unit(f"{r.name}:mem_out")
+        per_core = hw.core.crossbars
+        pipelined = self.mvm_pipeline and hw.chip.computing_mode != "core"
+        tin = np.broadcast_to(t_in, (nch,)).tolist()
+        ready = []
+        for c in range(nch):
+            t = book(m_in if mem_in else port, tin[c], load[c])
+            ready.append(book(alu, t, prep[c]))
+        t_fetch = min(tf, t_off)
+        last = tf
+        for p_idx, idx in enumerate(P.pass_ranges(len(tiles), cap)):
+            ptiles = [tiles[i] for i in idx]
+            pblocks = P.row_blocks(ptiles)
+            rows_in = sum(b1 - b0 for b0, b1 in pblocks)
+            first: dict[int, int] = {}
+            for i in idx:
+                first.setdefault(tiles[i].k0, (i % cap) // per_core)
+            if pipelined and len(pblocks) > 1:
+                links = [(unit(f"link:{first[b0]}"), (b1 - b0) / rows_in) for b0, b1 in pblocks]
+            else:
+                links = [(unit(f"link:{min(first.values())}"), 1.0)]
+            t_fetch = book(off, t_fetch, float(fetch[p_idx])) if len(fetch) > p_idx else t_fetch
+            rows = max(t.rows for t in ptiles)
+            t_w = max(last, t_fetch) + cost.write(self.hw_of(r), min(rows, k), 0, bt, self.wbits)[0]
+            sc = cost.scatter(hw, P.scatter_bytes(bt, size, rows_in, self.ibits))[0]
+            rd = bt * size * self.mvm_ns(r, tile_rows, rows)
+            done = t_w
+            for c in range(nch):
+                sent = max(book(link, ready[c], float(sc[c]) * w) for link, w in links)
+                done = max(done, sent) + float(rd[c])
+            last = done
+        core_alu = unit("alu:0")  # every pass's first tile sits on crossbar 0
+        fin = np.empty(nch)
+        for c in range(nch):
+            t = book(core_alu, last, post[c])
+            fin[c] = book(m_out if mem_out else port, t, store[c])
+        return fin
+
     # ------------------------------------------------------------------ for solvers
     def linear_terms(self, r: Region, tile_rows: int, resident: bool = True) -> LinearTerms:
         """The region's cost as terms linear in the replica count (for MIP objectives).
@@ -610,7 +677,7 @@ class Estimator:
         """The crossbar of every tile of each replica, as :func:`tvm_cim.compiler.mapping.allocate` places them.
 
         ``nxt``: the first crossbar free in the segment.  None for a region
-        run in passes (it reuses the crossbars; its units are not booked).
+        run in passes (it reuses the crossbars; :meth:`chunk_finish` books its units pass by pass).
         """
         n_t = self.tiles(r, p.tile_rows)
         cap, per_core = self.hw.total_crossbars, self.hw.core.crossbars
@@ -689,7 +756,7 @@ class Estimator:
                                           mem_in=getattr(p, "mem_in", 0), mem_out=getattr(p, "mem_out", 0),
                                           cap=getattr(p, "pass_xbs", 0) or None,
                                           inplace=bool(getattr(p, "inplace_xbs", ())),
-                                          units=units if xbs is not None else None, xbs=xbs)
+                                          units=units if (xbs is not None or p.passes > 1) else None, xbs=xbs)
             if not p.resident:
                 off_free = max(off_free, seg_start if pipeline else end) + float(
                     np.sum(self.fetch_ns(r, p.tile_rows, p.passes, getattr(p, "pass_xbs", 0) or None)))
@@ -707,7 +774,66 @@ class Estimator:
         return end, per
 
 
-def latency_lower_bound(hw: CIMHardware, regions: list[Region], wbits: int, ibits: int, layers: int = 1) -> dict:
+def input_elements_read(r: Region) -> int:
+    """Elements of a region's data input that some output reads (a convolution's windows, padding left out;
+    every element otherwise): every chunking loads at least these."""
+    if r.kind != CONV2D:
+        return int(np.prod(r.in_shapes[0]))
+    n, c, h, w = r.in_shapes[0]
+    _, _, oh, ow = r.out_shape
+    cv = r.conv
+    taps = []
+    for ax, (size, out) in enumerate(((h, oh), (w, ow))):
+        s, d, k, p = cv["strides"][ax], cv["dilation"][ax], cv["kernel"][ax], cv["padding"][ax]
+        pos = (np.arange(out)[:, None] * s - p + np.arange(k)[None, :] * d).ravel()
+        taps.append(len(np.unique(pos[(pos >= 0) & (pos < size)])))
+    return int(n * c * taps[0] * taps[1])
+
+
+def forced_activation_ns(hw: CIMHardware, regions: list[Region], wbits: int, ibits: int,
+                         producers: dict[str, list[str]]) -> dict:
+    """Off-chip link time for activations that no allocation keeps on the chip (the bound's activation term).
+
+    A region whose working set exceeds the global buffer loads and stores
+    off-chip (:func:`tvm_cim.compiler.plan.spill_level`, fixed by the region
+    alone) unless through memory-mode arrays.  Those can hold at most what
+    every switchable array but one holds (one must compute); a store into
+    them holds the region's whole output, and a region loads from them only
+    what its source producer (:func:`tvm_cim.compiler.region.sources`) stored
+    there.  So an output larger than that crosses the link when stored
+    (batch x M x N bytes), and so does every input read (the elements some
+    window reads, :func:`input_elements_read`) whose source output is larger,
+    or that has no producer.  Times at the off-chip bandwidth, unrounded.
+
+    Returns
+    -------
+    dict
+        ``loads_ns``, ``stores_ns`` and the ``capacity_bytes`` of memory mode used.
+    """
+    dm = hw.dual_mode
+    dual = dm.switchable_arrays > 0 and dm.memory_bandwidth_bits > 0
+    cap = min(dm.switchable_arrays, hw.total_crossbars - 1) * hw.memory_capacity_bytes if dual else 0
+    bits = cost.buffer_bits(hw, True)
+    src = sources(regions, producers)
+    by = {r.name: r for r in regions}
+
+    def out_bytes(r):
+        return r.batch * int(np.prod(r.mkn[::2]))
+
+    loads = stores = 0.0
+    for r in regions:
+        if P.spill_level(r, hw, wbits, ibits) != "offchip":
+            continue
+        if out_bytes(r) > cap:
+            stores += out_bytes(r) * 8 / bits * hw.cycle_ns
+        s = src.get(r.name)
+        if s is None or out_bytes(by[s]) > cap:
+            loads += input_elements_read(r) * ibits / 8 * 8 / bits * hw.cycle_ns
+    return {"loads_ns": loads, "stores_ns": stores, "capacity_bytes": cap}
+
+
+def latency_lower_bound(hw: CIMHardware, regions: list[Region], wbits: int, ibits: int, layers: int = 1,
+                        producers: dict[str, list[str]] | None = None) -> dict:
     """A latency no allocation of ``hw`` can beat on ``regions`` (CMSwitch's headroom, issue 10).
 
     Whatever the segmentation, duplication and array modes, two resources
@@ -726,7 +852,9 @@ def latency_lower_bound(hw: CIMHardware, regions: list[Region], wbits: int, ibit
       layout that keeps keys in place may avoid them).
 
     The bound is the larger of the two times.  Tiles are taken at the
-    crossbar's full height (the fewest tiles, the least work).  Activation
+    crossbar's full height (the fewest tiles, the least work).  With
+    ``producers``, the link also carries the activations no allocation can
+    keep on the chip (:func:`forced_activation_ns`); other activation
     traffic, digital operations and dependences are left out, so the bound
     is optimistic.
 
@@ -740,13 +868,15 @@ def latency_lower_bound(hw: CIMHardware, regions: list[Region], wbits: int, ibit
     layers : int
         Times the regions run back to back (a model of ``layers`` identical
         layers): the resident tiles and buffers count once for all of them.
+    producers : dict, optional
+        Region name -> regions feeding it: adds the forced activation traffic to the link.
 
     Returns
     -------
     dict
         ``link_ns`` and ``arrays_ns`` per layer (the whole model's divided by
         ``layers``), ``bound_ns`` their maximum, ``weight_bytes`` and weight ``tiles``
-        of one layer.
+        of one layer, ``weights_link_ns`` and ``activations_link_ns`` (the two parts of ``link_ns``).
     """
     est = Estimator(hw, wbits, ibits)
     rows = hw.crossbar.rows
@@ -766,7 +896,11 @@ def latency_lower_bound(hw: CIMHardware, regions: list[Region], wbits: int, ibit
     writes = np.sort(np.concatenate(writes)) if writes else np.zeros(0)
     buffers = (hw.system.chips * hw.chip.global_buffer.capacity_kb + hw.cores * hw.core.local_buffer.capacity_kb) * 1024
     streamed = max(0.0, layers * float(nbytes.sum()) - float(nbytes[-xbs:].sum()) - buffers)
-    link_ns = float(cost.fetch(hw, streamed)[0]) / layers
+    weights_ns = float(cost.fetch(hw, streamed)[0]) / layers
+    act = forced_activation_ns(hw, regions, wbits, ibits, producers) if producers is not None else {}
+    act_ns = act.get("loads_ns", 0.0) + act.get("stores_ns", 0.0)
+    link_ns = weights_ns + act_ns
     arrays_ns = (layers * (reads + float(writes.sum())) - float(writes[-xbs:].sum())) / xbs / layers
     return {"link_ns": link_ns, "arrays_ns": arrays_ns, "bound_ns": max(link_ns, arrays_ns),
-            "weight_bytes": int(nbytes.sum()), "tiles": int(len(nbytes))}
+            "weight_bytes": int(nbytes.sum()), "tiles": int(len(nbytes)), "weights_link_ns": weights_ns,
+            "activations_link_ns": act_ns}

@@ -227,3 +227,21 @@ def unfold_conv_weight(w: np.ndarray, groups: int) -> np.ndarray:
         blk = w[g * og : (g + 1) * og].reshape(og, kg).T
         out[g * kg : (g + 1) * kg, g * og : (g + 1) * og] = blk
     return out
+
+
+def sources(regions: list[Region], producers: dict[str, list[str]]) -> dict[str, str | None]:
+    """Per region, the producer whose memory-mode arrays its input may be loaded from.
+
+    Its only producer; at a join of several (a residual add, host
+    operators between regions), the latest in execution order: the host's
+    element-wise join is taken to write its result where that producer's
+    output is, and reads the other operands where they are (host operators
+    are not timed, for any strategy).  A ``dmatmul`` (two run-time
+    operands): its only producer, else none.
+    """
+    order = {r.name: i for i, r in enumerate(regions)}
+    out: dict[str, str | None] = {}
+    for r in regions:
+        ps = [p for p in producers.get(r.name, []) if p in order]
+        out[r.name] = max(ps, key=order.__getitem__) if len(ps) == 1 or (ps and r.kind != DMATMUL) else None
+    return out

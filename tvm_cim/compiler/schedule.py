@@ -336,9 +336,12 @@ def allocate_modes(regions: list[Region], segment_of: list[int], resident: bool,
     summary : list of dict
         Per segment: its regions, arrays in compute and memory mode, the
         allocation per region, the physical memory arrays and switches,
-        the solver's status and time, and which allocation was kept
-        (``chosen``: the MIP's, or ``all-compute`` -- CIM-MLC's duplication of
-        the segment -- when the shared estimate finds it faster).
+        the solver's status and time, which allocation was kept
+        (``chosen``: the MIP's, ``all-compute`` -- CIM-MLC's duplication of
+        the segment -- when the shared estimate finds it faster, or
+        ``mip+carry`` when re-allocated to keep data in memory mode across
+        a boundary, :func:`modes.carry`) and ``carried_in`` (per producer of
+        an earlier segment, the memory-mode arrays holding its output).
     """
     hw = est.hw
     producers = producers or {}
@@ -367,6 +370,11 @@ def allocate_modes(regions: list[Region], segment_of: list[int], resident: bool,
             chosen.append(("all-compute", t_mine, t_theirs))
         else:
             chosen.append(("mip", t_mine, t_theirs))
+    for s_idx in modes.carry(regions, segs, est, producers, make_plan, resident, time_limit, seed):
+        for k in (s_idx, s_idx + 1):  # re-allocated with data kept across the boundary
+            chosen[k] = ("mip+carry",) + chosen[k][1:]
+    for s_idx, sm in enumerate(segs):
+        seg = regions[sm.first:sm.last + 1]
         for qi, ki, t in modes.inplace_candidates(regions, sm, est, producers, operands or {}):
             before = est.graph_ns(seg, modes.segment_plans(regions, sm, est, s_idx, resident, make_plan),
                                   True, producers)[0]
@@ -384,14 +392,16 @@ def allocate_modes(regions: list[Region], segment_of: list[int], resident: bool,
                                          inplace_xbs=lay["inplace"]))
         names = [r.name for r in regions[sm.first:sm.last + 1]]
         a = sm.alloc
+        carried = {names[c]: regions[g].name for c, g in sm.carry_in.items()}
         summary.append({
             "segment": s_idx, "regions": names,
-            "compute_arrays": int(a.compute_arrays), "memory_arrays": int(a.memory_arrays),
-            "idle_arrays": int(hw.total_crossbars - a.compute_arrays - a.memory_arrays),
+            "compute_arrays": int(a.compute_arrays), "memory_arrays": int(a.memory_arrays + sm.reserved),
+            "idle_arrays": int(hw.total_crossbars - a.compute_arrays - a.memory_arrays - sm.reserved),
             "serial_xbs": int(sm.pass_xbs),
             "allocation": {n: {"replicas": int(d), "memory_out": int(b), "input_from": (
-                names[p] if p is not None and a.memory[p] else None), "write_back": bool(b and lv)}
+                names[p] if p is not None and a.memory[p] else carried.get(n)), "write_back": bool(b and lv)}
                 for n, d, b, p, lv in zip(names, a.replicas, a.memory, sm.producer, sm.live or [False] * len(names))},
+            "carried_in": {regions[g].name: list(x) for g, x in sm.held.items()},
             "memory_xbs": {n: list(x) for n, x in zip(names, lay["out"]) if x},
             "switch": {"TOM": list(lay["tom"]), "TOC": list(lay["toc"]), "ns": sw},
             "keys_in_place": {names[qi]: {"keys_from": names[ki], "xbs": list(lay["inplace"][qi])}

@@ -413,7 +413,9 @@ def plans_of(mod: tvm.IRModule, hw: CIMHardware, est: Estimator, latency: bool =
     held = {str(_attr(f, "mem_xbs")): r.name for r, f in fs if _attr(f, "mem_xbs")}
     source = {r.name: held[str(_attr(f, "mem_in_xbs"))] for r, f in fs if _attr(f, "mem_in_xbs")}
     memory = {r.name: _xbs_count(_attr(f, "mem_xbs")) for r, f in fs}
-    eff = modes.effective_arrays([r for r, _ in fs], est, memory, source) if source or any(memory.values()) else {}
+    seg_of = {r.name: int(_need(f, "segment", "Segment")) for r, f in fs}
+    eff = (modes.effective_arrays([r for r, _ in fs], est, memory, source, seg_of)
+           if source or any(memory.values()) else {})
     for r, f in fs:
         sw = _xbs_count(_attr(f, "switch_tom")), _xbs_count(_attr(f, "switch_toc"))
         m_in, m_out = eff.get(r.name, (0, 0))

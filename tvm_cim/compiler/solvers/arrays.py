@@ -20,6 +20,13 @@ subject to (Eq. 10, each bound a rate)::
     need_i z_i <= b_i <= S z_i                                 (capacity; only if every consumer is in S)
     sum_i d_i tiles_i + sum_i b_i <= N,  sum_i b_i <= S        (Eq. 5 and 8)
 
+Data a previous segment left in memory-mode arrays (``carried_in``: a
+consumer loads its input from them, not through the port) holds
+``reserved`` arrays: they count in Eq. 5 and 8, and the compute arrays stay
+below the lowest of them (``floor``: arrays from the top of the switchable
+range down to it).  An operator whose output the next segment reads from
+its arrays (``must_keep``) keeps it (``z_i = 1``).
+
 ``r * z`` is linearised exactly (``r`` is bounded).  Ties are broken towards
 more compute copies and fewer memory arrays (a tiny weight), so spare arrays
 compute, as CMSwitch's post-allocation duplication does.
@@ -64,6 +71,11 @@ class OpTerms:
         written back at the segment's end (T^wb, Eq. 4) -- read out of its
         arrays (``wb_ns_mem`` through one array) and through the shared port
         (``out_ns_port``), so memory mode saves it only its consumers' loads.
+    carried_in : float
+        Memory-mode arrays a previous segment left its input in (0: none):
+        it loads ``in_ns_mem`` through them, nothing through the port.
+    must_keep : bool
+        Its output must stay in memory mode (a later segment reads it there).
     """
 
     tiles: int
@@ -78,6 +90,8 @@ class OpTerms:
     producer: int | None = None
     live: bool = False
     wb_ns_mem: float = 0.0
+    carried_in: float = 0.0
+    must_keep: bool = False
 
 
 @dataclass
@@ -135,24 +149,30 @@ def latency_of(ops: list[OpTerms], replicas, memory) -> float:
         if not memory[i] or o.live:  # stored through the port, or written back through it
             port += o.out_ns_port
         p = o.producer
-        if p is None or not memory[p]:
+        if o.carried_in:
+            t = max(t, o.in_ns_mem / o.carried_in)
+        elif p is None or not memory[p]:
             port += o.in_ns_port
         prep += o.prep_ns
     return max(t, port, prep)
 
 
-def feasible(ops: list[OpTerms], replicas, memory, arrays: int, switchable: int) -> bool:
-    """Whether an allocation respects copies, capacity and the array budget (Eq. 5, 8)."""
-    mem = sum(memory)
+def feasible(ops: list[OpTerms], replicas, memory, arrays: int, switchable: int, reserved: int = 0,
+             floor: int = 0) -> bool:
+    """Whether an allocation respects copies, capacity and the array budget (Eq. 5, 8; ``reserved`` arrays
+    hold data of a previous segment, the compute arrays stay ``floor`` arrays below the switchable top)."""
+    mem = sum(memory) + reserved
     comp = sum(d * o.tiles for d, o in zip(replicas, ops))
     if mem > switchable or comp + mem > arrays:
         return False
-    if mem and switchable < arrays and comp > switchable - mem:
+    if mem and (switchable < arrays or reserved) and comp > switchable - max(mem, floor):
         return False
     for d, b, o in zip(replicas, memory, ops):
         if not 1 <= d <= o.max_replicas:
             return False
         if b and (not o.memory_need or b < o.memory_need):
+            return False
+        if o.must_keep and not b:
             return False
     return True
 
@@ -161,7 +181,7 @@ NODE_LIMIT = 10_000  # branch-and-bound nodes per segment: the deterministic lim
 
 
 def allocate(ops: list[OpTerms], arrays: int, switchable: int, time_limit: float = 10.0,
-             seed: int = 0, node_limit: int = NODE_LIMIT) -> Allocation:
+             seed: int = 0, node_limit: int = NODE_LIMIT, reserved: int = 0, floor: int = 0) -> Allocation:
     """Solve the allocation MILP of a segment.
 
     Parameters
@@ -177,6 +197,9 @@ def allocate(ops: list[OpTerms], arrays: int, switchable: int, time_limit: float
     seed : int
     node_limit : int
         Branch-and-bound nodes, the deterministic limit (HiGHS ``mip_max_nodes``).
+    reserved, floor : int
+        Arrays holding a previous segment's data for this one, and how far below the switchable top the
+        lowest of them sits (the compute arrays stay below it).
 
     Returns
     -------
@@ -188,7 +211,7 @@ def allocate(ops: list[OpTerms], arrays: int, switchable: int, time_limit: float
         One copy of every operator does not fit ``arrays``.
     """
     n = len(ops)
-    if sum(o.tiles for o in ops) > arrays:
+    if sum(o.tiles for o in ops) > arrays - max(reserved, floor):
         raise ValueError(f"one copy of the segment's operators needs {sum(o.tiles for o in ops)} arrays, "
                          f"the chip has {arrays}")
     t0 = max(max((o.compute_ns for o in ops), default=0.0), 1e-9)
@@ -218,6 +241,10 @@ def allocate(ops: list[OpTerms], arrays: int, switchable: int, time_limit: float
     traffic = array_traffic_ns(ops)
     for i, o in enumerate(ops):
         m.add(r * (o.compute_ns / t0) <= d[i])
+        if o.must_keep and z[i] is not None:
+            m.add(z[i] >= 1)
+        if o.carried_in:  # loaded from the arrays a previous segment left it in
+            m.add(r * (o.in_ns_mem / t0) <= o.carried_in)
         if z[i] is not None:  # through its own memory arrays when kept there (big-M off otherwise)
             c = traffic[i] / t0
             m.add(r * c <= b[i] + r_max * c * (1 - z[i]))
@@ -225,7 +252,9 @@ def allocate(ops: list[OpTerms], arrays: int, switchable: int, time_limit: float
         else:
             port = port + o.out_ns_port / t0 * r
         p = o.producer
-        if p is not None and z[p] is not None:
+        if o.carried_in:
+            pass
+        elif p is not None and z[p] is not None:
             port = port + o.in_ns_port / t0 * (r - w[p])
         else:
             port = port + o.in_ns_port / t0 * r
@@ -235,9 +264,12 @@ def allocate(ops: list[OpTerms], arrays: int, switchable: int, time_limit: float
         m.add(r * prep <= 1)
     comp = sum(d[i] * o.tiles for i, o in enumerate(ops))
     mems = [x for x in b if x is not None]
-    mem = sum(mems) if mems else 0
+    mem = (sum(mems) if mems else 0) + reserved
     m.add(comp + mem <= arrays)
-    if mems:
+    if reserved:  # a previous segment's data sits at the top: compute below all memory arrays
+        m.add(comp + mem <= switchable)
+        m.add(comp + floor <= switchable)
+    elif mems:
         m.add(mem <= switchable)
         if switchable < arrays:  # memory arrays sit at the top of the switchable range, compute from 0
             y = m.binary("any_memory")
@@ -253,14 +285,15 @@ def allocate(ops: list[OpTerms], arrays: int, switchable: int, time_limit: float
                       compute_arrays=sum(di * o.tiles for di, o in zip(reps, ops)))
 
 
-def enumerate_best(ops: list[OpTerms], arrays: int, switchable: int) -> tuple[float, list[int], list[int]]:
+def enumerate_best(ops: list[OpTerms], arrays: int, switchable: int, reserved: int = 0,
+                   floor: int = 0) -> tuple[float, list[int], list[int]]:
     """Brute force over every allocation (small cases; the reference the MIP is tested against)."""
     best = (math.inf, None, None)
     rep_ranges = [range(1, o.max_replicas + 1) for o in ops]
     mem_ranges = [[0] + (list(range(o.memory_need, switchable + 1)) if o.memory_need else []) for o in ops]
     for reps in itertools.product(*rep_ranges):
         for mem in itertools.product(*mem_ranges):
-            if not feasible(ops, reps, mem, arrays, switchable):
+            if not feasible(ops, reps, mem, arrays, switchable, reserved, floor):
                 continue
             t = latency_of(ops, reps, mem)
             if t < best[0]:

@@ -9,20 +9,29 @@
   is the estimate of the segment under its MIP allocation (intra: pipelined
   operators, weight fetches and rewrites, T^rw), the cost of entering it the
   mode switches from the previous segment's allocation (T^swc, Eq. 1);
-* :func:`memory_layout` -- physical arrays: memory-mode arrays at the top of
-  the switchable range (``S - M .. S - 1``, in operator order), compute
-  arrays from 0 (placement), and the ``CM.switch`` lists at every segment start.
+* :func:`memory_layout` -- physical arrays (:func:`place`): memory-mode
+  arrays at the top of the switchable range (below any held for an earlier
+  segment, in operator order), compute arrays from 0 (placement), and the
+  ``CM.switch`` lists at every segment start;
+* :func:`carry` -- after the allocation, data kept in memory mode across
+  segment boundaries.
 
-Write-backs (T^wb, Eq. 4): an operator may keep its output in memory-mode
-arrays when its consumers in the segment read nothing else; if some
-consumer is in a later segment the data is live at the boundary and is
-written back (``DMOV.writeback``) to the global buffer (off-chip when it
-spills) at the end of the producer, before the next segment's switches.
-The next segment's memory arrays are assigned from the top of the
-switchable range again, so live data is never kept across a boundary:
-every live byte is written back, and T^wb depends on the previous
-segment's allocation only -- it is part of that segment's estimate, which
-is the DP's intra cost (the MIP sees it as port and array traffic).
+Where an input comes from (:func:`tvm_cim.compiler.region.sources`): its
+only producer or, at a join of several (a residual add on the host), the
+latest one, whose arrays the join's result is taken to be written into
+(host operators are not timed, for any strategy).  An operator may keep its
+output in memory-mode arrays when a consumer in the segment loads it.  If
+a region after the segment still needs it (:func:`needed_until`: a reader,
+or a join that reads it when its latest producer has run), the data is
+live at the boundary.  Then either it is written back (T^wb, Eq. 4,
+``DMOV.writeback``) to the global buffer (off-chip when it spills) at the
+end of the producer, before the next segment's switches -- part of that
+segment's estimate, the DP's intra cost (the MIP sees it as port and array
+traffic) -- or :func:`carry` keeps it: its arrays stay in memory mode in
+the following segments up to its last reader (reserved in their MIPs), and
+the readers load from them.  The DP itself does not see carried data; the
+carry pass re-allocates the segments it chose and keeps a carry where the
+shared estimate of those segments drops.
 
 Operators larger than the chip (issue 10 sec. 3, paper Alg. 1 L4) are split
 into sub-operators that fit: the tiles of each pass over the segment's
@@ -47,7 +56,7 @@ import numpy as np
 from ...hardware import cost
 from ...hardware.schema import CIMHardware
 from ..estimate import Estimator
-from ..region import DMATMUL, Region
+from ..region import DMATMUL, Region, sources
 from ..solvers import arrays as mip
 from ..solvers.segments import segment as dp_segment
 from . import duplication
@@ -59,6 +68,7 @@ SERIAL_MAX = 4  # longest serial segment (operators run one after another, split
 # segment chosen: 5 operators), and it removes the MIP solves of 7..20-operator candidates
 PIPELINE_MAX = 6
 SERIAL_KEEP_MAX = 4  # at most 2^this memory choices are costed per serial segment
+CARRY_SPAN = 3  # data stays in memory-mode arrays across at most this many segment boundaries
 
 
 @dataclass
@@ -83,6 +93,14 @@ class SegmentModes:
     inplace : dict
         Keys in place (:func:`inplace_candidates`): index of a ``dmatmul`` ->
         (index of the producer of its run-time operand, arrays).
+    carry_in : dict
+        Inputs a previous segment left in memory-mode arrays: index (in the
+        segment) of the consumer -> index (in the network) of the producer.
+    carry_out : set
+        Indices (in the segment) of the operators whose output the next
+        segment reads from their memory-mode arrays (not written back).
+    held : dict
+        Physical arrays of the data carried in: producer index (in the network) -> arrays.
     """
 
     first: int
@@ -92,6 +110,18 @@ class SegmentModes:
     live: list = field(default_factory=list)
     pass_xbs: int = 0
     inplace: dict = field(default_factory=dict)
+    carry_in: dict = field(default_factory=dict)
+    carry_out: set = field(default_factory=set)
+    held: dict = field(default_factory=dict)
+
+    @property
+    def reserved(self) -> int:
+        """Arrays holding data carried in from the previous segment."""
+        return sum(len(x) for x in self.held.values())
+
+    def floor(self, top: int) -> int:
+        """Arrays from the switchable top down to the lowest one holding carried-in data."""
+        return top - min(min(x) for x in self.held.values()) if self.held else 0
 
 
 def _consumers(names: list[str], producers: dict[str, list[str]]) -> dict[str, list[str]]:
@@ -100,6 +130,27 @@ def _consumers(names: list[str], producers: dict[str, list[str]]) -> dict[str, l
         for p in ps:
             if p in out:
                 out[p].append(c)
+    return out
+
+
+def needed_until(regions: list[Region], producers: dict[str, list[str]]) -> list[int]:
+    """Per region (index), the last region (index) that needs its output where it is.
+
+    A consumer that loads it (:func:`sources`) needs it until it runs; a
+    consumer fed through a join whose result lands with a later producer
+    needs it until that producer has run (the join reads it then).
+    """
+    order = {r.name: i for i, r in enumerate(regions)}
+    src = sources(regions, producers)
+    out = list(range(len(regions)))
+    for c, ps in producers.items():
+        if c not in order:
+            continue
+        s = src.get(c)
+        for p in ps:
+            if p in order:
+                at = order[c] if (s is None or s == p) else order[s]
+                out[order[p]] = max(out[order[p]], at)
     return out
 
 
@@ -134,49 +185,71 @@ def _base_terms(r: Region, est: Estimator) -> dict:
 
 
 def op_terms(regions: list[Region], first: int, last: int, est: Estimator,
-             producers: dict[str, list[str]]) -> tuple[list[mip.OpTerms], list]:
-    """The MIP terms of operators ``first .. last`` (and each one's producer inside the segment)."""
+             producers: dict[str, list[str]], carry_in: dict | None = None,
+             carry_out: set | None = None) -> tuple[list[mip.OpTerms], list]:
+    """The MIP terms of operators ``first .. last`` (and each one's producer inside the segment).
+
+    An operator may keep its output in memory mode when a consumer in the
+    segment loads it (:func:`sources`); it is live (written back, T^wb) when
+    some region after the segment still needs it (:func:`needed_until`),
+    unless the next segment keeps it in the arrays (``carry_out``: indices in
+    the segment; then it must keep it).  ``carry_in``: per index in the
+    segment, the memory-mode arrays a previous segment left its input in.
+    """
     hw = est.hw
     seg = regions[first:last + 1]
     idx = {r.name: i for i, r in enumerate(seg)}
-    cons = _consumers([r.name for r in regions], producers)
+    src = sources(regions, producers)
+    until = needed_until(regions, producers)
+    readers = _consumers([r.name for r in regions], {c: [p] for c, p in src.items() if p is not None})
     cap = hw.memory_capacity_bytes
     n_arr = hw.total_crossbars
+    carry_in, carry_out = carry_in or {}, carry_out or set()
     terms, prod = [], []
-    for r in seg:
+    for i, r in enumerate(seg):
         b = _base_terms(r, est)
-        ps = producers.get(r.name, [])
-        p = idx.get(ps[0]) if len(ps) == 1 else None
+        p = idx.get(src[r.name]) if src[r.name] is not None else None
         prod.append(p)
-        cs = cons.get(r.name, [])
-        inside = [c for c in cs if c in idx]
-        keep = bool(inside) and all(producers.get(c) == [r.name] for c in inside)
-        live = keep and len(inside) < len(cs)  # consumers in later segments: written back at the end (T^wb)
+        inside = [c for c in readers.get(r.name, []) if c in idx]
+        keep = bool(inside) or i in carry_out
+        live = keep and until[first + i] > last and i not in carry_out  # needed later: written back (T^wb)
         chunks_max = b["chunks"] + n_arr  # chunk count grows with copies; each store rounds up per array
         need = math.ceil((b["out_bytes"] + chunks_max) / cap) if (keep and cap and b["dual"]) else 0
         terms.append(mip.OpTerms(
             tiles=b["tiles"], compute_ns=b["compute_ns"], max_replicas=b["max_replicas"],
             in_ns_mem=b["in_ns_mem"], out_ns_mem=b["out_ns_mem"], in_ns_port=b["in_ns_port"],
             out_ns_port=b["out_ns_port"], prep_ns=b["prep_ns"], memory_need=need, producer=p, live=live,
-            wb_ns_mem=b["wb_ns_mem"] if live else 0.0,
+            wb_ns_mem=b["wb_ns_mem"] if live else 0.0, carried_in=float(carry_in.get(i, 0)),
+            must_keep=i in carry_out,
         ))
     return terms, prod
 
 
 def allocate_segment(regions: list[Region], first: int, last: int, est: Estimator,
                      producers: dict[str, list[str]], time_limit: float = TIME_LIMIT_S,
-                     seed: int = 0, make_plan=None) -> SegmentModes:
+                     seed: int = 0, make_plan=None, carry_in: dict | None = None, carry_out: set | None = None,
+                     held: dict | None = None) -> SegmentModes:
     """Allocate operators ``first .. last``: the MIP when one copy of each fits the chip, otherwise a
     serial segment (:func:`serial_allocation`; ``make_plan`` -- :func:`schedule.make_plan` -- costs its
-    memory choices; without it, no memory array)."""
+    memory choices; without it, no memory array).
+
+    ``carry_in`` (consumer index in the segment -> producer index in the network), ``held`` (producer
+    index -> its physical arrays) and ``carry_out`` (indices in the segment): data kept in memory-mode
+    arrays across the segment's boundaries (:func:`carry`; pipelined segments only).
+    """
     hw = est.hw
-    terms, prod = op_terms(regions, first, last, est, producers)
+    carry_in, held, carry_out = carry_in or {}, held or {}, carry_out or set()
+    arrays_in = {i: len(held[g]) for i, g in carry_in.items()}
+    terms, prod = op_terms(regions, first, last, est, producers, arrays_in, carry_out)
     n = hw.total_crossbars
     live = [t.live for t in terms]
     if sum(t.tiles for t in terms) > n:
         return serial_allocation(regions, first, last, est, producers, terms, prod, make_plan)
-    alloc = mip.allocate(terms, n, hw.dual_mode.switchable_arrays, time_limit, seed)
-    return SegmentModes(first, last, alloc, prod, live)
+    top = hw.dual_mode.switchable_arrays
+    sm = SegmentModes(first, last, None, prod, live, carry_in=dict(carry_in), carry_out=set(carry_out),
+                      held=dict(held))
+    sm.alloc = mip.allocate(terms, n, top, time_limit, seed, reserved=sm.reserved, floor=sm.floor(top))
+    return sm
 
 
 def serial_choices(hw: CIMHardware, terms: list[mip.OpTerms]) -> list[tuple[list[int], int]]:
@@ -241,12 +314,14 @@ def switch_ns(hw: CIMHardware, tom: int, toc: int) -> float:
 
 
 def effective_arrays(regions: list[Region], est: Estimator, memory: dict[str, int],
-                     source: dict[str, str]) -> dict[str, tuple[float, float]]:
+                     source: dict[str, str], segment: dict[str, int] | None = None) -> dict[str, tuple[float, float]]:
     """Per region, the memory arrays its loads and its stores get, as the estimate costs them.
 
     A producer's arrays serve its stores and its consumers' loads; each
     access gets a share of their bandwidth proportional to its bytes, so the
     arrays are busy for the sum of both, as on the simulator's timeline.
+    Accesses in different segments (``segment``: region name -> segment;
+    data kept across a boundary) do not overlap in time and do not share.
 
     Parameters
     ----------
@@ -256,18 +331,19 @@ def effective_arrays(regions: list[Region], est: Estimator, memory: dict[str, in
         Region name -> the region whose memory arrays hold its input.
     """
     by = {r.name: r for r in regions}
+    seg = segment or {}
     loads = {n: float(np.sum(est.chunks(by[n], 1).load_bytes)) for n in source}
-    stores = {n: float(by[n].batch * np.prod(by[n].mkn[::2])) for n, b in memory.items() if b}
-    total = dict(stores)
+    stores = {n: float(by[n].batch * np.prod(by[n].mkn[::2])) for n, b in memory.items() if b and n in by}
+    total = {(n, seg.get(n)): v for n, v in stores.items()}
     for c, p in source.items():
-        total[p] = total.get(p, 0.0) + loads[c]
+        total[(p, seg.get(c))] = total.get((p, seg.get(c)), 0.0) + loads[c]
     out = {}
     for r in regions:
         n = r.name
         b_out = memory.get(n, 0)
         p = source.get(n)
-        eff_out = b_out * stores[n] / total[n] if b_out else 0.0
-        eff_in = memory[p] * loads[n] / total[p] if p is not None and memory.get(p) else 0.0
+        eff_out = b_out * stores[n] / total[(n, seg.get(n))] if b_out else 0.0
+        eff_in = memory[p] * loads[n] / total[(p, seg.get(n))] if p is not None and memory.get(p) else 0.0
         out[n] = (eff_in, eff_out)
     return out
 
@@ -290,6 +366,8 @@ def segment_plans(regions: list[Region], sm: SegmentModes, est: Estimator, seg_i
         memory[seg[ki].name] = len(xbs)
     source = {r.name: seg[p].name for r, p in zip(seg, sm.producer) if p is not None and sm.alloc.memory[p]}
     eff = effective_arrays(seg, est, memory, source)
+    for ci, g in sm.carry_in.items():  # loaded from the arrays the previous segment left it in (no store now)
+        eff[seg[ci].name] = (float(len(sm.held[g])), eff[seg[ci].name][1])
     live = sm.live or [False] * len(seg)
     for i, r in enumerate(seg):
         out[r.name] = make_plan(r, est, 1 if i in sm.inplace else sm.alloc.replicas[i], rows, seg_idx, resident,
@@ -337,7 +415,8 @@ def inplace_candidates(regions: list[Region], sm: SegmentModes, est: Estimator, 
         if not need <= kept <= hw.memory_capacity_bytes:
             continue
         others = sum(d * n for i, (d, n) in enumerate(zip(sm.alloc.replicas, tiles)) if i != qi)
-        if others + sm.alloc.memory_arrays + t > hw.dual_mode.switchable_arrays:
+        top = hw.dual_mode.switchable_arrays
+        if others + max(sm.alloc.memory_arrays + sm.reserved, sm.floor(top)) + t > top:
             continue
         out.append((qi, ki, t))
     return out
@@ -374,6 +453,8 @@ def segment_dp(regions: list[Region], est: Estimator, producers: dict[str, list[
         if prefix[j + 1] - prefix[i] > n and j - i + 1 > SERIAL_MAX:
             return math.inf
         sm = modes(i, j)
+        if sm.alloc.status == "passes" and math.isfinite(sm.alloc.latency_ns):  # serial_allocation costed it
+            return sm.alloc.latency_ns
         plans = segment_plans(regions, sm, est, 0, False, make_plan)
         return est.graph_ns(regions[i:j + 1], plans, True, producers)[0]
 
@@ -391,8 +472,42 @@ def segment_dp(regions: list[Region], est: Estimator, producers: dict[str, list[
     return [modes(i, j) for i, j in cut], False
 
 
+def place(hw: CIMHardware, sm: SegmentModes) -> tuple[list[tuple], set, dict]:
+    """Physical memory arrays of a segment's operators.
+
+    The arrays holding data carried in (``sm.held``) stay where they are;
+    the segment's own memory arrays take the highest free arrays of the
+    switchable range, those carried out first, then in operator order; keys
+    in place sit below the lowest memory array.
+
+    Returns
+    -------
+    arrays : list of tuple
+        Per operator, its memory arrays.
+    mine : set
+        Every array in memory mode during the segment.
+    inplace : dict
+        Per ``dmatmul`` with keys in place, its arrays.
+    """
+    top = hw.dual_mode.switchable_arrays
+    taken = {x for xs in sm.held.values() for x in xs}
+    free = [x for x in range(top - 1, -1, -1) if x not in taken]
+    arrays: list[tuple] = [()] * len(sm.alloc.memory)
+    k = 0
+    for i in sorted(sm.carry_out) + [i for i in range(len(sm.alloc.memory)) if i not in sm.carry_out]:
+        b = sm.alloc.memory[i]
+        arrays[i] = tuple(sorted(free[k:k + b]))
+        k += b
+    mine = taken | {x for xs in arrays for x in xs}
+    inplace, lo = {}, (min(mine) if mine else top)
+    for qi, (_, t) in sorted(sm.inplace.items()):
+        inplace[qi] = tuple(range(lo - t, lo))
+        lo -= t
+    return arrays, mine, inplace
+
+
 def memory_layout(hw: CIMHardware, segs: list[SegmentModes]) -> list[dict]:
-    """Physical memory arrays per operator and the switches at every segment start.
+    """Physical memory arrays per operator and the switches at every segment start (:func:`place`).
 
     Returns
     -------
@@ -401,24 +516,105 @@ def memory_layout(hw: CIMHardware, segs: list[SegmentModes]) -> list[dict]:
         ``inplace`` (per ``dmatmul`` with keys in place: its arrays, below
         the memory ones), ``tom`` / ``toc`` (arrays switched at the segment start; the first
         segment switches from the last one's modes, and switches all its own
-        memory arrays TOM so the first inference starts right).
+        memory arrays TOM so the first inference starts right).  Arrays
+        holding data carried into a segment stay in memory mode.
     """
-    top = hw.dual_mode.switchable_arrays
+    placed = [place(hw, sm) for sm in segs]
     out = []
-    for s, sm in enumerate(segs):
-        hi = top
-        arrays = []
-        for b in sm.alloc.memory:
-            arrays.append(tuple(range(hi - b, hi)))
-            hi -= b
-        mine = set(range(hi, top))
-        inplace, lo = {}, hi  # keys in place: below the memory block (memory mode only while being stored)
-        for qi, (_, t) in sorted(sm.inplace.items()):
-            inplace[qi] = tuple(range(lo - t, lo))
-            lo -= t
-        prev = segs[s - 1] if s else segs[-1]
-        theirs = set(range(top - prev.alloc.memory_arrays, top))
+    for s, (arrays, mine, inplace) in enumerate(placed):
+        theirs = placed[s - 1][1] if s else placed[-1][1]
         tom = sorted(mine if s == 0 else mine - theirs)
         toc = sorted(theirs - mine)
         out.append({"out": arrays, "tom": tuple(tom), "toc": tuple(toc), "inplace": inplace})
     return out
+
+
+def carry(regions: list[Region], segs: list[SegmentModes], est: Estimator, producers: dict[str, list[str]],
+          make_plan, resident: bool = False, time_limit: float = TIME_LIMIT_S, seed: int = 0) -> list[int]:
+    """Keep live outputs in memory-mode arrays across segment boundaries (paper sec. 4: memory-mode arrays
+    as on-chip buffers for intermediate data), where the shared estimate finds it faster.
+
+    Segment by segment, in order, an output some later region still needs
+    (:func:`needed_until`), at most :data:`CARRY_SPAN` segments on, may stay
+    in its memory-mode arrays: the segment keeps it there (``must_keep``, no
+    write-back), the segments up to its last reader keep those arrays in
+    memory mode (they count in their budgets, their compute arrays stay below
+    them) and its readers load from them instead of the port.  All these
+    segments are allocated again by the MIP; the candidate that lowers their
+    estimated latency most is kept, and the search repeats until none does.
+    Serial segments take part in none.
+
+    Returns
+    -------
+    list of int
+        Per boundary taken, the index of the segment before it (``segs`` is updated in place).
+    """
+    hw = est.hw
+    top = hw.dual_mode.switchable_arrays
+    if (len(segs) < 2 or top <= 0 or hw.dual_mode.memory_bandwidth_bits <= 0 or hw.memory_capacity_bytes <= 0
+            or hw.chip.computing_mode == "core"):
+        return []
+    src = sources(regions, producers)
+    until = needed_until(regions, producers)
+    order = {r.name: i for i, r in enumerate(regions)}
+
+    def ns(s_idx, sm):
+        seg = regions[sm.first:sm.last + 1]
+        return est.graph_ns(seg, segment_plans(regions, sm, est, s_idx, resident, make_plan), True, producers)[0]
+
+    seg_of = [s for s, sm in enumerate(segs) for _ in range(sm.last - sm.first + 1)]
+    cache: dict = {}
+
+    def cost_of(s_idx, sm):
+        if id(sm) not in cache:
+            cache[id(sm)] = (sm, ns(s_idx, sm))
+        return cache[id(sm)][1]
+
+    def serial(sm):
+        return sm.pass_xbs or sm.alloc.status == "passes"
+
+    taken = []
+    for s in range(len(segs) - 1):
+        if serial(segs[s]):
+            continue
+        while True:
+            a = segs[s]
+            best = None
+            for g in range(a.first, a.last + 1):
+                if g - a.first in a.carry_out or until[g] <= a.last:
+                    continue
+                keep = a.carry_out | {g - a.first}
+                t = max(seg_of[until[a.first + i]] for i in keep)  # the last segment holding any of them
+                if seg_of[until[g]] - s > CARRY_SPAN or any(serial(x) for x in segs[s + 1:t + 1]):
+                    continue
+                readers = [order[c] for c, p in src.items() if p == regions[g].name and order[c] > a.last]
+                if any(regions[c].kind == DMATMUL for c in readers):
+                    continue
+                try:
+                    a2 = allocate_segment(regions, a.first, a.last, est, producers, time_limit, seed, make_plan,
+                                          a.carry_in, keep, a.held)
+                    if not a2.alloc.memory[g - a.first]:
+                        continue
+                    out_xbs = place(hw, a2)[0]
+                    new = [a2]
+                    for x in segs[s + 1:t + 1]:  # hold the arrays (at their new places) up to the last reader
+                        held = {k: (out_xbs[k - a.first] if a.first <= k <= a.last else v) for k, v in x.held.items()}
+                        if until[g] >= x.first:
+                            held[g] = out_xbs[g - a.first]
+                        cin = x.carry_in | {c - x.first: g for c in readers if x.first <= c <= x.last}
+                        x2 = allocate_segment(regions, x.first, x.last, est, producers, time_limit, seed, make_plan,
+                                              cin, x.carry_out, held)
+                        if x2.pass_xbs:
+                            raise ValueError("serial")
+                        new.append(x2)
+                except (ValueError, RuntimeError):  # does not fit beside the held arrays
+                    continue
+                v = sum(cost_of(s + i, y) for i, y in enumerate(new))
+                base = sum(cost_of(i, segs[i]) for i in range(s, t + 1))
+                if v < base and (best is None or v - base < best[0]):
+                    best = (v - base, new)
+            if best is None:
+                break
+            segs[s:s + len(best[1])] = best[1]
+            taken.extend(range(s, s + len(best[1]) - 1))
+    return taken
