@@ -50,7 +50,7 @@ from ..hardware.schema import CIMHardware
 from ..program import OPS, Op, Parallel, Program, Range, Ref
 from .localmem import LocalMemory, buffer_bytes
 from .loopnest import simulate as simulate_loopnest
-from .timeline import Events, schedule_graph
+from .timeline import Events, gc_paused, schedule_graph
 
 
 class SimulationError(RuntimeError):
@@ -210,6 +210,11 @@ class Chip:
 
     # ------------------------------------------------------------------ public
     def run(self, prog: Program, tensors: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], RegionStats]:
+        """Execute a program (see :meth:`_run`; the garbage collector is paused meanwhile, :func:`gc_paused`)."""
+        with gc_paused():
+            return self._run(prog, tensors)
+
+    def _run(self, prog: Program, tensors: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], RegionStats]:
         """Execute a program.
 
         Parameters
