@@ -285,6 +285,9 @@ class Chip:
         self._cross = self._cross_pass()
         self._entries_memo: dict = {}  # id(op) -> _entries (the program is alive while it runs)
         self._blocks: dict = {}  # vxb -> row-block start -> its crossbars (in binding order)
+        self._vxb_shapes: dict = {}  # vxb -> its crossbars and tile shapes (_vxb_shape)
+        self._read_tags: dict = {}  # (vxb, block) -> a read's resource and input key
+        self._write_cost: dict = {}  # tile shape -> (ns, pJ) of programming it
         self._read_memo: dict = {}  # aggregated cost of a read of one crossbar set
         self._shape_memo: dict = {}  # (rows, cols, vectors, groups) -> cost.read of this program's mapping
         self._done_full: set[str] = set()
@@ -349,12 +352,27 @@ class Chip:
         hit = self._entries_memo.get(id(o))
         if hit is None:  # operations that activate the same crossbars share one list (every chunk's reads)
             blk = o.get("block")
-            key = (o.opcode, o.get("vxb"), None if blk is None else blk.start, o.get("group"))
+            v = o.get("vxb")
+            if blk is None and not self.options.functional:
+                # timing only: a read costs by its crossbars and tile shapes, not by which weights they hold, so
+                # virtual crossbars bound to the same crossbars with the same shapes (every pass of a layer larger
+                # than the chip) share one list, and its cost is computed once (_read_memo)
+                v = self._vxb_shape(v)
+            key = (o.opcode, v, None if blk is None else blk.start, o.get("group"))
             hit = self._entries_memo.get(key)
             if hit is None:
                 hit = self._entries_memo[key] = self._entries_of(o)
             self._entries_memo[id(o)] = hit
         return hit
+
+    def _vxb_shape(self, v) -> tuple:
+        """A virtual crossbar's crossbars and tile shapes, in binding order (memoised per vxb)."""
+        sig = self._vxb_shapes.get(v)
+        if sig is None:
+            if v not in self.vxbs:
+                raise SimulationError(f"program '{self.prog.name}': read of unbound virtual crossbar {v}")
+            sig = self._vxb_shapes[v] = ("shape",) + tuple((xb, r.size, c.size) for xb, r, c in self.vxbs[v])
+        return sig
 
     def _entries_of(self, o: Op) -> list:
         v = o["vxb"]
@@ -871,9 +889,14 @@ class Chip:
 
     def _record_write(self, o: Op, ev: Events) -> None:
         xb = o["xb"]
-        dur, e = cost.write(self.phw, o["rows"].size, o["cols"].size, int(o.get("batch", 1)), self.wbits)
-        if o.get("inplace"):  # its data was charged when it was stored in memory mode
-            dur, e = 0.0, 0.0
+        shape = (o["rows"].size, o["cols"].size, int(o.get("batch", 1)), bool(o.get("inplace")))
+        hit = self._write_cost.get(shape)
+        if hit is None:  # tiles of one shape cost the same (every pass rewrites the same shapes)
+            dur, e = cost.write(self.phw, shape[0], shape[1], shape[2], self.wbits)
+            if shape[3]:  # its data was charged when it was stored in memory mode
+                dur, e = 0.0, 0.0
+            hit = self._write_cost[shape] = (dur, e)
+        dur, e = hit
         key = f"xb:{xb}"
         deps = self._deps(key, Range(0, 1), write=True)
         table = self._ranges.get(o["src"].name)
@@ -892,11 +915,17 @@ class Chip:
         v = _vecs(o, self.M)
         ents = self._entries(o)
         vectors = v.size * self._batch
-        agg_key = (id(ents), vectors, o.opcode, o["src"].name)
+        agg_key = (id(ents), vectors, o.opcode)
         agg = self._read_memo.get(agg_key)
         if agg is None:  # the same crossbars read for the same number of vectors cost the same
             agg = self._read_memo[agg_key] = self._read_cost(o, ents, vectors)
-        dur, energy, total, tag, src_key, xb_keys = agg
+        dur, energy, total, xb_keys = agg
+        blk = o.get("block")
+        tag_key = (o["vxb"], o["src"].name, None if blk is None else blk.start)
+        tags = self._read_tags.get(tag_key)
+        if tags is None:
+            tags = self._read_tags[tag_key] = self._read_tag(o)
+        tag, src_key = tags
         deps = self._deps(src_key, v, False) + self._deps(o["src"].name, v, False)
         xb_write = self._xb_write
         for k in xb_keys:
@@ -916,7 +945,7 @@ class Chip:
         self._mark(o["dst"].name, v, i, True)
 
     def _read_cost(self, o: Op, ents: list, vectors: int) -> tuple:
-        """Duration, energy by component, total energy, resource, input key and crossbar keys of a read."""
+        """Duration, energy by component, total energy and crossbar keys of a read."""
         row = o.opcode == "CIM.read_row"
         ra = self.xhw.crossbar.rows_active
         shapes = tuple((rows.size, cols.size) for _, rows, cols, _ in ents)
@@ -937,11 +966,15 @@ class Chip:
                 for k2, val in e.items():
                     energy[k2] += val
             hit = self._shape_memo[sig] = (max(durs, default=0.0), dict(energy), float(sum(energy.values())))
+        return (*hit, tuple(f"xb:{xb}" for xb, _, _, _ in ents))
+
+    def _read_tag(self, o: Op) -> tuple[str, str]:
+        """The resource a read occupies and the key of the input slice it reads (the scatter that sent it)."""
         blk = o.get("block")
         # row groups of one crossbar are sequential: they share the resource
         tag = f"vxb:{self.prog.name}:{o['vxb']}" + (f":{blk.start}" if blk is not None else "")
         src_key = f"{o['src'].name}@{o['vxb']}" + (f":{blk.start}" if blk is not None else "")
-        return (*hit, tag, src_key, tuple(f"xb:{xb}" for xb, _, _, _ in ents))
+        return tag, src_key
 
     def _record_dmov(self, o: Op, ev: Events) -> None:
         hw = self.hw
