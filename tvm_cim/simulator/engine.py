@@ -347,22 +347,27 @@ class Chip:
                 out[o["vxb"]] = list(zip(o["xbs"], o["rows"], o["cols"]))
         return out
 
-    def _entries(self, o: Op) -> list:
-        """(xb, rows, cols, base row) of the crossbars a read activates (memoised per operation of the program)."""
-        hit = self._entries_memo.get(id(o))
+    def _entries(self, o: Op, shape_only: bool = False) -> list:
+        """(xb, rows, cols, base row) of the crossbars a read activates (memoised per operation of the program).
+
+        ``shape_only`` (always, timing only): for what needs only the crossbars and the tile shapes (costs,
+        resources, modes), not which weights they hold.  Virtual crossbars bound to the same crossbars with
+        the same shapes (every pass of a layer larger than the chip) then share one list, whose cost is
+        computed once (``_read_memo``).
+        """
+        shape_only = shape_only or not self.options.functional
+        mkey = (id(o), shape_only)
+        hit = self._entries_memo.get(mkey)
         if hit is None:  # operations that activate the same crossbars share one list (every chunk's reads)
             blk = o.get("block")
             v = o.get("vxb")
-            if blk is None and not self.options.functional:
-                # timing only: a read costs by its crossbars and tile shapes, not by which weights they hold, so
-                # virtual crossbars bound to the same crossbars with the same shapes (every pass of a layer larger
-                # than the chip) share one list, and its cost is computed once (_read_memo)
+            if blk is None and shape_only:
                 v = self._vxb_shape(v)
             key = (o.opcode, v, None if blk is None else blk.start, o.get("group"))
             hit = self._entries_memo.get(key)
             if hit is None:
                 hit = self._entries_memo[key] = self._entries_of(o)
-            self._entries_memo[id(o)] = hit
+            self._entries_memo[mkey] = hit
         return hit
 
     def _vxb_shape(self, v) -> tuple:
@@ -427,7 +432,7 @@ class Chip:
     def _check_compute_mode(self, o: Op) -> None:
         """A crossbar read or write needs its arrays in compute mode (an in-place write, the tile's data)."""
         if self.xb_memory:  # the crossbar lists are only needed when some array is in memory mode
-            xbs = [o["xb"]] if o.opcode == "CIM.write_xb" else [xb for xb, _, _, _ in self._entries(o)]
+            xbs = [o["xb"]] if o.opcode == "CIM.write_xb" else [xb for xb, _, _, _ in self._entries(o, True)]
             bad = sorted(x for x in xbs if x in self.xb_memory)
             if bad:
                 raise SimulationError(f"program '{self.prog.name}': {o.kind} uses crossbars {bad} in memory mode "
@@ -843,6 +848,8 @@ class Chip:
     def _reset_board(self) -> None:
         self._ranges: dict = defaultdict(dict)
         self._xb_write: dict = {}
+        self._xb_epoch = 0  # counts crossbar writes: the cached write dependencies of reads are valid within one
+        self._write_deps: dict = {}  # id(crossbar keys) -> (epoch, their last writes)
         self._xb_readers: dict = defaultdict(list)
 
     def _deps(self, key: str, v: Range, write: bool = False) -> list[int]:
@@ -867,6 +874,7 @@ class Chip:
     def _mark(self, key: str, v: Range, idx: int, write: bool) -> None:
         if key.startswith("xb:"):
             if write:
+                self._xb_epoch += 1
                 self._xb_write[key] = idx
                 self._xb_readers[key] = []
             else:
@@ -913,7 +921,7 @@ class Chip:
 
     def _record_read(self, o: Op, ev: Events) -> None:
         v = _vecs(o, self.M)
-        ents = self._entries(o)
+        ents = self._entries(o, True)
         vectors = v.size * self._batch
         agg_key = (id(ents), vectors, o.opcode)
         agg = self._read_memo.get(agg_key)
@@ -927,14 +935,14 @@ class Chip:
             tags = self._read_tags[tag_key] = self._read_tag(o)
         tag, src_key = tags
         deps = self._deps(src_key, v, False) + self._deps(o["src"].name, v, False)
-        xb_write = self._xb_write
-        for k in xb_keys:
-            last = xb_write.get(k)
-            if last is not None:
-                deps.append(last)
+        wd = self._write_deps.get(id(xb_keys))
+        if wd is None or wd[0] != self._xb_epoch:  # the last writes of its crossbars (until one is rewritten)
+            xb_write = self._xb_write
+            wd = self._write_deps[id(xb_keys)] = (self._xb_epoch, [xb_write[k] for k in xb_keys if k in xb_write])
+        deps += wd[1]
         for k2, val in energy.items():
             self._energy[k2] += val
-        i = ev.add(dur, (tag,), deps, total, True, o.opcode)
+        i = ev.add(dur, tag, deps, total, True, o.opcode)
         if self._lmem is not None:  # the input slice it reads may be reused after it
             held = self._lbuf.get((src_key, v.start, v.stop))
             if held is not None:
@@ -968,13 +976,13 @@ class Chip:
             hit = self._shape_memo[sig] = (max(durs, default=0.0), dict(energy), float(sum(energy.values())))
         return (*hit, tuple(f"xb:{xb}" for xb, _, _, _ in ents))
 
-    def _read_tag(self, o: Op) -> tuple[str, str]:
-        """The resource a read occupies and the key of the input slice it reads (the scatter that sent it)."""
+    def _read_tag(self, o: Op) -> tuple[tuple, str]:
+        """The resources a read occupies (one tuple shared by its reads) and the key of the input slice it reads (the scatter that sent it)."""
         blk = o.get("block")
         # row groups of one crossbar are sequential: they share the resource
         tag = f"vxb:{self.prog.name}:{o['vxb']}" + (f":{blk.start}" if blk is not None else "")
         src_key = f"{o['src'].name}@{o['vxb']}" + (f":{blk.start}" if blk is not None else "")
-        return tag, src_key
+        return (tag,), src_key
 
     def _record_dmov(self, o: Op, ev: Events) -> None:
         hw = self.hw
@@ -983,7 +991,7 @@ class Chip:
         sub = o.get("op")
         src = o["src"].name
         if sub == "scatter":
-            cores = sorted({xb // hw.core.crossbars for xb, _, _, _ in self._entries(o)}) if "vxb" in dict(o.args) else [0]
+            cores = sorted({xb // hw.core.crossbars for xb, _, _, _ in self._entries(o, True)}) if "vxb" in dict(o.args) else [0]
             dur, e = cost.scatter(hw, nbytes)
             res = tuple(f"link:{c}" for c in cores[:1])
             deps = self._deps(src, v, False)

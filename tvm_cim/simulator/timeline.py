@@ -91,13 +91,20 @@ class Events:
     kind: list = field(default_factory=list)  # meta-operator kind
     inputs: list = field(default_factory=list)  # (index, frac0, frac1) region-input loads
     outputs: list = field(default_factory=list)  # (index, frac0, frac1) region-output stores
+    _last: tuple = field(default=(), repr=False, compare=False)  # the last short dependency tuple (shared)
 
     def add(self, dur, res, deps, energy, analog, kind, shared: list | None = None) -> int:
         """Append an operation; ``shared``: it also depends on every current member of this growing list."""
         self.dur.append(float(dur))
         self.res.append(tuple(res))
         # long dependency lists (all reads of a chunk, of a crossbar) as compact int64 arrays
-        d = tuple(deps) if len(deps) <= _LONG else array("q", deps)
+        if len(deps) <= _LONG:
+            d = tuple(deps)
+            if d == self._last:  # the reads of one parallel block wait for the same operations: one tuple
+                d = self._last
+            self._last = d
+        else:
+            d = array("q", deps)
         self.deps.append(d if shared is None else Prefix(shared, len(shared), d))
         self.energy.append(float(energy))
         self.analog.append(bool(analog))
@@ -360,7 +367,6 @@ def _schedule_graph(regions, producers, pipeline, power_cap_mw) -> Timeline:
         n_ev = len(ev)
         st = [0.0] * n_ev
         fin = [0.0] * n_ev
-        fin_np = np.zeros(n_ev)  # a copy of fin for the long dependency lists
         ext_ready = {}
         prods = [p for p in producers.get(name, []) if p in outs]
         for idx, f0, f1 in ev.inputs:
@@ -372,9 +378,11 @@ def _schedule_graph(regions, producers, pipeline, power_cap_mw) -> Timeline:
             ext_ready[idx] = t
         floor = prev_end if not pipeline else seg_floor
         ev_deps, ev_dur, ev_res = ev.deps, ev.dur, ev.res
+        ready = ext_ready.get  # an input load's time is never below the floor (it starts from it)
+        fin_at = fin.__getitem__
         run_max: dict = {}  # id(shared list) -> running maxima of its members' finish times
         for i in range(n_ev):
-            t = max(floor, ext_ready.get(i, floor))
+            t = ready(i, floor)
             deps = ev_deps[i]
             if type(deps) is Prefix:
                 rm = run_max.setdefault(id(deps.members), [])
@@ -385,7 +393,9 @@ def _schedule_graph(regions, producers, pipeline, power_cap_mw) -> Timeline:
                     t = rm[deps.count - 1]
                 deps = deps.rest
             if len(deps) > _LONG:
-                t = max(t, float(fin_np[np.frombuffer(deps, dtype=np.int64)].max()))
+                f = max(map(fin_at, deps))
+                if f > t:
+                    t = f
             else:
                 for d in deps:
                     if fin[d] > t:
@@ -399,7 +409,6 @@ def _schedule_graph(regions, producers, pipeline, power_cap_mw) -> Timeline:
                     t = r.earliest(t, dur)
                     r.reserve(t, dur)
                     st[i], fin[i] = t, t + dur
-                    fin_np[i] = t + dur
                     continue
                 rs = [res[r] for r in names]
                 while True:  # earliest time every resource is free (and, capped, the power allows it)
@@ -416,7 +425,6 @@ def _schedule_graph(regions, producers, pipeline, power_cap_mw) -> Timeline:
                 if capped:
                     power.add(t, dur, ev.energy[i] / dur)
             st[i], fin[i] = t, t + dur
-            fin_np[i] = t + dur
         starts.extend(st)
         finishes.extend(fin)
         analog.extend(ev.analog)
