@@ -50,7 +50,7 @@ from ..hardware.schema import CIMHardware
 from ..program import OPS, Op, Parallel, Program, Range, Ref
 from .localmem import LocalMemory, buffer_bytes
 from .loopnest import simulate as simulate_loopnest
-from .timeline import Events, gc_paused, schedule_graph
+from .timeline import LONG_DEPS, Events, Prefix, gc_paused, schedule_graph
 
 
 class SimulationError(RuntimeError):
@@ -850,6 +850,7 @@ class Chip:
         self._xb_write: dict = {}
         self._xb_epoch = 0  # counts crossbar writes: the cached write dependencies of reads are valid within one
         self._write_deps: dict = {}  # id(crossbar keys) -> (epoch, their last writes)
+        self._readers_seen: dict = {}  # (count, first, last) -> the last reader list of crossbars (_write_deps_of)
         self._xb_readers: dict = defaultdict(list)
 
     def _deps(self, key: str, v: Range, write: bool = False) -> list[int]:
@@ -906,18 +907,36 @@ class Chip:
             hit = self._write_cost[shape] = (dur, e)
         dur, e = hit
         key = f"xb:{xb}"
-        deps = self._deps(key, Range(0, 1), write=True)
         table = self._ranges.get(o["src"].name)
         shared = None
         if table and len(table) == 1 and (0, self.M) in table:  # every weight fetch so far: a shared list
             shared = table[(0, self.M)]
+            deps = self._write_deps_of(key)
         else:
+            deps = self._deps(key, Range(0, 1), write=True)
             deps += self._deps(o["src"].name, Range(0, self.M), write=False)
         self._energy["write"] += e
         ports = self.hw.dual_mode.write_ports  # arrays programmed at once share the write ports
         res = (key, f"wport:{xb % ports}") if ports else (key,)
         i = ev.add(dur, res, deps, e, False, "CIM.write_xb", shared)
         self._mark(key, Range(0, 1), i, True)
+
+    def _write_deps_of(self, key: str):
+        """A crossbar write's dependencies: its last write, then the reads of it since (in that order).
+
+        Crossbars read together (every row group of a pass reads all of them) have equal reader lists:
+        those are stored once (a :class:`Prefix` of one shared list after the last write), which keeps
+        the timeline of a layer rewritten in many passes small and lets the scheduler maximise the list once.
+        """
+        last = self._xb_write.get(key)
+        readers = self._xb_readers[key]
+        if len(readers) <= LONG_DEPS:
+            return ([] if last is None else [last]) + readers
+        sig = (len(readers), readers[0], readers[-1])
+        same = self._readers_seen.get(sig)
+        if same is None or same != readers:
+            same = self._readers_seen[sig] = list(readers)
+        return Prefix(same, len(same), () if last is None else (last,))
 
     def _record_read(self, o: Op, ev: Events) -> None:
         v = _vecs(o, self.M)

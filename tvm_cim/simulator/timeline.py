@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-_LONG = 16  # dependency lists longer than this are stored as arrays and maximised in numpy
+LONG_DEPS = 16  # dependency lists longer than this are stored as compact int64 arrays
 _BLOCK = 32  # busy intervals of a resource are kept in blocks of _BLOCK to 2 * _BLOCK
 _GAP_MARGIN = 1e-3  # ns: a block is skipped only if its largest gap is this much shorter than needed
 
@@ -54,7 +54,8 @@ def gc_paused():
 
 
 class Prefix:
-    """Dependencies of one operation: ``rest`` plus the first ``count`` entries of a list that keeps growing.
+    """Dependencies of one operation: ``rest`` (a tuple, an array or a Prefix) plus the first ``count`` entries of
+    a list that only grows (or never changes).
 
     Many operations depend on every earlier member of one list (the weight
     fetches of a layer larger than the chip: each pass's crossbar writes wait
@@ -98,7 +99,9 @@ class Events:
         self.dur.append(float(dur))
         self.res.append(tuple(res))
         # long dependency lists (all reads of a chunk, of a crossbar) as compact int64 arrays
-        if len(deps) <= _LONG:
+        if type(deps) is Prefix:  # already shared (a crossbar's readers, :meth:`Chip._write_deps_of`)
+            d = deps
+        elif len(deps) <= LONG_DEPS:
             d = tuple(deps)
             if d == self._last:  # the reads of one parallel block wait for the same operations: one tuple
                 d = self._last
@@ -384,7 +387,7 @@ def _schedule_graph(regions, producers, pipeline, power_cap_mw) -> Timeline:
         for i in range(n_ev):
             t = ready(i, floor)
             deps = ev_deps[i]
-            if type(deps) is Prefix:
+            while type(deps) is Prefix:  # (its rest may be a Prefix too)
                 rm = run_max.setdefault(id(deps.members), [])
                 while len(rm) < deps.count:
                     f = fin[deps.members[len(rm)]]
@@ -392,7 +395,7 @@ def _schedule_graph(regions, producers, pipeline, power_cap_mw) -> Timeline:
                 if deps.count and rm[deps.count - 1] > t:
                     t = rm[deps.count - 1]
                 deps = deps.rest
-            if len(deps) > _LONG:
+            if len(deps) > LONG_DEPS:
                 f = max(map(fin_at, deps))
                 if f > t:
                     t = f
