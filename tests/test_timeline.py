@@ -201,3 +201,40 @@ def test_critical_path_of_a_network_adds_up_to_the_latency(strategy):
     if not pipeline:  # one region after another: every region is on the path for its whole span
         for name, (s0, s1) in tl.region_span.items():
             assert cp["regions"][name]["path_ns"] == pytest.approx(s1 - s0, rel=1e-9, abs=1e-6)
+
+
+def _random_region(rng, n, integer):
+    """A region of ``n`` random operations on a few shared resources, with random earlier dependencies."""
+    ev = Events()
+    for i in range(n):
+        dur = float(rng.integers(0, 50)) if integer else float(rng.uniform(0.0, 50.0))
+        res = tuple(sorted(set(rng.choice(["gbuf", "alu:0", "vxb:0", "vxb:1", "link:0"], rng.integers(1, 3)))))
+        deps = tuple(sorted(set(rng.integers(0, i, rng.integers(0, 4)).tolist()))) if i else ()
+        ev.add(dur, res, deps, 1.0, "vxb:0" in res, "CIM.read_xb")
+    ev.inputs.append((0, 0.0, 1.0))
+    ev.outputs.append((n - 1, 0.0, 1.0))
+    return ev
+
+
+@pytest.mark.parametrize("integer", [True, False])
+@pytest.mark.parametrize("pipeline", [True, False])
+def test_isolated_region_placed_from_its_schedule_alone(integer, pipeline):
+    """A region every earlier operation has finished before (no pipeline, or a new segment) is placed from its
+    schedule alone, shifted (Events.alone): the timeline must equal the list scheduler's, operation by operation
+    (with non-integer times the shift may round, so the scheduler runs instead)."""
+    rng = np.random.default_rng(7)
+    names = ["a", "b", "c", "d"]
+    segs = [0, 1, 1, 2]  # c shares b's segment: with the pipeline it is scheduled against b's bookings
+    evs = [_random_region(rng, 60, integer) for _ in names]
+    regions = list(zip(names, evs, segs))
+    prods = {"b": ["a"], "c": ["b"], "d": ["c"]}
+    for ev in evs:  # what Chip.run does: each region scheduled alone from time 0 records its schedule
+        schedule_graph([("x", ev, 0)], {}, pipeline=True)
+        assert ev.alone is not None
+    fast = schedule_graph(regions, prods, pipeline)
+    for ev in evs:
+        ev.alone = None
+    slow = schedule_graph(regions, prods, pipeline)
+    assert np.array_equal(fast.start, slow.start) and np.array_equal(fast.finish, slow.finish)
+    assert fast.latency_ns == slow.latency_ns and fast.utilisation == slow.utilisation
+    assert fast.region_span == slow.region_span and fast.peak_power_mw == slow.peak_power_mw

@@ -50,7 +50,7 @@ from ..hardware.schema import CIMHardware
 from ..program import OPS, Op, Parallel, Program, Range, Ref
 from .localmem import LocalMemory, buffer_bytes
 from .loopnest import simulate as simulate_loopnest
-from .timeline import Events, schedule_graph
+from .timeline import LONG_DEPS, Events, Prefix, gc_paused, schedule_graph
 
 
 class SimulationError(RuntimeError):
@@ -210,6 +210,11 @@ class Chip:
 
     # ------------------------------------------------------------------ public
     def run(self, prog: Program, tensors: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], RegionStats]:
+        """Execute a program (see :meth:`_run`; the garbage collector is paused meanwhile, :func:`gc_paused`)."""
+        with gc_paused():
+            return self._run(prog, tensors)
+
+    def _run(self, prog: Program, tensors: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], RegionStats]:
         """Execute a program.
 
         Parameters
@@ -280,6 +285,9 @@ class Chip:
         self._cross = self._cross_pass()
         self._entries_memo: dict = {}  # id(op) -> _entries (the program is alive while it runs)
         self._blocks: dict = {}  # vxb -> row-block start -> its crossbars (in binding order)
+        self._vxb_shapes: dict = {}  # vxb -> its crossbars and tile shapes (_vxb_shape)
+        self._read_tags: dict = {}  # (vxb, block) -> a read's resource and input key
+        self._write_cost: dict = {}  # tile shape -> (ns, pJ) of programming it
         self._read_memo: dict = {}  # aggregated cost of a read of one crossbar set
         self._shape_memo: dict = {}  # (rows, cols, vectors, groups) -> cost.read of this program's mapping
         self._done_full: set[str] = set()
@@ -339,17 +347,37 @@ class Chip:
                 out[o["vxb"]] = list(zip(o["xbs"], o["rows"], o["cols"]))
         return out
 
-    def _entries(self, o: Op) -> list:
-        """(xb, rows, cols, base row) of the crossbars a read activates (memoised per operation of the program)."""
-        hit = self._entries_memo.get(id(o))
+    def _entries(self, o: Op, shape_only: bool = False) -> list:
+        """(xb, rows, cols, base row) of the crossbars a read activates (memoised per operation of the program).
+
+        ``shape_only`` (always, timing only): for what needs only the crossbars and the tile shapes (costs,
+        resources, modes), not which weights they hold.  Virtual crossbars bound to the same crossbars with
+        the same shapes (every pass of a layer larger than the chip) then share one list, whose cost is
+        computed once (``_read_memo``).
+        """
+        shape_only = shape_only or not self.options.functional
+        mkey = (id(o), shape_only)
+        hit = self._entries_memo.get(mkey)
         if hit is None:  # operations that activate the same crossbars share one list (every chunk's reads)
             blk = o.get("block")
-            key = (o.opcode, o.get("vxb"), None if blk is None else blk.start, o.get("group"))
+            v = o.get("vxb")
+            if blk is None and shape_only:
+                v = self._vxb_shape(v)
+            key = (o.opcode, v, None if blk is None else blk.start, o.get("group"))
             hit = self._entries_memo.get(key)
             if hit is None:
                 hit = self._entries_memo[key] = self._entries_of(o)
-            self._entries_memo[id(o)] = hit
+            self._entries_memo[mkey] = hit
         return hit
+
+    def _vxb_shape(self, v) -> tuple:
+        """A virtual crossbar's crossbars and tile shapes, in binding order (memoised per vxb)."""
+        sig = self._vxb_shapes.get(v)
+        if sig is None:
+            if v not in self.vxbs:
+                raise SimulationError(f"program '{self.prog.name}': read of unbound virtual crossbar {v}")
+            sig = self._vxb_shapes[v] = ("shape",) + tuple((xb, r.size, c.size) for xb, r, c in self.vxbs[v])
+        return sig
 
     def _entries_of(self, o: Op) -> list:
         v = o["vxb"]
@@ -404,7 +432,7 @@ class Chip:
     def _check_compute_mode(self, o: Op) -> None:
         """A crossbar read or write needs its arrays in compute mode (an in-place write, the tile's data)."""
         if self.xb_memory:  # the crossbar lists are only needed when some array is in memory mode
-            xbs = [o["xb"]] if o.opcode == "CIM.write_xb" else [xb for xb, _, _, _ in self._entries(o)]
+            xbs = [o["xb"]] if o.opcode == "CIM.write_xb" else [xb for xb, _, _, _ in self._entries(o, True)]
             bad = sorted(x for x in xbs if x in self.xb_memory)
             if bad:
                 raise SimulationError(f"program '{self.prog.name}': {o.kind} uses crossbars {bad} in memory mode "
@@ -820,6 +848,9 @@ class Chip:
     def _reset_board(self) -> None:
         self._ranges: dict = defaultdict(dict)
         self._xb_write: dict = {}
+        self._xb_epoch = 0  # counts crossbar writes: the cached write dependencies of reads are valid within one
+        self._write_deps: dict = {}  # id(crossbar keys) -> (epoch, their last writes)
+        self._readers_seen: dict = {}  # (count, first, last) -> the last reader list of crossbars (_write_deps_of)
         self._xb_readers: dict = defaultdict(list)
 
     def _deps(self, key: str, v: Range, write: bool = False) -> list[int]:
@@ -844,6 +875,7 @@ class Chip:
     def _mark(self, key: str, v: Range, idx: int, write: bool) -> None:
         if key.startswith("xb:"):
             if write:
+                self._xb_epoch += 1
                 self._xb_write[key] = idx
                 self._xb_readers[key] = []
             else:
@@ -866,16 +898,22 @@ class Chip:
 
     def _record_write(self, o: Op, ev: Events) -> None:
         xb = o["xb"]
-        dur, e = cost.write(self.phw, o["rows"].size, o["cols"].size, int(o.get("batch", 1)), self.wbits)
-        if o.get("inplace"):  # its data was charged when it was stored in memory mode
-            dur, e = 0.0, 0.0
+        shape = (o["rows"].size, o["cols"].size, int(o.get("batch", 1)), bool(o.get("inplace")))
+        hit = self._write_cost.get(shape)
+        if hit is None:  # tiles of one shape cost the same (every pass rewrites the same shapes)
+            dur, e = cost.write(self.phw, shape[0], shape[1], shape[2], self.wbits)
+            if shape[3]:  # its data was charged when it was stored in memory mode
+                dur, e = 0.0, 0.0
+            hit = self._write_cost[shape] = (dur, e)
+        dur, e = hit
         key = f"xb:{xb}"
-        deps = self._deps(key, Range(0, 1), write=True)
         table = self._ranges.get(o["src"].name)
         shared = None
         if table and len(table) == 1 and (0, self.M) in table:  # every weight fetch so far: a shared list
             shared = table[(0, self.M)]
+            deps = self._write_deps_of(key)
         else:
+            deps = self._deps(key, Range(0, 1), write=True)
             deps += self._deps(o["src"].name, Range(0, self.M), write=False)
         self._energy["write"] += e
         ports = self.hw.dual_mode.write_ports  # arrays programmed at once share the write ports
@@ -883,24 +921,47 @@ class Chip:
         i = ev.add(dur, res, deps, e, False, "CIM.write_xb", shared)
         self._mark(key, Range(0, 1), i, True)
 
+    def _write_deps_of(self, key: str):
+        """A crossbar write's dependencies: its last write, then the reads of it since (in that order).
+
+        Crossbars read together (every row group of a pass reads all of them) have equal reader lists:
+        those are stored once (a :class:`Prefix` of one shared list after the last write), which keeps
+        the timeline of a layer rewritten in many passes small and lets the scheduler maximise the list once.
+        """
+        last = self._xb_write.get(key)
+        readers = self._xb_readers[key]
+        if len(readers) <= LONG_DEPS:
+            return ([] if last is None else [last]) + readers
+        sig = (len(readers), readers[0], readers[-1])
+        same = self._readers_seen.get(sig)
+        if same is None or same != readers:
+            same = self._readers_seen[sig] = list(readers)
+        return Prefix(same, len(same), () if last is None else (last,))
+
     def _record_read(self, o: Op, ev: Events) -> None:
         v = _vecs(o, self.M)
-        ents = self._entries(o)
+        ents = self._entries(o, True)
         vectors = v.size * self._batch
-        agg_key = (id(ents), vectors, o.opcode, o["src"].name)
+        agg_key = (id(ents), vectors, o.opcode)
         agg = self._read_memo.get(agg_key)
         if agg is None:  # the same crossbars read for the same number of vectors cost the same
             agg = self._read_memo[agg_key] = self._read_cost(o, ents, vectors)
-        dur, energy, total, tag, src_key, xb_keys = agg
+        dur, energy, total, xb_keys = agg
+        blk = o.get("block")
+        tag_key = (o["vxb"], o["src"].name, None if blk is None else blk.start)
+        tags = self._read_tags.get(tag_key)
+        if tags is None:
+            tags = self._read_tags[tag_key] = self._read_tag(o)
+        tag, src_key = tags
         deps = self._deps(src_key, v, False) + self._deps(o["src"].name, v, False)
-        xb_write = self._xb_write
-        for k in xb_keys:
-            last = xb_write.get(k)
-            if last is not None:
-                deps.append(last)
+        wd = self._write_deps.get(id(xb_keys))
+        if wd is None or wd[0] != self._xb_epoch:  # the last writes of its crossbars (until one is rewritten)
+            xb_write = self._xb_write
+            wd = self._write_deps[id(xb_keys)] = (self._xb_epoch, [xb_write[k] for k in xb_keys if k in xb_write])
+        deps += wd[1]
         for k2, val in energy.items():
             self._energy[k2] += val
-        i = ev.add(dur, (tag,), deps, total, True, o.opcode)
+        i = ev.add(dur, tag, deps, total, True, o.opcode)
         if self._lmem is not None:  # the input slice it reads may be reused after it
             held = self._lbuf.get((src_key, v.start, v.stop))
             if held is not None:
@@ -911,7 +972,7 @@ class Chip:
         self._mark(o["dst"].name, v, i, True)
 
     def _read_cost(self, o: Op, ents: list, vectors: int) -> tuple:
-        """Duration, energy by component, total energy, resource, input key and crossbar keys of a read."""
+        """Duration, energy by component, total energy and crossbar keys of a read."""
         row = o.opcode == "CIM.read_row"
         ra = self.xhw.crossbar.rows_active
         shapes = tuple((rows.size, cols.size) for _, rows, cols, _ in ents)
@@ -932,11 +993,15 @@ class Chip:
                 for k2, val in e.items():
                     energy[k2] += val
             hit = self._shape_memo[sig] = (max(durs, default=0.0), dict(energy), float(sum(energy.values())))
+        return (*hit, tuple(f"xb:{xb}" for xb, _, _, _ in ents))
+
+    def _read_tag(self, o: Op) -> tuple[tuple, str]:
+        """The resources a read occupies (one tuple shared by its reads) and the key of the input slice it reads (the scatter that sent it)."""
         blk = o.get("block")
         # row groups of one crossbar are sequential: they share the resource
         tag = f"vxb:{self.prog.name}:{o['vxb']}" + (f":{blk.start}" if blk is not None else "")
         src_key = f"{o['src'].name}@{o['vxb']}" + (f":{blk.start}" if blk is not None else "")
-        return (*hit, tag, src_key, tuple(f"xb:{xb}" for xb, _, _, _ in ents))
+        return (tag,), src_key
 
     def _record_dmov(self, o: Op, ev: Events) -> None:
         hw = self.hw
@@ -945,7 +1010,7 @@ class Chip:
         sub = o.get("op")
         src = o["src"].name
         if sub == "scatter":
-            cores = sorted({xb // hw.core.crossbars for xb, _, _, _ in self._entries(o)}) if "vxb" in dict(o.args) else [0]
+            cores = sorted({xb // hw.core.crossbars for xb, _, _, _ in self._entries(o, True)}) if "vxb" in dict(o.args) else [0]
             dur, e = cost.scatter(hw, nbytes)
             res = tuple(f"link:{c}" for c in cores[:1])
             deps = self._deps(src, v, False)

@@ -19,6 +19,8 @@ power of crossbars and ADCs active at once), and per-resource utilisation.
 from __future__ import annotations
 
 import bisect
+import contextlib
+import gc
 import itertools
 import operator
 from array import array
@@ -27,13 +29,33 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-_LONG = 16  # dependency lists longer than this are stored as arrays and maximised in numpy
+LONG_DEPS = 16  # dependency lists longer than this are stored as compact int64 arrays
 _BLOCK = 32  # busy intervals of a resource are kept in blocks of _BLOCK to 2 * _BLOCK
 _GAP_MARGIN = 1e-3  # ns: a block is skipped only if its largest gap is this much shorter than needed
 
 
+@contextlib.contextmanager
+def gc_paused():
+    """Pause Python's cyclic garbage collector inside the block.
+
+    A simulation allocates hundreds of thousands of small objects (event rows,
+    dependency lists, crossbar lists) that live until the report is built;
+    the collector's generational scans over them cost about a quarter of a
+    timing-only run (AlexNet on jain21) and free nothing.  Reference counting
+    still frees everything that is not in a cycle.
+    """
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 class Prefix:
-    """Dependencies of one operation: ``rest`` plus the first ``count`` entries of a list that keeps growing.
+    """Dependencies of one operation: ``rest`` (a tuple, an array or a Prefix) plus the first ``count`` entries of
+    a list that only grows (or never changes).
 
     Many operations depend on every earlier member of one list (the weight
     fetches of a layer larger than the chip: each pass's crossbar writes wait
@@ -70,13 +92,24 @@ class Events:
     kind: list = field(default_factory=list)  # meta-operator kind
     inputs: list = field(default_factory=list)  # (index, frac0, frac1) region-input loads
     outputs: list = field(default_factory=list)  # (index, frac0, frac1) region-output stores
+    _last: tuple = field(default=(), repr=False, compare=False)  # the last short dependency tuple (shared)
+    # (start, finish) arrays of the rows scheduled alone from time 0 (:func:`schedule_graph` records them)
+    alone: tuple | None = field(default=None, repr=False, compare=False)
 
     def add(self, dur, res, deps, energy, analog, kind, shared: list | None = None) -> int:
         """Append an operation; ``shared``: it also depends on every current member of this growing list."""
         self.dur.append(float(dur))
         self.res.append(tuple(res))
         # long dependency lists (all reads of a chunk, of a crossbar) as compact int64 arrays
-        d = tuple(deps) if len(deps) <= _LONG else array("q", deps)
+        if type(deps) is Prefix:  # already shared (a crossbar's readers, :meth:`Chip._write_deps_of`)
+            d = deps
+        elif len(deps) <= LONG_DEPS:
+            d = tuple(deps)
+            if d == self._last:  # the reads of one parallel block wait for the same operations: one tuple
+                d = self._last
+            self._last = d
+        else:
+            d = array("q", deps)
         self.deps.append(d if shared is None else Prefix(shared, len(shared), d))
         self.energy.append(float(energy))
         self.analog.append(bool(analog))
@@ -148,11 +181,13 @@ class _Resource:
                 g = max(g, s[0] - self.last[b - 1])
             self.gap[b] = g
 
-    def reserve(self, t: float, dur: float) -> None:
-        """Mark ``[t, t + dur)`` busy (a gap :meth:`earliest` returned)."""
+    def reserve(self, t: float, dur: float, count: bool = True) -> None:
+        """Mark ``[t, t + dur)`` busy (a gap :meth:`earliest` returned); ``count=False``: its time was
+        already added to :attr:`busy`."""
         end = t + dur
         last = self.last
-        self.busy += dur
+        if count:
+            self.busy += dur
         if not last or t >= last[-1]:  # the usual case: after everything booked so far
             if last and last[-1] == t:
                 self.be[-1][-1] = end
@@ -320,6 +355,11 @@ def schedule_graph(regions: list[tuple[str, Events, int]], producers: dict[str, 
     -------
     Timeline
     """
+    with gc_paused():
+        return _schedule_graph(regions, producers, pipeline, power_cap_mw)
+
+
+def _schedule_graph(regions, producers, pipeline, power_cap_mw) -> Timeline:
     res: dict[str, _Resource] = defaultdict(_Resource)
     starts, finishes, analog, energy, durs = [], [], [], [], []
     span, busy = {}, {}
@@ -327,6 +367,7 @@ def schedule_graph(regions: list[tuple[str, Events, int]], producers: dict[str, 
     prev_end = 0.0
     seg_floor, cur_seg = 0.0, None
     power = _Power(power_cap_mw) if power_cap_mw is not None else None
+    pending: list = []  # regions placed from their schedule alone whose intervals are not booked yet
     for name, ev, seg in regions:
         if seg != cur_seg:
             cur_seg, seg_floor = seg, prev_end
@@ -334,7 +375,6 @@ def schedule_graph(regions: list[tuple[str, Events, int]], producers: dict[str, 
         n_ev = len(ev)
         st = [0.0] * n_ev
         fin = [0.0] * n_ev
-        fin_np = np.zeros(n_ev)  # a copy of fin for the long dependency lists
         ext_ready = {}
         prods = [p for p in producers.get(name, []) if p in outs]
         for idx, f0, f1 in ev.inputs:
@@ -345,52 +385,26 @@ def schedule_graph(regions: list[tuple[str, Events, int]], producers: dict[str, 
                         t = max(t, finishes[j])
             ext_ready[idx] = t
         floor = prev_end if not pipeline else seg_floor
-        ev_deps, ev_dur, ev_res = ev.deps, ev.dur, ev.res
-        run_max: dict = {}  # id(shared list) -> running maxima of its members' finish times
-        for i in range(n_ev):
-            t = max(floor, ext_ready.get(i, floor))
-            deps = ev_deps[i]
-            if type(deps) is Prefix:
-                rm = run_max.setdefault(id(deps.members), [])
-                while len(rm) < deps.count:
-                    f = fin[deps.members[len(rm)]]
-                    rm.append(f if not rm or f > rm[-1] else rm[-1])
-                if deps.count and rm[deps.count - 1] > t:
-                    t = rm[deps.count - 1]
-                deps = deps.rest
-            if len(deps) > _LONG:
-                t = max(t, float(fin_np[np.frombuffer(deps, dtype=np.int64)].max()))
-            else:
-                for d in deps:
-                    if fin[d] > t:
-                        t = fin[d]
-            dur = ev_dur[i]
-            if dur > 0:
-                names = ev_res[i]
-                capped = power is not None and ev.analog[i]
-                if len(names) == 1 and not capped:  # one resource: its earliest gap (the loop's fixed point)
-                    r = res[names[0]]
-                    t = r.earliest(t, dur)
-                    r.reserve(t, dur)
-                    st[i], fin[i] = t, t + dur
-                    fin_np[i] = t + dur
-                    continue
-                rs = [res[r] for r in names]
-                while True:  # earliest time every resource is free (and, capped, the power allows it)
-                    t2 = t
-                    for r in rs:
-                        t2 = r.earliest(t2, dur)
-                    if capped:
-                        t2 = power.earliest(t2, dur, ev.energy[i] / dur)
-                    if t2 == t:
-                        break
-                    t = t2
-                for r in rs:
-                    r.reserve(t, dur)
-                if capped:
-                    power.add(t, dur, ev.energy[i] / dur)
-            st[i], fin[i] = t, t + dur
-            fin_np[i] = t + dur
+        ev_dur, ev_res = ev.dur, ev.res
+        # Isolated (every earlier operation has finished by the floor, where all its inputs are ready): the
+        # region's schedule is its schedule alone, shifted to the floor -- exactly, when every time is an
+        # integer (then no sum rounds, and every comparison the scheduler makes is the same).
+        alone = ev.alone if power is None and floor == prev_end and floor > 0.0 else None
+        if alone is not None and _shifts_exactly(alone, ev, floor):
+            st = (floor + np.frombuffer(alone[0])).tolist()
+            fin = (floor + np.frombuffer(alone[1])).tolist()
+            for i, dur in enumerate(ev_dur):  # busy time in the same order as booking it would add it
+                if dur > 0:
+                    for r in ev_res[i]:
+                        res[r].busy += dur
+            pending.append((ev, st))
+        else:
+            for pev, pst in pending:  # book the intervals of the regions placed before, in order
+                _book(pev, pst, res)
+            pending.clear()
+            _place(ev, st, fin, floor, ext_ready, res, power)
+            if power is None and prev_end == 0.0:  # scheduled alone from time 0: remembered for a later shift
+                ev.alone = (array("d", st), array("d", fin))
         starts.extend(st)
         finishes.extend(fin)
         analog.extend(ev.analog)
@@ -400,6 +414,85 @@ def schedule_graph(regions: list[tuple[str, Events, int]], producers: dict[str, 
         span[name] = (float(min(prev_end, min(st))) if n_ev else prev_end, float(max(prev_end, max(fin, default=prev_end))))
         busy[name] = float(np.sum(ev.dur))
         prev_end = max(prev_end, span[name][1])
+    return _summary(regions, res, starts, finishes, analog, energy, durs, span, busy)
+
+
+def _shifts_exactly(alone: tuple, ev: Events, floor: float) -> bool:
+    """Whether the schedule alone, shifted by ``floor``, is computed without rounding: every time and
+    duration an integer (ns) and the shifted times below 2**53."""
+    a0, a1 = np.frombuffer(alone[0]), np.frombuffer(alone[1])
+    if len(a0) != len(ev) or not float(floor).is_integer():
+        return False
+    if not len(a0):
+        return True
+    d = np.asarray(ev.dur)
+    return bool(floor + a1.max() < 2.0**53 and np.all(a0 == np.floor(a0)) and np.all(a1 == np.floor(a1))
+                and np.all(d == np.floor(d)))
+
+
+def _book(ev: Events, st: list, res: dict) -> None:
+    """Book a placed region's intervals on their resources (in the order the scheduler books them)."""
+    for i, dur in enumerate(ev.dur):
+        if dur > 0:
+            t = st[i]
+            for r in ev.res[i]:
+                res[r].reserve(t, dur, count=False)
+
+
+def _place(ev: Events, st: list, fin: list, floor: float, ext_ready: dict, res: dict, power) -> None:
+    """List-schedule one region's operations in order (``st``, ``fin``: filled in)."""
+    ev_deps, ev_dur, ev_res = ev.deps, ev.dur, ev.res
+    n_ev = len(ev)
+    ready = ext_ready.get  # an input load's time is never below the floor (it starts from it)
+    fin_at = fin.__getitem__
+    run_max: dict = {}  # id(shared list) -> running maxima of its members' finish times
+    for i in range(n_ev):
+        t = ready(i, floor)
+        deps = ev_deps[i]
+        while type(deps) is Prefix:  # (its rest may be a Prefix too)
+            rm = run_max.setdefault(id(deps.members), [])
+            while len(rm) < deps.count:
+                f = fin[deps.members[len(rm)]]
+                rm.append(f if not rm or f > rm[-1] else rm[-1])
+            if deps.count and rm[deps.count - 1] > t:
+                t = rm[deps.count - 1]
+            deps = deps.rest
+        if len(deps) > LONG_DEPS:
+            f = max(map(fin_at, deps))
+            if f > t:
+                t = f
+        else:
+            for d in deps:
+                if fin[d] > t:
+                    t = fin[d]
+        dur = ev_dur[i]
+        if dur > 0:
+            names = ev_res[i]
+            capped = power is not None and ev.analog[i]
+            if len(names) == 1 and not capped:  # one resource: its earliest gap (the loop's fixed point)
+                r = res[names[0]]
+                t = r.earliest(t, dur)
+                r.reserve(t, dur)
+                st[i], fin[i] = t, t + dur
+                continue
+            rs = [res[r] for r in names]
+            while True:  # earliest time every resource is free (and, capped, the power allows it)
+                t2 = t
+                for r in rs:
+                    t2 = r.earliest(t2, dur)
+                if capped:
+                    t2 = power.earliest(t2, dur, ev.energy[i] / dur)
+                if t2 == t:
+                    break
+                t = t2
+            for r in rs:
+                r.reserve(t, dur)
+            if capped:
+                power.add(t, dur, ev.energy[i] / dur)
+        st[i], fin[i] = t, t + dur
+
+
+def _summary(regions, res, starts, finishes, analog, energy, durs, span, busy) -> Timeline:
     start = np.asarray(starts)
     finish = np.asarray(finishes)
     latency = float(finish.max(initial=0.0))
