@@ -1088,12 +1088,33 @@ def _local_shares(cmap: mapping.ChipMap, hw: CIMHardware, demand: dict[str, int]
 
 
 _PROGRAMS: OrderedDict = OrderedDict()  # program name -> (text, Program): lowering need not re-parse the text
+# What the cache keeps of earlier builds: at most this many programs and characters of their text (a Program
+# object takes about ten bytes per character).  The newest build's programs are always kept whole, however large:
+# its lowering reads them.  Bounded by count alone, the cache held about 340 MB after two ResNet-18 builds at the
+# paper's pipeline granularity (Options.pipeline_vectors, 100 k-340 k operations each) and grew to 17 GB over the
+# CIM-MLC benchmark.
+PROGRAMS_KEPT = (4096, 1 << 24)
+_PROGRAM_CHARS = [0]  # characters of text in _PROGRAMS
+
+
+def _build_of(name: str) -> str:
+    return name.partition(".")[0]  # codegen names programs "m<build id>.<region>"
 
 
 def _remember(prog: Program, text: str) -> None:
+    old = _PROGRAMS.pop(prog.name, None)
+    if old is not None:
+        _PROGRAM_CHARS[0] -= len(old[0])
     _PROGRAMS[prog.name] = (text, prog)
-    while len(_PROGRAMS) > 4096:
-        _PROGRAMS.popitem(last=False)
+    _PROGRAM_CHARS[0] += len(text)
+    count, chars = PROGRAMS_KEPT
+    newest = _build_of(prog.name)
+    while len(_PROGRAMS) > count or _PROGRAM_CHARS[0] > chars:
+        name, (t, _) = next(iter(_PROGRAMS.items()))
+        if _build_of(name) == newest:
+            break  # only the newest build's programs are left
+        del _PROGRAMS[name]
+        _PROGRAM_CHARS[0] -= len(t)
 
 
 def compiled_program(text: str) -> Program:
