@@ -23,6 +23,12 @@
    and as queued behind earlier chunks on its own crossbars
    (:func:`tvm_cim.simulator.critical.critical_path`); waiting for a
    producer is the producer's time on the path.
+9. ResNet-18 on the ISAAC-like preset: graph-P&D's speedup over ``none``
+   split into factors measured on the timeline (``--only 9``): the layer
+   times of ``none``, the perfect pipeline at P&D's replicas (the slowest
+   stage), how far the run is from it, and the bound of all crossbars busy;
+   on the preset and on a variant with one bit-serial pass for signed
+   inputs (the offset encoding; the paper's 8-bit inputs take one pass).
 
 Latency and power come from the simulator's resource timeline run in
 timing-only mode (values are not computed; correctness of every strategy is
@@ -110,6 +116,7 @@ def measure(mod, hw, strategy: str, options: Options | None) -> dict:
         "region_sim_ns": [s.latency_ns for s in stats],
         "region_est_ns": [info.schedule.estimate_regions_ns[s.name] for s in stats],
         "crossbars": sum(len(pl.tiles) * len(pl.replicas) for pl in info.chip_map.placements.values()),
+        "region_tiles": [len(info.chip_map.placements[s.name].tiles) for s in stats],
     }
 
 
@@ -261,6 +268,50 @@ def exp8(net: str, image, isaac, save) -> dict:
               f"run {run / 1e3:8.1f} us, queue on own crossbars {queue / 1e3:8.1f} us; edges "
               + ", ".join(f"{k} {v / 1e3:.1f}" for k, v in sorted(r["edges_ns"].items())) + f"; crossbars {r['crossbars']}")
     print(f"  crossbar over P&D {pd['latency_ns'] / xb['latency_ns']:.2f}x (paper 1.8x on ResNet-50)")
+    return out
+
+
+def exp9(image, isaac, save) -> dict:
+    """Graph-P&D's speedup over ``none`` on ResNet-18, in factors measured on the timeline.
+
+    ``speedup = none / P&D = (none / stage) x (stage / P&D)``: ``stage`` is the
+    perfect pipeline at P&D's replicas (the slowest region's ``none`` time over
+    its replicas: what duplication allows), ``stage / P&D`` how close the run
+    comes to it.  ``work`` is the bound of every crossbar of the chip busy
+    (sum over regions of ``none`` time x crossbars of one copy, over the
+    chip's crossbars).  ``graph-pipe`` runs at P&D's granularity here.
+    """
+    mod = relax_module("resnet18", image_size=image)
+    variants = {"isaac": isaac,  # signed inputs (the first convolution's) in two unsigned phases (the preset)
+                "isaac, signed inputs in one pass": R(isaac, crossbar=R(isaac.crossbar, input_encoding="offset"))}
+    cfgs = {"none": CONFIGS["none"], "graph-dup": CONFIGS["graph-dup"],
+            "graph-pipe": R(_PD, segmentation=CONFIGS["none"].segmentation, duplication="none"),
+            "graph-P&D": CONFIGS["graph-P&D"]}
+    out = {}
+    for name, hw in variants.items():
+        row = {c: measure(mod, hw, "cim-mlc", o) for c, o in cfgs.items()}
+        t = np.array(row["none"]["region_sim_ns"])
+        reps = np.array(row["graph-P&D"]["region_replicas"])
+        stage = float((t / reps).max())
+        work = float((t * np.array(row["none"]["region_tiles"])).sum() / hw.total_crossbars)
+        none, pd = row["none"]["latency_ns"], row["graph-P&D"]["latency_ns"]
+        out[name] = {"latency_ns": {c: r["latency_ns"] for c, r in row.items()}, "stage_ns": stage, "work_ns": work,
+                     "first_layer_share": float(t[0] / none), "slowest_stage": int((t / reps).argmax()),
+                     "crossbars_pd": row["graph-P&D"]["crossbars"], "crossbars_one_copy": row["none"]["crossbars"],
+                     "chip_crossbars": hw.total_crossbars, "speedup": none / pd, "dup_bound": none / stage,
+                     "pipe_efficiency": stage / pd, "work_bound": none / work,
+                     "region_none_ns": t.tolist(), "region_replicas_pd": reps.tolist()}
+        save("exp9", out)
+    print(f"\n[9] ResNet-18 ({image}x{image}), graph-P&D over none = (none / perfect-pipeline stage) x "
+          "(stage / P&D); paper (Fig. 21 a): up to 123x, graph-dup 25.4x, graph-pipe 2.3x")
+    for name, r in out.items():
+        lat = r["latency_ns"]
+        print(f"  {name}: none {lat['none'] / 1e6:8.2f} ms (first convolution {100 * r['first_layer_share']:4.1f}%), "
+              f"graph-dup {lat['none'] / lat['graph-dup']:6.1f}x, graph-pipe {lat['none'] / lat['graph-pipe']:5.2f}x, "
+              f"P&D {lat['graph-P&D'] / 1e6:6.3f} ms = {r['speedup']:6.1f}x = {r['dup_bound']:6.1f}x "
+              f"(none / slowest stage {r['stage_ns'] / 1e6:.3f} ms, region {r['slowest_stage']}) x "
+              f"{r['pipe_efficiency']:.3f} (stage / P&D); all {r['chip_crossbars']} crossbars busy: "
+              f"{r['work_bound']:6.1f}x; P&D holds {r['crossbars_pd']} crossbars (one copy {r['crossbars_one_copy']})")
     return out
 
 
@@ -431,7 +482,7 @@ def main() -> int:
     vit_kw = dict(image_size=64, patch_size=16, depth=4) if args.quick else {}
     isaac, puma = tvm_cim.load("isaac"), tvm_cim.load("puma")
     before = json.loads(Path(args.before).read_text()) if args.before else {}
-    todo = set(args.only or range(1, 8))  # 8 (the critical path) runs when asked for
+    todo = set(args.only or range(1, 8))  # 8 (the critical path) and 9 (P&D's factors) run when asked for
     res = {}
 
     def save(key, value):
@@ -454,6 +505,8 @@ def main() -> int:
         save("exp5", exp5(image, isaac))
     if 8 in todo:
         save("exp8", exp8(args.decompose, image, isaac, save))
+    if 9 in todo:
+        save("exp9", exp9(image, isaac, save))
     if 4 in todo:
         save("exp4", exp4(isaac, vit_kw, args.quick))
     out_dir = Path(args.plots)
