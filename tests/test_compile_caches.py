@@ -42,3 +42,40 @@ def test_program_cache_count_bound(monkeypatch):
         for p, text in _programs(b, 3, 10):
             transform._remember(p, text)
     assert list(transform._PROGRAMS) == ["mb2.r1", "mb2.r2", "mb3.r0", "mb3.r1", "mb3.r2"]
+
+
+def test_body_memo_keeps_current_build_and_bounds_earlier_ones(monkeypatch):
+    import numpy as np
+    from tvm import relax
+
+    monkeypatch.setattr(transform, "_BUILD", [0])
+    memo = transform._BodyMemo(count=1000, kept_bytes=2500)
+    bodies = {}
+    for b in range(4):  # four builds of five entries of 1,000 bytes each
+        transform._BUILD[0] += 1
+        for i in range(5):
+            body = bodies[(b, i)] = relax.const(np.zeros(1, "float32"))
+            memo.put((b, i), body, f"v{b}.{i}", 1000)
+        held = list(memo._d)
+        assert [k for k in held if k[0] == b] == [(b, i) for i in range(5)], "the current build's entries stay"
+        assert len([k for k in held if k[0] != b]) <= 2, "at most 2,500 bytes of earlier builds"
+    # an entry found again belongs to the current build from then on: the next build keeps it
+    assert memo.get((3, 0), bodies[(3, 0)]) == "v3.0"
+    assert memo.get((3, 0), bodies[(2, 0)]) is None, "a different body is a miss"
+    transform._BUILD[0] += 1
+    assert memo.get((3, 4), bodies[(3, 4)]) == "v3.4"
+    memo.put(("new", 0), relax.const(np.zeros(1, "float32")), "n", 1000)
+    # earlier builds' entries go least recently used first: (3, 0), used again in build 4, outlives (3, 1)
+    assert list(memo._d) == [(3, 3), (3, 0), (3, 4), ("new", 0)]
+    assert memo._bytes == 1000 * len(memo)
+
+
+def test_body_memo_count_bound(monkeypatch):
+    import numpy as np
+    from tvm import relax
+
+    monkeypatch.setattr(transform, "_BUILD", [7])
+    memo = transform._BodyMemo(count=3, kept_bytes=1 << 30)
+    for i in range(5):
+        memo.put(i, relax.const(np.zeros(1, "float32")), i, 10)
+    assert list(memo._d) == [2, 3, 4] and memo._bytes == 30
