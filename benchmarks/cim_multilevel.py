@@ -286,7 +286,8 @@ def exp9(image, isaac, save) -> dict:
                 "isaac, signed inputs in one pass": R(isaac, crossbar=R(isaac.crossbar, input_encoding="offset"))}
     cfgs = {"none": CONFIGS["none"], "graph-dup": CONFIGS["graph-dup"],
             "graph-pipe": R(_PD, segmentation=CONFIGS["none"].segmentation, duplication="none"),
-            "graph-P&D": CONFIGS["graph-P&D"]}
+            "graph-P&D": CONFIGS["graph-P&D"],
+            "graph-P&D, row chunks": R(_PD, pipeline_vectors=0)}  # before issue 14 s6: output rows per chunk
     out = {}
     for name, hw in variants.items():
         row = {c: measure(mod, hw, "cim-mlc", o) for c, o in cfgs.items()}
@@ -300,6 +301,7 @@ def exp9(image, isaac, save) -> dict:
                      "crossbars_pd": row["graph-P&D"]["crossbars"], "crossbars_one_copy": row["none"]["crossbars"],
                      "chip_crossbars": hw.total_crossbars, "speedup": none / pd, "dup_bound": none / stage,
                      "pipe_efficiency": stage / pd, "work_bound": none / work,
+                     "pipe_efficiency_rows": stage / row["graph-P&D, row chunks"]["latency_ns"],
                      "region_none_ns": t.tolist(), "region_replicas_pd": reps.tolist()}
         save("exp9", out)
     print(f"\n[9] ResNet-18 ({image}x{image}), graph-P&D over none = (none / perfect-pipeline stage) x "
@@ -311,7 +313,9 @@ def exp9(image, isaac, save) -> dict:
               f"P&D {lat['graph-P&D'] / 1e6:6.3f} ms = {r['speedup']:6.1f}x = {r['dup_bound']:6.1f}x "
               f"(none / slowest stage {r['stage_ns'] / 1e6:.3f} ms, region {r['slowest_stage']}) x "
               f"{r['pipe_efficiency']:.3f} (stage / P&D); all {r['chip_crossbars']} crossbars busy: "
-              f"{r['work_bound']:6.1f}x; P&D holds {r['crossbars_pd']} crossbars (one copy {r['crossbars_one_copy']})")
+              f"{r['work_bound']:6.1f}x; P&D holds {r['crossbars_pd']} crossbars (one copy {r['crossbars_one_copy']}); "
+              f"P&D with output-row chunks {lat['none'] / lat['graph-P&D, row chunks']:6.1f}x "
+              f"(stage / P&D {r['pipe_efficiency_rows']:.3f})")
     return out
 
 
