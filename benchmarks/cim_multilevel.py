@@ -76,6 +76,8 @@ CONFIGS = {
     "+crossbar": R(_PD, crossbar_dup=True, crossbar_dp=True, mvm_pipeline=True),  # Eq. 1, then the DP on crossbars
     "+wordline": R(_PD, crossbar_dup=True, crossbar_dp=True, mvm_pipeline=True, remap=True),
 }
+# with --joint: the wordline level with the crossbar DP's cost curve the better of full-height and remapped copies
+JOINT = {"+wordline joint": R(CONFIGS["+wordline"], remap_joint=True)}
 # the configurations of the previous version of this benchmark (before issue 14): same names, older columns
 # (used for a --before file written by that version, i.e. one without '+xbar Eq.1')
 BEFORE_NAMES = {"+xbar Eq.1": "+crossbar"}
@@ -120,14 +122,14 @@ def measure(mod, hw, strategy: str, options: Options | None) -> dict:
     }
 
 
-def exp1(nets, image, isaac, before: dict, save) -> dict:
+def exp1(nets, image, isaac, before: dict, save, joint: bool = False) -> dict:
     wl = R(isaac, chip=R(isaac.chip, computing_mode="wordline"))
     out = {}
     for net in tqdm(nets, desc="exp1 ResNets on ISAAC"):
         mod = relax_module(net, image_size=image)
         row = {}
-        for cfg, o in CONFIGS.items():
-            row[cfg] = measure(mod, wl if cfg == "+wordline" else isaac, "cim-mlc", o)
+        for cfg, o in {**CONFIGS, **(JOINT if joint else {})}.items():
+            row[cfg] = measure(mod, wl if cfg.startswith("+wordline") else isaac, "cim-mlc", o)
         row["puma"] = measure(mod, isaac, "puma", None)  # the peak-power baseline (PUMA's schedule)
         out[net] = row
         save("exp1", out)
@@ -146,6 +148,10 @@ def exp1(nets, image, isaac, before: dict, save) -> dict:
             osp = {c: ob / old[names.get(c, c)]["latency_ns"] for c in cols if names.get(c, c) in old}
             print(f"{'  was':10s} " + " ".join(f"{osp[c]:10.2f}x" if c in osp else f"{'':>11s}" for c in cols)
                   + f" {osp['+crossbar'] / osp['graph-P&D']:8.2f}x {osp['+wordline'] / osp['+crossbar']:7.2f}x")
+    for net, row in out.items():
+        if "+wordline joint" in row:
+            print(f"  {net}: +wordline with remap_joint {row['none']['latency_ns'] / row['+wordline joint']['latency_ns']:.2f}x "
+                  f"over none, {row['+crossbar']['latency_ns'] / row['+wordline joint']['latency_ns']:.2f}x over +crossbar")
     print("  paper (Fig. 21): " + "; ".join(f"{k} {v}" for k, v in PAPER.items()))
     print(f"  graph-P&D and beyond pipeline {VECTORS} output vector(s) at a time (at most {plan.MAX_CHUNKS} chunks "
           f"per region; before issue 14 s6: output rows) and at least {ROUNDS} chunks per replica; "
@@ -480,9 +486,15 @@ def main() -> int:
     ap.add_argument("--before", help="a JSON of an earlier run: its figures are printed beside these")
     ap.add_argument("--plots", default=".", help="folder for the PNG plots")
     ap.add_argument("--decompose", default="resnet50", help="network of experiment 8 (critical path)")
+    ap.add_argument("--nets", nargs="*", help="networks of experiment 1 (default ResNet-18/34/50/101; the "
+                    "granularity sweep runs when ResNet-18 is among them)")
+    ap.add_argument("--joint", action="store_true", help="experiment 1 also runs +wordline with remap_joint")
     args = ap.parse_args()
     image = args.image or (64 if args.quick else 224)
-    nets = ["resnet18", "resnet50"] if args.quick else ["resnet18", "resnet34", "resnet50", "resnet101"]
+    nets = args.nets or (["resnet18", "resnet50"] if args.quick else ["resnet18", "resnet34", "resnet50", "resnet101"])
+    unknown = sorted(set(nets) - set(zoo.MODELS))
+    if unknown:
+        ap.error(f"unknown networks {unknown}")
     vit_kw = dict(image_size=64, patch_size=16, depth=4) if args.quick else {}
     isaac, puma = tvm_cim.load("isaac"), tvm_cim.load("puma")
     before = json.loads(Path(args.before).read_text()) if args.before else {}
@@ -497,8 +509,9 @@ def main() -> int:
     if 6 in todo:
         save("exp6", exp6(image, isaac))
     if 1 in todo:
-        save("exp1", exp1(nets, image, isaac, before.get("exp1", {}), save))
-        save("exp1_rounds", exp1_rounds(image, isaac, save))
+        save("exp1", exp1(nets, image, isaac, before.get("exp1", {}), save, args.joint))
+        if "resnet18" in nets:
+            save("exp1_rounds", exp1_rounds(image, isaac, save))
     if 2 in todo:
         save("exp2", exp2(image, puma, before.get("exp2", {})))
     if 3 in todo:
