@@ -23,6 +23,12 @@
    and as queued behind earlier chunks on its own crossbars
    (:func:`tvm_cim.simulator.critical.critical_path`); waiting for a
    producer is the producer's time on the path.
+9. ResNet-18 on the ISAAC-like preset: graph-P&D's speedup over ``none``
+   split into factors measured on the timeline (``--only 9``): the layer
+   times of ``none``, the perfect pipeline at P&D's replicas (the slowest
+   stage), how far the run is from it, and the bound of all crossbars busy;
+   on the preset and on a variant with one bit-serial pass for signed
+   inputs (the offset encoding; the paper's 8-bit inputs take one pass).
 
 Latency and power come from the simulator's resource timeline run in
 timing-only mode (values are not computed; correctness of every strategy is
@@ -70,6 +76,8 @@ CONFIGS = {
     "+crossbar": R(_PD, crossbar_dup=True, crossbar_dp=True, mvm_pipeline=True),  # Eq. 1, then the DP on crossbars
     "+wordline": R(_PD, crossbar_dup=True, crossbar_dp=True, mvm_pipeline=True, remap=True),
 }
+# with --joint: the wordline level with the crossbar DP's cost curve the better of full-height and remapped copies
+JOINT = {"+wordline joint": R(CONFIGS["+wordline"], remap_joint=True)}
 # the configurations of the previous version of this benchmark (before issue 14): same names, older columns
 # (used for a --before file written by that version, i.e. one without '+xbar Eq.1')
 BEFORE_NAMES = {"+xbar Eq.1": "+crossbar"}
@@ -110,17 +118,18 @@ def measure(mod, hw, strategy: str, options: Options | None) -> dict:
         "region_sim_ns": [s.latency_ns for s in stats],
         "region_est_ns": [info.schedule.estimate_regions_ns[s.name] for s in stats],
         "crossbars": sum(len(pl.tiles) * len(pl.replicas) for pl in info.chip_map.placements.values()),
+        "region_tiles": [len(info.chip_map.placements[s.name].tiles) for s in stats],
     }
 
 
-def exp1(nets, image, isaac, before: dict, save) -> dict:
+def exp1(nets, image, isaac, before: dict, save, joint: bool = False) -> dict:
     wl = R(isaac, chip=R(isaac.chip, computing_mode="wordline"))
     out = {}
     for net in tqdm(nets, desc="exp1 ResNets on ISAAC"):
         mod = relax_module(net, image_size=image)
         row = {}
-        for cfg, o in CONFIGS.items():
-            row[cfg] = measure(mod, wl if cfg == "+wordline" else isaac, "cim-mlc", o)
+        for cfg, o in {**CONFIGS, **(JOINT if joint else {})}.items():
+            row[cfg] = measure(mod, wl if cfg.startswith("+wordline") else isaac, "cim-mlc", o)
         row["puma"] = measure(mod, isaac, "puma", None)  # the peak-power baseline (PUMA's schedule)
         out[net] = row
         save("exp1", out)
@@ -139,6 +148,10 @@ def exp1(nets, image, isaac, before: dict, save) -> dict:
             osp = {c: ob / old[names.get(c, c)]["latency_ns"] for c in cols if names.get(c, c) in old}
             print(f"{'  was':10s} " + " ".join(f"{osp[c]:10.2f}x" if c in osp else f"{'':>11s}" for c in cols)
                   + f" {osp['+crossbar'] / osp['graph-P&D']:8.2f}x {osp['+wordline'] / osp['+crossbar']:7.2f}x")
+    for net, row in out.items():
+        if "+wordline joint" in row:
+            print(f"  {net}: +wordline with remap_joint {row['none']['latency_ns'] / row['+wordline joint']['latency_ns']:.2f}x "
+                  f"over none, {row['+crossbar']['latency_ns'] / row['+wordline joint']['latency_ns']:.2f}x over +crossbar")
     print("  paper (Fig. 21): " + "; ".join(f"{k} {v}" for k, v in PAPER.items()))
     print(f"  graph-P&D and beyond pipeline {VECTORS} output vector(s) at a time (at most {plan.MAX_CHUNKS} chunks "
           f"per region; before issue 14 s6: output rows) and at least {ROUNDS} chunks per replica; "
@@ -261,6 +274,54 @@ def exp8(net: str, image, isaac, save) -> dict:
               f"run {run / 1e3:8.1f} us, queue on own crossbars {queue / 1e3:8.1f} us; edges "
               + ", ".join(f"{k} {v / 1e3:.1f}" for k, v in sorted(r["edges_ns"].items())) + f"; crossbars {r['crossbars']}")
     print(f"  crossbar over P&D {pd['latency_ns'] / xb['latency_ns']:.2f}x (paper 1.8x on ResNet-50)")
+    return out
+
+
+def exp9(image, isaac, save) -> dict:
+    """Graph-P&D's speedup over ``none`` on ResNet-18, in factors measured on the timeline.
+
+    ``speedup = none / P&D = (none / stage) x (stage / P&D)``: ``stage`` is the
+    perfect pipeline at P&D's replicas (the slowest region's ``none`` time over
+    its replicas: what duplication allows), ``stage / P&D`` how close the run
+    comes to it.  ``work`` is the bound of every crossbar of the chip busy
+    (sum over regions of ``none`` time x crossbars of one copy, over the
+    chip's crossbars).  ``graph-pipe`` runs at P&D's granularity here.
+    """
+    mod = relax_module("resnet18", image_size=image)
+    variants = {"isaac": isaac,  # signed inputs (the first convolution's) in two unsigned phases (the preset)
+                "isaac, signed inputs in one pass": R(isaac, crossbar=R(isaac.crossbar, input_encoding="offset"))}
+    cfgs = {"none": CONFIGS["none"], "graph-dup": CONFIGS["graph-dup"],
+            "graph-pipe": R(_PD, segmentation=CONFIGS["none"].segmentation, duplication="none"),
+            "graph-P&D": CONFIGS["graph-P&D"],
+            "graph-P&D, row chunks": R(_PD, pipeline_vectors=0)}  # before issue 14 s6: output rows per chunk
+    out = {}
+    for name, hw in variants.items():
+        row = {c: measure(mod, hw, "cim-mlc", o) for c, o in cfgs.items()}
+        t = np.array(row["none"]["region_sim_ns"])
+        reps = np.array(row["graph-P&D"]["region_replicas"])
+        stage = float((t / reps).max())
+        work = float((t * np.array(row["none"]["region_tiles"])).sum() / hw.total_crossbars)
+        none, pd = row["none"]["latency_ns"], row["graph-P&D"]["latency_ns"]
+        out[name] = {"latency_ns": {c: r["latency_ns"] for c, r in row.items()}, "stage_ns": stage, "work_ns": work,
+                     "first_layer_share": float(t[0] / none), "slowest_stage": int((t / reps).argmax()),
+                     "crossbars_pd": row["graph-P&D"]["crossbars"], "crossbars_one_copy": row["none"]["crossbars"],
+                     "chip_crossbars": hw.total_crossbars, "speedup": none / pd, "dup_bound": none / stage,
+                     "pipe_efficiency": stage / pd, "work_bound": none / work,
+                     "pipe_efficiency_rows": stage / row["graph-P&D, row chunks"]["latency_ns"],
+                     "region_none_ns": t.tolist(), "region_replicas_pd": reps.tolist()}
+        save("exp9", out)
+    print(f"\n[9] ResNet-18 ({image}x{image}), graph-P&D over none = (none / perfect-pipeline stage) x "
+          "(stage / P&D); paper (Fig. 21 a): up to 123x, graph-dup 25.4x, graph-pipe 2.3x")
+    for name, r in out.items():
+        lat = r["latency_ns"]
+        print(f"  {name}: none {lat['none'] / 1e6:8.2f} ms (first convolution {100 * r['first_layer_share']:4.1f}%), "
+              f"graph-dup {lat['none'] / lat['graph-dup']:6.1f}x, graph-pipe {lat['none'] / lat['graph-pipe']:5.2f}x, "
+              f"P&D {lat['graph-P&D'] / 1e6:6.3f} ms = {r['speedup']:6.1f}x = {r['dup_bound']:6.1f}x "
+              f"(none / slowest stage {r['stage_ns'] / 1e6:.3f} ms, region {r['slowest_stage']}) x "
+              f"{r['pipe_efficiency']:.3f} (stage / P&D); all {r['chip_crossbars']} crossbars busy: "
+              f"{r['work_bound']:6.1f}x; P&D holds {r['crossbars_pd']} crossbars (one copy {r['crossbars_one_copy']}); "
+              f"P&D with output-row chunks {lat['none'] / lat['graph-P&D, row chunks']:6.1f}x "
+              f"(stage / P&D {r['pipe_efficiency_rows']:.3f})")
     return out
 
 
@@ -425,13 +486,19 @@ def main() -> int:
     ap.add_argument("--before", help="a JSON of an earlier run: its figures are printed beside these")
     ap.add_argument("--plots", default=".", help="folder for the PNG plots")
     ap.add_argument("--decompose", default="resnet50", help="network of experiment 8 (critical path)")
+    ap.add_argument("--nets", nargs="*", help="networks of experiment 1 (default ResNet-18/34/50/101; the "
+                    "granularity sweep runs when ResNet-18 is among them)")
+    ap.add_argument("--joint", action="store_true", help="experiment 1 also runs +wordline with remap_joint")
     args = ap.parse_args()
     image = args.image or (64 if args.quick else 224)
-    nets = ["resnet18", "resnet50"] if args.quick else ["resnet18", "resnet34", "resnet50", "resnet101"]
+    nets = args.nets or (["resnet18", "resnet50"] if args.quick else ["resnet18", "resnet34", "resnet50", "resnet101"])
+    unknown = sorted(set(nets) - set(zoo.MODELS))
+    if unknown:
+        ap.error(f"unknown networks {unknown}")
     vit_kw = dict(image_size=64, patch_size=16, depth=4) if args.quick else {}
     isaac, puma = tvm_cim.load("isaac"), tvm_cim.load("puma")
     before = json.loads(Path(args.before).read_text()) if args.before else {}
-    todo = set(args.only or range(1, 8))  # 8 (the critical path) runs when asked for
+    todo = set(args.only or range(1, 8))  # 8 (the critical path) and 9 (P&D's factors) run when asked for
     res = {}
 
     def save(key, value):
@@ -442,8 +509,9 @@ def main() -> int:
     if 6 in todo:
         save("exp6", exp6(image, isaac))
     if 1 in todo:
-        save("exp1", exp1(nets, image, isaac, before.get("exp1", {}), save))
-        save("exp1_rounds", exp1_rounds(image, isaac, save))
+        save("exp1", exp1(nets, image, isaac, before.get("exp1", {}), save, args.joint))
+        if "resnet18" in nets:
+            save("exp1_rounds", exp1_rounds(image, isaac, save))
     if 2 in todo:
         save("exp2", exp2(image, puma, before.get("exp2", {})))
     if 3 in todo:
@@ -454,6 +522,8 @@ def main() -> int:
         save("exp5", exp5(image, isaac))
     if 8 in todo:
         save("exp8", exp8(args.decompose, image, isaac, save))
+    if 9 in todo:
+        save("exp9", exp9(image, isaac, save))
     if 4 in todo:
         save("exp4", exp4(isaac, vit_kw, args.quick))
     out_dir = Path(args.plots)

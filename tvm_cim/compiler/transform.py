@@ -261,7 +261,66 @@ def _need(func, key: str, pass_name: str):
     return v
 
 
-_REGIONS: OrderedDict = OrderedDict()  # (body, quantisation attrs) -> Region; the body is kept alive
+_BUILD = [0]  # counts CIMPipeline runs: what the memos below keep of earlier builds is bounded by size
+
+
+class _BodyMemo:
+    """A memo keyed by a Relax function body, which each entry keeps alive (its float weights with it).
+
+    Everything the current build (:data:`_BUILD`) used is kept; of earlier builds at most ``kept_bytes``
+    bytes of weights, oldest dropped first; at most ``count`` entries in all.  Bounded by count alone, the
+    two memos held every build's weights (ResNet-18: about 58 MB per build, int8 and the body's float32).
+    """
+
+    def __init__(self, count: int, kept_bytes: int):
+        self.count, self.kept_bytes = count, kept_bytes
+        self._d: OrderedDict = OrderedDict()  # key -> (body, build, bytes, value)
+        self._bytes = self._current = 0  # bytes in all, and of the current build's entries
+        self._build = _BUILD[0]
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+    def _sync(self) -> None:
+        if self._build != _BUILD[0]:
+            self._build, self._current = _BUILD[0], 0
+
+    def get(self, key, body):
+        """The value memoised for ``key`` if it was made from this very ``body``; else None."""
+        hit = self._d.get(key)
+        if hit is None or not hit[0].same_as(body):
+            return None
+        self._sync()
+        self._d.move_to_end(key)
+        if hit[1] != self._build:
+            self._d[key] = (hit[0], self._build, hit[2], hit[3])
+            self._current += hit[2]
+        return hit[3]
+
+    def put(self, key, body, value, nbytes: int) -> None:
+        self._sync()
+        old = self._d.pop(key, None)
+        if old is not None:
+            self._bytes -= old[2]
+            self._current -= old[2] if old[1] == self._build else 0
+        self._d[key] = (body, self._build, nbytes, value)
+        self._bytes += nbytes
+        self._current += nbytes
+        while len(self._d) > self.count or self._bytes - self._current > self.kept_bytes:
+            k, (_, b, n, _) = next(iter(self._d.items()))
+            if b == self._build and len(self._d) <= self.count:
+                break  # only the current build's entries are left
+            del self._d[k]
+            self._bytes -= n
+            self._current -= n if b == self._build else 0
+
+    def clear(self) -> None:
+        self._d.clear()
+        self._bytes = self._current = 0
+
+
+MEMO_KEPT = (1024, 1 << 28)  # entries in all; bytes of weights kept from earlier builds
+_REGIONS = _BodyMemo(*MEMO_KEPT)  # (body, quantisation attrs) -> Region
 MAPPING_KEYS = ("rows_per_step", "adc_lsb", "adc_lsb_cols", "weight_encoding", "input_encoding")  # MapCrossbars
 
 
@@ -275,7 +334,12 @@ def _mapped(r: Region, func) -> None:
     r.input_encoding = None if ienc is None else str(ienc)
 
 
-_WEIGHTS: OrderedDict = OrderedDict()  # (body, name, weight bits) -> (body, w_int, w_scale)
+_WEIGHTS = _BodyMemo(*MEMO_KEPT)  # (body, name, weight bits) -> (w_int, w_scale)
+
+
+def _held_bytes(info, w_int: np.ndarray | None) -> int:
+    """Bytes a memo entry keeps alive: the integer weights and the body's float weights."""
+    return (0 if w_int is None else w_int.nbytes) + (0 if info.weight is None else int(info.weight.nbytes))
 
 
 def _quantised_weights(func: relax.Function, name: str, info, wbits: int) -> tuple[np.ndarray, np.ndarray]:
@@ -287,10 +351,9 @@ def _quantised_weights(func: relax.Function, name: str, info, wbits: int) -> tup
     no pass can change them under the others).
     """
     key = (hash(func.body), name, wbits)
-    hit = _WEIGHTS.get(key)
-    if hit is not None and hit[0].same_as(func.body):
-        _WEIGHTS.move_to_end(key)
-        return hit[1], hit[2]
+    hit = _WEIGHTS.get(key, func.body)
+    if hit is not None:
+        return hit
     if info.kind == CONV2D:
         wq, s = quantize_weights(info.weight, wbits, axis=0)
         w_int = unfold_conv_weight(wq, info.conv["groups"])
@@ -298,9 +361,7 @@ def _quantised_weights(func: relax.Function, name: str, info, wbits: int) -> tup
         w_int, s = quantize_weights(info.weight, wbits, axis=1)
     w_int.flags.writeable = False
     s.flags.writeable = False
-    _WEIGHTS[key] = (func.body, w_int, s)
-    while len(_WEIGHTS) > 1024:
-        _WEIGHTS.popitem(last=False)
+    _WEIGHTS.put(key, func.body, (w_int, s), _held_bytes(info, w_int))
     return w_int, s
 
 
@@ -318,10 +379,9 @@ def region_of(func: relax.Function) -> Region:
     if q[0] is None:
         raise ValueError(f"region {name}: not quantised; run Quantize first")
     key = (hash(func.body), name, q)
-    hit = _REGIONS.get(key)
-    if hit is not None and hit[0].same_as(func.body):
-        _REGIONS.move_to_end(key)
-        return hit[1]
+    hit = _REGIONS.get(key, func.body)
+    if hit is not None:
+        return hit
     info = describe_composite(func)
     x_scale, x_zero, x_signed, y_scale, wbits = q[:5]
     r = Region(name, info.kind, info.in_shapes, info.out_shape, x_scale=float(x_scale), x_zero=int(x_zero),
@@ -332,9 +392,7 @@ def region_of(func: relax.Function) -> Region:
         r.bias = info.bias.astype(np.float32)
     _mapped(r, func)
     r.quant_at_producer, r.requant_out = bool(q[-2] or False), bool(q[-1] or False)
-    _REGIONS[key] = (func.body, r)
-    while len(_REGIONS) > 1024:
-        _REGIONS.popitem(last=False)
+    _REGIONS.put(key, func.body, r, _held_bytes(info, r.w_int))
     return r
 
 
@@ -1090,12 +1148,33 @@ def _local_shares(cmap: mapping.ChipMap, hw: CIMHardware, demand: dict[str, int]
 
 
 _PROGRAMS: OrderedDict = OrderedDict()  # program name -> (text, Program): lowering need not re-parse the text
+# What the cache keeps of earlier builds: at most this many programs and characters of their text (a Program
+# object takes about ten bytes per character).  The newest build's programs are always kept whole, however large:
+# its lowering reads them.  Bounded by count alone, the cache held about 340 MB after two ResNet-18 builds at the
+# paper's pipeline granularity (Options.pipeline_vectors, 100 k-340 k operations each) and grew to 17 GB over the
+# CIM-MLC benchmark.
+PROGRAMS_KEPT = (4096, 1 << 24)
+_PROGRAM_CHARS = [0]  # characters of text in _PROGRAMS
+
+
+def _build_of(name: str) -> str:
+    return name.partition(".")[0]  # codegen names programs "m<build id>.<region>"
 
 
 def _remember(prog: Program, text: str) -> None:
+    old = _PROGRAMS.pop(prog.name, None)
+    if old is not None:
+        _PROGRAM_CHARS[0] -= len(old[0])
     _PROGRAMS[prog.name] = (text, prog)
-    while len(_PROGRAMS) > 4096:
-        _PROGRAMS.popitem(last=False)
+    _PROGRAM_CHARS[0] += len(text)
+    count, chars = PROGRAMS_KEPT
+    newest = _build_of(prog.name)
+    while len(_PROGRAMS) > count or _PROGRAM_CHARS[0] > chars:
+        name, (t, _) = next(iter(_PROGRAMS.items()))
+        if _build_of(name) == newest:
+            break  # only the newest build's programs are left
+        del _PROGRAMS[name]
+        _PROGRAM_CHARS[0] -= len(t)
 
 
 def compiled_program(text: str) -> Program:
@@ -1255,6 +1334,7 @@ class _Timed:
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
         if self.first:
             _STATE.phases = {}
+            _BUILD[0] += 1
             self.bar[:] = [tqdm(total=self.total, desc="compiling", unit="pass", disable=None, leave=False)]
         bar = self.bar[0] if self.bar else None
         if bar is not None:
