@@ -24,6 +24,11 @@ Variables (paper notation in brackets):
   overlaps it when double-buffered; ``N_i x Crit_i`` is linearised exactly
   by ``sum_f F_f W[f, i]`` with ``W >= Crit - M (1 - X)`` (V^F).
 
+The MIP does not encode the exact model's overlap of a single-buffered
+input or weight level's refill with its child's last block
+(:func:`tvm_cim.hardware.loopnest._exposed`): for such mappings its latency
+is an upper bound of the model's.
+
 The transfer is charged at the loop just outside a cut, and a cut may only
 sit below a loop the operand depends on (a cut below a loop it does not
 depend on holds the same data as one slot higher: no optimum is lost).
