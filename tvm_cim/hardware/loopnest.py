@@ -32,8 +32,7 @@ when reduction loops remain outside, read back: twice ``T``).  A
 single-buffered input or weight level whose only reader is a
 single-buffered child refilled at an inner loop is refilled while the
 child's last tile is being used: only what exceeds that block is exposed
-(:func:`_exposed`; the MIP does not encode this and stays an upper bound
-of such mappings' latency, the final choice uses this model).  One MVM takes
+(:func:`_exposed`).  One MVM takes
 ``input bits / dac_bits`` cycles, or longer when the innermost input level
 cannot feed it or the innermost output level cannot absorb its partial sums.
 """
@@ -547,7 +546,7 @@ def blocking(hier: Hierarchy, m: Mapping, trs: list, passing: dict, i: int) -> d
 def _exposed(t: Transfer, trs: list, body: dict) -> float:
     """Cycles a single-buffered refill adds to its iteration.
 
-    An input or weight level read only by a single-buffered child level
+    An input or weight level read only by one single-buffered child level
     refilled at an inner loop ``j`` is free once that child has copied its
     last tile of the current iteration: its refill then overlaps the last
     iteration's inner loops of ``j`` (``body[j]``), and only what is longer
@@ -557,11 +556,11 @@ def _exposed(t: Transfer, trs: list, body: dict) -> float:
     full = t.times * t.cycles
     if t.operand == "O":
         return full
-    kids = [c for c in trs if c.operand == t.operand and c.parent == t.level and c.slot > t.slot]
-    if not kids or any(c.double for c in kids) or any(o.operand == "O" and t.slot < o.slot <= max(c.slot for c in kids)
-                                                     for o in trs):
+    kids = [c for c in trs if c.operand == t.operand and c.parent == t.level]
+    if len(kids) != 1 or kids[0].slot <= t.slot or kids[0].double \
+            or any(o.operand == "O" and t.slot < o.slot <= kids[0].slot for o in trs):
         return full  # a double-buffered child copies ahead; an output write-back in between takes the ports first
-    return max(0.0, full - min(body[c.slot] for c in kids))
+    return max(0.0, full - body[kids[0].slot])
 
 
 def latency(layer: Layer, hier: Hierarchy, m: Mapping) -> float:

@@ -24,10 +24,11 @@ Variables (paper notation in brackets):
   overlaps it when double-buffered; ``N_i x Crit_i`` is linearised exactly
   by ``sum_f F_f W[f, i]`` with ``W >= Crit - M (1 - X)`` (V^F).
 
-The MIP does not encode the exact model's overlap of a single-buffered
-input or weight level's refill with its child's last block
-(:func:`tvm_cim.hardware.loopnest._exposed`): for such mappings its latency
-is an upper bound of the model's.
+A single-buffered input or weight level read only by a single-buffered
+child refilled at an inner loop ``j`` refills during the child's last block
+(:func:`tvm_cim.hardware.loopnest._exposed`): a credit ``CR[i, j] <=
+Lat[j + 1]``, allowed only when the child's cut is at ``j + 1``, the child
+is single-buffered and no output level is refilled at a loop in ``(i, j]``.
 
 The transfer is charged at the loop just outside a cut, and a cut may only
 sit below a loop the operand depends on (a cut below a loop it does not
@@ -368,7 +369,10 @@ def solve(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, objective: str = 
                 if share.get(cl[0], 0.0):
                     _add(mdl, v >= share[cl[0]] * leaf - mc * mis)
         occ_next[cl] = v
+    body_of = {}  # loop -> its inner loops' duration (loopnest._exposed)
+    o_keys = [key for key in E if key[0] == "O"]
     for i in range(n - 1, -1, -1):
+        body_of[i] = lat_next
         crit = mdl.var(f"crit{i}")
         serial, pro, on_port = [], [], {}
         passing = {}
@@ -384,7 +388,22 @@ def solve(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, objective: str = 
             mt = Tmax[key]
             pas = _qsum(pv for _, pv in passing.get(key, []))
             ts = mdl.var(f"TS{key}{i}")
-            _add(mdl, ts >= Teff[key] - mt * (1 - z) - (mt * D[key] if D[key] is not None else 0.0) - mt * pas)
+            credit = []  # an input/weight level read only by one single-buffered child refilled at loop j > i:
+            # its refill overlaps the child's last block, body_of[j] (no output write-back at a loop in (i, j])
+            kids = children.get(key, []) if key[0] != "O" else []
+            for kid in kids if len(kids) == 1 else ():
+                for j in range(i + 1, n):
+                    cr = mdl.var(f"CR{key}{i}_{j}", lb=0.0)
+                    _add(mdl, cr <= body_of[j])
+                    _add(mdl, cr <= mc * Z[kid][j + 1])
+                    if D[kid] is not None:
+                        _add(mdl, cr <= mc * (1 - D[kid]))
+                    for ok in o_keys:
+                        for c in range(i + 2, j + 2):
+                            _add(mdl, cr <= mc * (1 - Z[ok][c]))
+                    credit.append(cr)
+            _add(mdl, ts >= Teff[key] - mt * (1 - z) - (mt * D[key] if D[key] is not None else 0.0) - mt * pas
+                 - _qsum(credit))
             serial.append(ts)
             for kid, pv in passing.get(key, []):  # the level is busy for its refill and the child's
                 dm = mt * D[key] if D[key] is not None else 0.0
