@@ -194,6 +194,22 @@ def test_mip_finds_the_enumerated_optimum(hier, shape):
     assert mip_cycles == pytest.approx(best_c.cycles, rel=1e-6)  # the MIP's own latency is the model's
 
 
+@pytest.mark.slow
+def test_the_latency_ladder_bounds_the_enumerated_best_edp(hier):
+    """Least energy under a ladder of latency caps (epsilon-constraint, solved to optimality): the EDP bound it
+    proves is below the best EDP of every enumerated mapping and within one ladder step (1.1) of it."""
+    layer = LN.Layer.conv("tiny", 1, 16, 8, 4, 4, 3, 3)
+    sp = DF.spatial_candidates(layer, hier, 1)[0]
+    _, best, n_valid = DF.exhaustive(layer, hier, sp, key=lambda c: c.edp)
+    assert n_valid > 100
+    b = dataflow_mip.lower_bounds(layer, hier, sp, node_limit=None,
+                                  ladder=lambda lo, e: [lo * 1.1 ** k for k in range(1, 30)])
+    assert b["edp_lower"] <= b["edp_lower_ladder"] <= best.edp * (1 + 1e-6)
+    assert b["edp_lower_ladder"] >= best.edp / 1.1 / 1.01  # the MIP's energy: tangents within 0.5 %
+    found = [LN.evaluate(layer, hier, s["mapping"]).edp for s in b["ladder"] if s["mapping"] is not None]
+    assert min(found) == pytest.approx(best.edp, rel=0.02)  # the sweep's points contain a near-optimal mapping
+
+
 def test_weight_stationary_loads_every_weight_once(hier):
     layer = LN.Layer.conv("ws", 1, 64, 64, 8, 8, 3, 3)
     res = DF.optimise(layer, hier, "ws", node_limit=20, spatial_top=1, starts=1, max_orders=100)
@@ -344,6 +360,27 @@ def test_an_input_level_refills_behind_its_childs_last_block(hier, monkeypatch):
     before = LN.latency(layer, hier, m)
     assert before - now == 2 * (128 - 64)  # both refills of gbuf:I hide behind a 64-cycle block
     assert abs(now - 1776) < abs(before - 1776) and abs(now - 1776) / 1776 < 0.03
+
+
+def test_many_small_write_backs_do_not_push_a_refill_behind_the_block(hier, monkeypatch):
+    """Each of the 128 MVM steps of a P iteration writes its partial sums back (obuf, 2 cycles on the gbuf
+    port), so the ports hold hundreds of bookings when the second gbuf:I refill is requested: it may start when
+    ibuf has copied the first tile (832), long before the first block (1088-2112) ends.  Hand-timed bound:
+    weights in the macro at 1088, two blocks of 128 x 8 cycles, the last partial sums (2) and the output tile
+    to DRAM (65,536 bits at 64/cycle: 1024), plus at most one ibuf copy (256) of slack.  The old port kept 96
+    bookings and counted the forgotten ones as full until they ended: the refill waited for the block."""
+    from tvm_cim.simulator import loopnest as SL
+
+    layer = LN.Layer.conv("flood", 1, 16, 32, 2, 128, 1, 1)
+    m = _mapping("cores[] rows[C32] cols[K16] :: |gbuf:W |macro:W |gbuf:O P2 |gbuf:I |ibuf:I* Q128 |obuf:O*")
+    assert LN.check(layer, hier, m) == []
+    now = simulate(layer, hier, m).cycles
+    assert now <= 1088 + 2 * 128 * hier.mvm_cycles + 2 + 1024 + 256
+    monkeypatch.setattr(SL._Port, "forget", lambda self, floor: None)
+    monkeypatch.setattr(SL._Port, "KEEP", 10**9)
+    assert simulate(layer, hier, m).cycles == now  # forgetting is exact: every booking kept gives the same
+    monkeypatch.setattr(SL._Port, "KEEP", 96)
+    assert simulate(layer, hier, m).cycles > now + 200  # the old cap alone
 
 
 # --------------------------------------------------------------------------- the strategy: program carries the dataflow
