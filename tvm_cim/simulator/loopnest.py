@@ -228,11 +228,12 @@ def simulate(layer: LN.Layer, hier: LN.Hierarchy, m: LN.Mapping, max_events: int
     ranges = [range(f) for _, f in loops[:depth]]
     for idx in itertools.product(*ranges) if depth else [()]:
         changed = {}
-        # every later request starts at or after the last two uses of some stream's tiles (slot_free,
-        # write-backs), so bookings ending before the earliest of them can be forgotten; a tile loaded once
-        # (slot -1) is not booked again but for its write-back after the last block
-        floor = min([(min(s.uses[-2:]) if s.uses else 0.0) for s in order if s.t.slot >= 0 or not s.uses],
-                    default=macro_free)
+        # every later request starts at or after the end of use of a stream's current tile (the one before
+        # it when double-buffered: slot_free, write-backs), so bookings ending before the earliest of them
+        # can be forgotten; a tile loaded once (slot -1) is not booked again but for its write-back after
+        # the last block; a tile not used yet (0.0) is used no earlier than it is ready
+        floor = min([min((x if x > 0 else s.ready) for x in s.uses[-(2 if s.t.double else 1):]) if s.uses else 0.0
+                     for s in order if s.t.slot >= 0 or not s.uses], default=macro_free)
         for p in ports.values():
             p.forget(floor)
         for s in order:
