@@ -28,7 +28,11 @@ the iteration (``T + body``), a double-buffered one overlaps it
 prefetches across loop boundaries).  Weights enter the macro in
 memory mode, which excludes computing, so they are single-buffered unless
 the chip has ``weight_double_buffer``.  Output tiles are written back (and,
-when reduction loops remain outside, read back: twice ``T``).  One MVM takes
+when reduction loops remain outside, read back: twice ``T``).  A
+single-buffered input or weight level whose only reader is a
+single-buffered child refilled at an inner loop is refilled while the
+child's last tile is being used: only what exceeds that block is exposed
+(:func:`_exposed`).  One MVM takes
 ``input bits / dac_bits`` cycles, or longer when the innermost input level
 cannot feed it or the innermost output level cannot absorb its partial sums.
 """
@@ -539,6 +543,26 @@ def blocking(hier: Hierarchy, m: Mapping, trs: list, passing: dict, i: int) -> d
     return out
 
 
+def _exposed(t: Transfer, trs: list, body: dict) -> float:
+    """Cycles a single-buffered refill adds to its iteration.
+
+    An input or weight level read only by one single-buffered child level
+    refilled at an inner loop ``j`` is free once that child has copied its
+    last tile of the current iteration: its refill then overlaps the last
+    iteration's inner loops of ``j`` (``body[j]``), and only what is longer
+    adds -- unless output tiles are written back at a loop in between (they
+    go first at an iteration boundary, on the same ports).
+    """
+    full = t.times * t.cycles
+    if t.operand == "O":
+        return full
+    kids = [c for c in trs if c.operand == t.operand and c.parent == t.level]
+    if len(kids) != 1 or kids[0].slot <= t.slot or kids[0].double \
+            or any(o.operand == "O" and t.slot < o.slot <= kids[0].slot for o in trs):
+        return full  # a double-buffered child copies ahead; an output write-back in between takes the ports first
+    return max(0.0, full - body[kids[0].slot])
+
+
 def latency(layer: Layer, hier: Hierarchy, m: Mapping) -> float:
     """Cycles of the layer under mapping ``m`` (the stall-aware recursion of the module docstring).
 
@@ -561,10 +585,12 @@ def latency(layer: Layer, hier: Hierarchy, m: Mapping) -> float:
     occ = {c: 0.0 for c in occupancy_classes(hier, m, trs)}
     for p, u in mvm_port_share(layer, hier, m).items():  # the MVMs' inputs and partial sums, per step
         occ[(p, None)] = occ.get((p, None), 0.0) + u * lat
+    body: dict = {}  # loop index -> duration of one iteration's inner loops (without its own refills)
     for i in range(len(m.loops) - 1, -1, -1):
         n = m.loops[i][1]
+        body[i] = lat
         here = [t for t in trs if t.slot == i]
-        serial = lat + sum(t.times * t.cycles for t in here if not t.double and id(t) not in passing)
+        serial = lat + sum(_exposed(t, trs, body) for t in here if not t.double and id(t) not in passing)
         crit = serial + max(blocking(hier, m, trs, passing, i).values(), default=0.0)
         for t in here:
             if t.double:

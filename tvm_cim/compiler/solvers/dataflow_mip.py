@@ -24,6 +24,12 @@ Variables (paper notation in brackets):
   overlaps it when double-buffered; ``N_i x Crit_i`` is linearised exactly
   by ``sum_f F_f W[f, i]`` with ``W >= Crit - M (1 - X)`` (V^F).
 
+A single-buffered input or weight level read only by a single-buffered
+child refilled at an inner loop ``j`` refills during the child's last block
+(:func:`tvm_cim.hardware.loopnest._exposed`): a credit ``CR[i, j] <=
+Lat[j + 1]``, allowed only when the child's cut is at ``j + 1``, the child
+is single-buffered and no output level is refilled at a loop in ``(i, j]``.
+
 The transfer is charged at the loop just outside a cut, and a cut may only
 sit below a loop the operand depends on (a cut below a loop it does not
 depend on holds the same data as one slot higher: no optimum is lost).
@@ -90,7 +96,8 @@ def _subset_products(fs: list[int]) -> list[int]:
 
 def solve(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, objective: str = "latency", ws: bool = False,
           node_limit: int = NODE_LIMIT, time_limit: float = SAFETY_TIME_LIMIT, seed: int = 0, flexible: bool = True, start: LN.Mapping | None = None,
-          fix_order: bool = False, lexicographic: bool = True, bounds: bool = False, incumbent: bool = True):
+          fix_order: bool = False, lexicographic: bool = True, bounds: bool = False, incumbent: bool = True,
+          ladder=()):
     """Solve the dataflow MIP of one spatial unrolling.
 
     Parameters
@@ -124,6 +131,9 @@ def solve(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, objective: str = 
     bounds : bool
         Instead of mappings, return the lower bounds the MIP proves within
         ``node_limit`` nodes (see :func:`lower_bounds`).
+    ladder : tuple of float
+        With ``bounds``: latencies (cycles, increasing) under which the least
+        energy is also solved (see :func:`lower_bounds`).
 
     Returns
     -------
@@ -359,7 +369,10 @@ def solve(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, objective: str = 
                 if share.get(cl[0], 0.0):
                     _add(mdl, v >= share[cl[0]] * leaf - mc * mis)
         occ_next[cl] = v
+    body_of = {}  # loop -> its inner loops' duration (loopnest._exposed)
+    o_keys = [key for key in E if key[0] == "O"]
     for i in range(n - 1, -1, -1):
+        body_of[i] = lat_next
         crit = mdl.var(f"crit{i}")
         serial, pro, on_port = [], [], {}
         passing = {}
@@ -375,7 +388,22 @@ def solve(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, objective: str = 
             mt = Tmax[key]
             pas = _qsum(pv for _, pv in passing.get(key, []))
             ts = mdl.var(f"TS{key}{i}")
-            _add(mdl, ts >= Teff[key] - mt * (1 - z) - (mt * D[key] if D[key] is not None else 0.0) - mt * pas)
+            credit = []  # an input/weight level read only by one single-buffered child refilled at loop j > i:
+            # its refill overlaps the child's last block, body_of[j] (no output write-back at a loop in (i, j])
+            kids = children.get(key, []) if key[0] != "O" else []
+            for kid in kids if len(kids) == 1 else ():
+                for j in range(i + 1, n):
+                    cr = mdl.var(f"CR{key}{i}_{j}", lb=0.0)
+                    _add(mdl, cr <= body_of[j])
+                    _add(mdl, cr <= mc * Z[kid][j + 1])
+                    if D[kid] is not None:
+                        _add(mdl, cr <= mc * (1 - D[kid]))
+                    for ok in o_keys:
+                        for c in range(i + 2, j + 2):
+                            _add(mdl, cr <= mc * (1 - Z[ok][c]))
+                    credit.append(cr)
+            _add(mdl, ts >= Teff[key] - mt * (1 - z) - (mt * D[key] if D[key] is not None else 0.0) - mt * pas
+                 - _qsum(credit))
             serial.append(ts)
             for kid, pv in passing.get(key, []):  # the level is busy for its refill and the child's
                 dm = mt * D[key] if D[key] is not None else 0.0
@@ -519,7 +547,8 @@ def solve(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, objective: str = 
         _add(mdl, total >= _qsum(terms))
 
     if bounds:
-        return _lower_bounds(mdl, total, energy, tsc, eref, hier)
+        return _lower_bounds(mdl, total, energy, tsc, eref, hier, bound, ladder,
+                             lambda sol: _extract(sol, X, Z, D, facs, spatial, n))
 
     # ---------------------------------------------------------------- solve
     h = mdl.h
@@ -572,8 +601,10 @@ def solve(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, objective: str = 
     return out
 
 
-def _lower_bounds(mdl: Model, total, energy, tsc: float, eref: float, hier: LN.Hierarchy) -> dict:
-    """Minimal latency and minimal energy, each on its own, with HiGHS's proven (dual) bounds."""
+def _lower_bounds(mdl: Model, total, energy, tsc: float, eref: float, hier: LN.Hierarchy, bound=None,
+                  ladder=(), extract=None) -> dict:
+    """Minimal latency and minimal energy, each on its own, with HiGHS's proven (dual) bounds; then the least
+    energy under every latency of ``ladder`` (an epsilon-constraint sweep) and the EDP bound it proves."""
     out = {}
     for name, expr, scale in (("cycles", total, 1 / tsc), ("energy_pj", energy, eref)):
         sol = mdl.minimize(expr)
@@ -581,13 +612,38 @@ def _lower_bounds(mdl: Model, total, energy, tsc: float, eref: float, hier: LN.H
         dual = float(info.mip_dual_bound)
         out[name] = {"lower": dual * scale, "best": sol.objective * scale if sol.feasible else math.nan,
                      "status": sol.status, "nodes": int(info.mip_node_count)}
+        if extract is not None and sol.feasible:
+            out[name]["mapping"] = extract(sol)
     # EDP >= (least latency) x (least energy): each bound holds for every mapping of the space
     out["edp_lower"] = out["cycles"]["lower"] * hier.cycle_ns * out["energy_pj"]["lower"]
+    if callable(ladder):
+        ladder = tuple(ladder(out["cycles"]["lower"], out["energy_pj"]["lower"]))
+    if not ladder:
+        return out
+    steps = []
+    for cap in ladder:
+        mdl.h.changeColBounds(bound.index, 0.0, cap * tsc)
+        sol = mdl.minimize(energy)
+        info = mdl.h.getInfo()
+        infeasible = sol.status == "Infeasible"
+        low = math.inf if infeasible else max(float(info.mip_dual_bound) * eref, out["energy_pj"]["lower"])
+        steps.append({"cycles_cap": cap, "energy_lower": low, "status": sol.status,
+                      "energy_best": sol.objective * eref if sol.feasible else math.nan,
+                      "nodes": int(info.mip_node_count),
+                      "mapping": extract(sol) if (extract is not None and sol.feasible) else None})
+    mdl.h.changeColBounds(bound.index, 0.0, highspy.kHighsInf)
+    # a mapping with latency in (cap[k-1], cap[k]] has EDP >= cap[k-1] x (least energy under cap[k]); below the
+    # first cap the latency bound stands for cap[-1]; above the last cap, the least energy without a cap
+    lows = [out["cycles"]["lower"]] + [st["cycles_cap"] for st in steps]
+    cands = [max(lo, out["cycles"]["lower"]) * st["energy_lower"] for lo, st in zip(lows, steps)]
+    cands.append(steps[-1]["cycles_cap"] * out["energy_pj"]["lower"])
+    out["ladder"] = steps
+    out["edp_lower_ladder"] = min(cands) * hier.cycle_ns
     return out
 
 
 def lower_bounds(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, node_limit: int = 2000,
-                 time_limit: float = 600.0, seed: int = 0) -> dict:
+                 time_limit: float = 600.0, seed: int = 0, ladder=()) -> dict:
     """Lower bounds of latency, energy and EDP over every mapping of one spatial unrolling that the MIP spans.
 
     The MIP's latency is the exact model's, and its energy a lower bound of it
@@ -595,13 +651,26 @@ def lower_bounds(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, node_limit
     bounds the exact EDP of any mapping of this spatial unrolling from below
     (``edp_lower``); when a solve is optimal its bound equals its best point.
 
+    With a ``ladder`` of latencies ``L_1 < ... < L_k`` (cycles; or a function
+    of the proven latency and energy bounds giving them), the least
+    energy ``E(L_j)`` under ``latency <= L_j`` is solved for each, and the
+    bound tightens to ``edp_lower_ladder = min_j L_(j-1) E(L_j)`` (with
+    ``L_0`` the latency bound and a last term ``L_k x`` the least energy):
+    every mapping lies in one of the latency intervals, so within a ladder
+    ratio ``L_j / L_(j-1)`` of the best EDP of the space when the energy
+    bounds are tight.
+
     Returns
     -------
     dict
         ``cycles`` and ``energy_pj`` (``lower``: HiGHS's dual bound, ``best``:
-        the best point found, ``status``, ``nodes``) and ``edp_lower`` (pJ x ns).
+        the best point found, ``mapping``, ``status``, ``nodes``) and
+        ``edp_lower`` (pJ x ns); with a ladder also ``ladder`` (per cap:
+        ``energy_lower``, ``energy_best``, ``mapping``, ``status``) and
+        ``edp_lower_ladder``.
     """
-    return solve(layer, hier, spatial, node_limit=node_limit, time_limit=time_limit, seed=seed, bounds=True)
+    return solve(layer, hier, spatial, node_limit=node_limit, time_limit=time_limit, seed=seed, bounds=True,
+                 ladder=ladder if callable(ladder) else tuple(ladder))
 
 
 def _set_objective(h, expr) -> None:
