@@ -302,6 +302,8 @@ def main() -> int:
     ap.add_argument("--hw", default="miredo", help="a preset or file with a [dataflow] table")
     ap.add_argument("--layers", type=int, help="only the first N layers of every network")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--ws-point", action="store_true",
+                    help="miredo also takes the ws baseline's MIP point as a candidate (never loses to ws; slower)")
     ap.add_argument("--bounds", type=int, metavar="NODES",
                     help="instead of the mappers: per distinct layer shape, the latency, energy and EDP lower bounds "
                     "the MIP proves in NODES branch-and-bound nodes over the six spatial candidates, against the zigzag "
@@ -329,7 +331,7 @@ def main() -> int:
         return 2
     settings = dict(node_limit=a.node_limit or DF.dataflow_mip.NODE_LIMIT,
                     time_limit=a.time_limit or DF.dataflow_mip.SAFETY_TIME_LIMIT, spatial_top=1,
-                    starts=1, max_orders=60 if a.quick else 100, seed=a.seed)
+                    starts=1, max_orders=60 if a.quick else 100, seed=a.seed, ws_point=a.ws_point)
     results = {}
     t0 = time.perf_counter()
     if a.sweep:

@@ -224,7 +224,7 @@ def test_optimiser_reports_solve_time_and_is_bounded(hier):
 
     layer = LN.Layer.conv("mid", 1, 64, 64, 14, 14, 3, 3)
     t0 = time.perf_counter()
-    res = DF.optimise(layer, hier, "miredo", node_limit=20, spatial_top=1, starts=1, max_orders=100)
+    res = DF.optimise(layer, hier, "miredo", node_limit=20, spatial_top=1, starts=1, max_orders=100, ws_point=True)
     wall = time.perf_counter() - t0
     assert 0 < res.seconds <= wall + 1e-6
     assert not res.time_limit_hit  # the node limit, not the wall-clock safety net, ended every solve
@@ -238,8 +238,8 @@ def test_optimiser_reports_solve_time_and_is_bounded(hier):
     for sp in DF.spatial_candidates(layer, hier, top=6):
         for m in DF.heuristic_starts(layer, hier, sp, "edp", ws=True, keep=1, split=DF.STRUCTURED_SPLIT):
             assert edp <= LN.evaluate(layer, hier, m).edp * (1 + 1e-9)
-    # and never worse than the ws baseline (the same MIP with the weight-stationary constraints): its point is a
-    # candidate, solved once per layer shape and settings and returned as is to the baseline's own call
+    # with ws_point, never worse than the ws baseline (the same MIP with the weight-stationary constraints): its
+    # point is a candidate, solved once per layer shape and settings and returned as is to the baseline's own call
     ws = DF.optimise(layer, hier, "ws", node_limit=20, spatial_top=1, starts=1, max_orders=100)
     assert edp <= ws.cost.edp * (1 + 1e-9)
     assert DF.optimise(layer, hier, "ws", node_limit=20, spatial_top=1, starts=1, max_orders=100) is ws

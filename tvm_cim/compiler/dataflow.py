@@ -399,7 +399,7 @@ def optimise(layer: LN.Layer, hier: LN.Hierarchy, method: str = "miredo", object
              node_limit: int = dataflow_mip.NODE_LIMIT, spatial_top: int = 2, starts: int = 3,
              max_orders: int = 500, seed: int = 0, time_limit: float = dataflow_mip.SAFETY_TIME_LIMIT,
              fix_starts: bool = False, polish_budget: int = POLISH_BUDGET, warm: bool = False,
-             energy_stage: bool = False, ws_point: bool = True) -> Result:
+             energy_stage: bool = False, ws_point: bool = False) -> Result:
     """The dataflow of one layer.
 
     Parameters
@@ -449,7 +449,11 @@ def optimise(layer: LN.Layer, hier: LN.Hierarchy, method: str = "miredo", object
         to ``ws`` in the exact model.  The ``ws`` result is cached per chip,
         layer shape and settings: a later ``ws`` call of the same layer returns
         it without solving again.  miredo's ``cpu_seconds`` include the ``ws``
-        solve's CPU time whether it was solved here or cached.
+        solve's CPU time whether it was solved here or cached.  Off by
+        default: the ws solves (three HiGHS solves per shape, mostly root-node
+        heuristics a node limit does not bound) took ResNet-18@224 from 53.9
+        to 153 s CPU, past the one-minute budget, for a network EDP against
+        ws of 3.09x instead of 2.96x (benchmarks/miredo.py --ws-point).
 
     With ``miredo`` the result is never worse, in the exact model, than any
     heuristic mapping it contains: the greedy orders of every spatial
