@@ -8,8 +8,10 @@ so that peak memory is per preset.
     python benchmarks/resnet18_sim.py                 # all CIM presets
     python benchmarks/resnet18_sim.py --hw prime isaac --bitwise --json out.json
 
-``--bitwise`` simulates every MVM bit-serially, also on presets whose ADC is
-lossless (where the default computes the provably identical integer product).
+``--bitwise`` sends every MVM through the bit-level crossbar model, also on presets
+whose ADC is lossless (where the default computes the provably identical integer
+product); bitlines a bound on their inputs proves unaltered by the ADC are summed
+exactly (``python -m tvm_cim run --bitwise all`` converts every one).
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ def run_one(hw: str, bitwise: bool, image: int, seed: int) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--hw", nargs="*", default=None, help="presets (default: every CIM preset)")
-    ap.add_argument("--bitwise", action="store_true", help="also time the fully bit-serial path")
+    ap.add_argument("--bitwise", action="store_true", help="also time the bit-level path (run --bitwise)")
     ap.add_argument("--image", type=int, default=224)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", help="write the rows to this file")

@@ -316,3 +316,44 @@ def test_joint_remap_dp_stays_exact_and_shares_the_crossbars():
         d_r = duplication.remapped(r, d, est, wl.crossbar.rows, wl)
         assert d_r * short <= d * full < (d_r + 1) * short
     assert prog.attr("replicas") * est.tiles(r, prog.attr("tile_rows")) <= wl.total_crossbars
+
+
+@settings(max_examples=25, deadline=None)
+@given(name=st.sampled_from(["prime", "puma", "jia21", "jain21", "isaac"]), wmax=st.sampled_from([1, 7, 40, 127]),
+       xmax=st.sampled_from([1, 9, 127]), programmed=st.booleans(), seed=st.integers(0, 2**16))
+def test_tile_proofs_skip_work_not_results(name, wmax, xmax, programmed, seed):
+    """Bitlines a bound proves unaltered by the ADC are summed as an integer product ("tile"); the results equal
+    every conversion made bit-serially, on lossy chips too, and plain integer numpy when the ADC cannot clip."""
+    rng = np.random.default_rng(seed)
+    hw = tvm_cim.load(name)
+    w = rng.integers(-wmax, wmax + 1, size=(3, 1, 90, 11))
+    w[0, :, :, :5] //= 16  # tiles and columns with small weights: their high slices hold zeros
+    x = rng.integers(-xmax, xmax + 1, size=(3, 1, 6, 90))
+    x[1] //= 8
+    cells = crossbar.encode(w, hw, 8)
+    lsb = None
+    if programmed:
+        lsb = crossbar.programmed_lsb(rng.integers(1, 4 * crossbar.max_partial_sum(hw), size=(3,) + cells.shape[-3:]),
+                                      hw)
+    full = crossbar.mvm_signed(x, cells, hw, 8, 8, exact_shortcut=False, lsb=lsb)
+    for mode in ("tile", True):
+        np.testing.assert_array_equal(crossbar.mvm_signed(x, cells, hw, 8, 8, exact_shortcut=mode, lsb=lsb), full)
+    exact_hw = lossless(hw)
+    np.testing.assert_array_equal(crossbar.mvm_signed(x, cells, exact_hw, 8, 8, exact_shortcut="tile"),
+                                  np.einsum("tbvr,tbrn->tbvn", x, w))
+
+
+def test_tile_proofs_on_a_lossy_chip_match_the_bitwise_path():
+    """A region on PRIME (programmed 8-bit ADC over 64 rows of 4-bit cells: lossy): the simulator's "tile" mode
+    (``--bitwise``) gives the accumulators of the every-conversion path, and of the default."""
+    rng = np.random.default_rng(12)
+    hw = tvm_cim.load("prime")
+    w = rng.integers(-127, 128, size=(300, 40)).astype(np.int8)
+    w[:, :20] //= 32  # small weights in half the columns: bitlines the bound proves exact
+    r = Region("mm", MATMUL, [(9, 300)], (9, 40), x_scale=1.0, w_int=w, w_scale=np.ones(40, np.float32))
+    x = rng.integers(0, 256, size=(9, 300)).astype(np.float32)
+    x[:, ::3] = 0
+    accs = [run(r, hw, "cim-mlc", x, shortcut=mode)[0]["acc"] for mode in (False, "tile", True)]
+    assert not np.array_equal(accs[0][0], x.astype(np.int64) @ w.astype(np.int64))  # the ADC does alter sums
+    np.testing.assert_array_equal(accs[1], accs[0])
+    np.testing.assert_array_equal(accs[2], accs[0])

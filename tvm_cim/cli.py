@@ -127,9 +127,15 @@ def main(argv: list[str] | None = None) -> int:
                    f"(default {DEFAULT_MAX_ERROR}; 1 = fastest mappings, no constraint)")
     r.add_argument(
         "--bitwise",
-        action="store_true",
-        help="simulate every MVM bit-serially even where the ADC provably cannot alter a conversion "
-        "(same results, slower; by default such MVMs are computed as one exact integer product)",
+        nargs="?",
+        const="tile",
+        default=False,
+        choices=["tile", "all"],
+        help="send every MVM through the bit-level crossbar model even where the hardware setting's ADC provably "
+        "cannot alter a conversion (same results, slower; by default such MVMs are one exact integer product). "
+        "'tile' (the default of --bitwise): the bitlines of a tile whose conversions a bound on its inputs proves "
+        "unaltered are summed as one integer product, the others converted bit-serially; 'all': every conversion "
+        "bit-serially",
     )
     r.add_argument("--timing-only", action="store_true",
                    help="skip the numerics: latency, energy, power and utilisation only (for sweeps); "

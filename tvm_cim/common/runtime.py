@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import threading
 
 from . import hardware
@@ -49,3 +50,24 @@ class PerDevice:
     def clear(self) -> None:
         with self._lock:
             self._objs.clear()
+
+
+@contextlib.contextmanager
+def gc_paused():
+    """Pause Python's cyclic garbage collector inside the block (reference counting still frees everything else).
+
+    Compiler passes and simulations allocate millions of small acyclic objects
+    (meta-operators, their argument tuples, events); each allocation burst
+    triggers collections that scan every live object, which on a large model
+    cost more than the work itself (VGG-19: code generation 9.9 s CPU with the
+    collector, 3.4 s without).  Cycles made inside the block are collected
+    after it, at the collector's next turn.  Nesting is safe; the collector's
+    state before the block is restored.
+    """
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()

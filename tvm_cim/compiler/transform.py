@@ -70,6 +70,7 @@ from ..common.relax_utils import (
     lower_composites,
     rewrite_callers,
 )
+from ..common.runtime import gc_paused
 from ..common.target import hardware_of, options_of
 from ..hardware import loopnest as LN
 from ..hardware.schema import CIMHardware
@@ -1341,7 +1342,8 @@ class _Timed:
             bar.set_postfix_str(self.name)
         w, c = time.perf_counter(), time.process_time()
         try:
-            out = self.inner(mod)
+            with gc_paused():  # the passes allocate millions of acyclic objects: collections would dominate
+                out = self.inner(mod)
         except BaseException:
             if bar is not None:
                 bar.close()

@@ -333,8 +333,88 @@ def bitline_peaks(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, input_bits:
     return peak.reshape((t_n,) + cells.shape[-3:])
 
 
+def _exact_bitlines(x: np.ndarray, cg: np.ndarray, hw: CIMHardware, input_bits: int, lsb) -> np.ndarray:
+    """Which bitlines of each tile the ADC provably leaves unaltered on these inputs, shape ``(T, K)``.
+
+    A bound, not a measurement: in a read step, row ``r`` is driven with at
+    most ``min(2^dac_bits - 1, max_v x[v, r])``, so a bitline's sum over a
+    row group never exceeds ``sum_r that level * cell[r]``.  When that bound
+    is within the top code and the bitline's LSB is one, every conversion of
+    the bitline returns its sum unchanged, and its shift-and-add equals its
+    integer product.  ``cg``: integer cells ``(T, Bt, R, K)``; ``lsb``: one
+    value or ``(T, 1, 1, 1, K)``.
+    """
+    xb = hw.crossbar
+    t_n, _, v, r = x.shape
+    k = cg.shape[-1]
+    if np.ndim(lsb):
+        lsb_ok = np.asarray(lsb).reshape(t_n, k) == 1
+    elif lsb != 1:
+        return np.zeros((t_n, k), dtype=bool)
+    else:
+        lsb_ok = np.ones((t_n, k), dtype=bool)
+    if v == 0 or r == 0:
+        return lsb_ok
+    top = 2**xb.adc_bits - 1
+    level = min((1 << xb.dac_bits) - 1, (1 << input_bits) - 1)
+    if min(r, xb.rows_active) * level * (2**xb.cell_bits - 1) <= top:  # every cell at its top level still fits
+        return lsb_ok
+    xm = np.minimum(x.max(axis=(1, 2)), level).astype(np.float32)  # (T, R): the largest level each row is driven with
+    bound = np.zeros((t_n, k), dtype=np.float32)
+    for g0 in range(0, r, xb.rows_active):  # per row group: the drive levels times the cells, summed over rows
+        g1 = min(r, g0 + xb.rows_active)
+        np.maximum(bound, np.matmul(xm[:, None, None, g0:g1], cg[:, :, g0:g1]).max(axis=(1, 2)), out=bound)
+    return (bound <= float(top)) & lsb_ok
+
+
+def _bit_serial(x: np.ndarray, cg: np.ndarray, hw: CIMHardware, input_bits: int, lsb) -> np.ndarray:
+    """Every conversion of bitlines ``cg`` (integer cells ``(T, Bt, R, K)``), shift-and-added over input steps.
+
+    All input steps of a chunk of vectors go through one batched product
+    (tiles x batch x row groups), the ADC converts every element, and the
+    steps are recombined with their weights ``2^(b * dac_bits)``.  ``lsb``:
+    one value or ``(T, 1, 1, 1, K)``.  Returns float64 ``(T, Bt, V, K)``
+    (integers).
+    """
+    xb = hw.crossbar
+    t_n, bt, v, r = x.shape
+    k = cg.shape[-1]
+    ra, d = xb.rows_active, xb.dac_bits
+    g_n = -(-r // ra)
+    pad = g_n * ra - r
+    xi = x.astype(np.int32)
+    if pad:
+        xi = np.concatenate([xi, np.zeros(x.shape[:-1] + (pad,), np.int32)], axis=-1)
+        cg = np.concatenate([cg, np.zeros((t_n, bt, pad, k), cg.dtype)], axis=2)
+    cg = cg.reshape(t_n, bt, g_n, ra, k)
+    steps = hw.input_steps(input_bits)
+    shifts = (d * np.arange(steps, dtype=np.int32))[:, None, None]  # (B, 1, 1)
+    step_w = 2.0 ** (d * np.arange(steps, dtype=np.float64))
+    mask = (1 << d) - 1
+    scalar = not np.ndim(lsb)
+    top = float(2**xb.adc_bits - 1)
+    out = np.empty((t_n, bt, v, k), dtype=np.float64)
+    per_vec = t_n * bt * g_n * steps * (k + ra) * 8
+    chunk = max(1, _CHUNK_BYTES // max(1, per_vec))
+    for v0 in range(0, v, chunk):
+        v1 = min(v, v0 + chunk)
+        xv = xi[:, :, v0:v1].reshape(t_n, bt, v1 - v0, g_n, ra).transpose(0, 1, 3, 2, 4)  # (T, Bt, G, V, ra)
+        xs = ((xv[:, :, :, None] >> shifts) & mask).astype(np.float32)  # (T, Bt, G, B, V, ra)
+        part = np.matmul(xs.reshape(t_n, bt, g_n, steps * (v1 - v0), ra), cg)  # one conversion per element
+        if scalar and lsb == 1:
+            np.minimum(part, top, out=part)
+        else:
+            part = np.floor(part / lsb + 0.5)
+            np.minimum(part, top, out=part)
+            part *= lsb
+        conv = part.sum(axis=2, dtype=np.float64).reshape(t_n, bt, steps, v1 - v0, k)
+        out[:, :, v0:v1] = np.einsum("tbsvk,s->tbvk", conv, step_w)
+    return out
+
+
 def mvm(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, weight_bits: int, input_bits: int,
-        exact_shortcut: bool = True, weights: np.ndarray | None = None, lsb=None, offset=None) -> np.ndarray:
+        exact_shortcut: bool | str = True, weights: np.ndarray | None = None, lsb=None,
+        offset=None) -> np.ndarray:
     """Bit-serial matrix-vector products on crossbars, vectorised over tiles.
 
     Parameters
@@ -349,9 +429,14 @@ def mvm(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, weight_bits: int, inp
         step sums ``crossbar.rows_active`` rows.
     weight_bits, input_bits : int
         Precision of the program's weights and input codes.
-    exact_shortcut : bool
-        Use one integer product when the ADC provably cannot alter a
-        conversion (same result, much faster).
+    exact_shortcut : bool or "tile"
+        ``True``: one integer product when the ADC provably cannot alter any
+        conversion of this hardware setting, otherwise as ``"tile"``.
+        ``"tile"``: per tile and bitline, a bound on these inputs
+        (:func:`_exact_bitlines`) proves which bitlines' conversions are
+        unaltered; those are summed as one integer product and only the others
+        are converted bit-serially.  ``False``: every conversion bit-serially.
+        The three give the same results; the proofs only skip work.
     weights : np.ndarray, optional
         ``decode(cells)`` if the caller has it cached (shortcut only).
     lsb : int or np.ndarray, optional
@@ -360,7 +445,8 @@ def mvm(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, weight_bits: int, inp
         (:func:`adc_lsb`).
     offset : np.ndarray, optional
         ADC input offsets in LSBs, shape ``(T, S, P, n)`` (a non-ideal device,
-        :class:`Nonideal`; the cells may then hold non-integer conductances).
+        :class:`Nonideal`; the cells may then hold non-integer conductances,
+        and every conversion is computed).
 
     Returns
     -------
@@ -377,11 +463,47 @@ def mvm(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, weight_bits: int, inp
         lsb = np.asarray(lsb, dtype=np.float64).reshape(t_n, 1, 1, 1, s_n * p_n * n)
     if offset is not None:
         offset = np.asarray(offset, dtype=np.float32).reshape(t_n, 1, 1, 1, s_n * p_n * n)
-        exact_shortcut = False
-    if exact_shortcut and exact(hw, lsb, r):
+        return _mvm_nonideal(x, cells, hw, weight_bits, input_bits, lsb, offset)
+    if exact_shortcut is True and exact(hw, lsb, r):
         w = decode(cells, hw, weight_bits) if weights is None else weights
         return np.rint(np.matmul(x.astype(np.float64), w.astype(np.float64))).astype(np.int64)
 
+    sp, spn = s_n * p_n, s_n * p_n * n
+    sw = _slice_weights(hw, weight_bits).reshape(sp)
+    cg = cells.reshape(t_n, bt, r, spn)
+    ok = _exact_bitlines(x, cg, hw, input_bits, lsb) if exact_shortcut else np.zeros((t_n, spn), dtype=bool)
+    if ok.all():
+        w = decode(cells, hw, weight_bits) if weights is None else weights
+        return np.rint(np.matmul(x.astype(np.float64), w.astype(np.float64))).astype(np.int64)
+    out = np.zeros((t_n, bt, v, n), dtype=np.float64)
+    if ok.any():  # the proven bitlines: one integer product with the weight they hold
+        held = cg.reshape(t_n, bt, r, sp, n).astype(np.float64) * (ok.reshape(t_n, 1, 1, sp, n) * sw[:, None])
+        out += np.matmul(x.astype(np.float64), held.sum(axis=3))
+        k = int((~ok).sum(axis=1).max())
+        idx = np.argsort(ok, axis=1, kind="stable")[:, :k]  # (T, K): each tile's other bitlines first
+        live = ~np.take_along_axis(ok, idx, axis=1)
+        cells_k = np.take_along_axis(cg, idx[:, None, None, :], axis=3) * live[:, None, None, :]
+        lsb_k = lsb if not np.ndim(lsb) else np.take_along_axis(lsb.reshape(t_n, spn), idx, axis=1).reshape(
+            t_n, 1, 1, 1, k)
+        acc = _bit_serial(x, cells_k, hw, input_bits, lsb_k)  # (T, Bt, V, K)
+        scatter = np.zeros((t_n, k, n), dtype=np.float64)  # bitline k -> its column, with its slice weight
+        scatter[np.arange(t_n)[:, None], np.arange(k)[None, :], idx % n] = sw[idx // n] * live
+        out += np.matmul(acc, scatter[:, None])
+    else:
+        acc = _bit_serial(x, cg, hw, input_bits, lsb).reshape(t_n, bt, v, sp, n)
+        out += np.einsum("tbvsn,s->tbvn", acc, sw)
+    if xb.weight_encoding == "offset":
+        out -= float(2 ** (weight_bits - 1)) * x.astype(np.float64).sum(axis=-1, keepdims=True)
+    return np.rint(out).astype(np.int64)
+
+
+def _mvm_nonideal(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, weight_bits: int, input_bits: int,
+                  lsb, offset: np.ndarray) -> np.ndarray:
+    """:func:`mvm` on a non-ideal device: every conversion, input step by input step (the float32 sums of
+    non-integer conductances keep their order of summation)."""
+    xb = hw.crossbar
+    t_n, bt, v, r = x.shape
+    s_n, p_n, n = cells.shape[-3:]
     d = xb.dac_bits
     sw = _slice_weights(hw, weight_bits).reshape(s_n * p_n, 1)
     out = np.zeros((t_n, bt, v, n), dtype=np.float64)

@@ -9,7 +9,6 @@ into, their order, and the operations between segments (array mode switches
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Union
 
 
@@ -44,6 +43,20 @@ class Range:
 Value = Union[int, float, str, bool, Ref, Range, tuple]
 
 
+class _once:
+    """A computed attribute stored on the instance at its first use (like ``functools.cached_property``,
+    without its lock: programs hold hundreds of thousands of operations)."""
+
+    def __init__(self, f):
+        self.f, self.name, self.__doc__ = f, f.__name__, f.__doc__
+
+    def __get__(self, obj, cls=None):
+        if obj is None:
+            return self
+        v = obj.__dict__[self.name] = self.f(obj)
+        return v
+
+
 @dataclass(frozen=True)
 class Op:
     """One meta-operator: an opcode and keyword arguments (kept in order)."""
@@ -51,19 +64,21 @@ class Op:
     opcode: str
     args: tuple[tuple[str, Value], ...] = ()
 
+    @_once
+    def _index(self) -> dict:
+        """The arguments by name (built at the first look-up; names are unique: they are keywords)."""
+        return dict(self.args)
+
     def __getitem__(self, key: str) -> Value:
-        for k, v in self.args:
-            if k == key:
-                return v
-        raise KeyError(f"{self.opcode} has no argument '{key}'")
+        try:
+            return self._index[key]
+        except KeyError:
+            raise KeyError(f"{self.opcode} has no argument '{key}'") from None
 
     def get(self, key: str, default=None):
-        for k, v in self.args:
-            if k == key:
-                return v
-        return default
+        return self._index.get(key, default)
 
-    @cached_property
+    @_once
     def kind(self) -> str:
         """The meta-operator name, with DCOM's and DMOV's sub-operation: ``DCOM.add`` (computed once per op)."""
         if self.opcode in ("DCOM", "DMOV"):
@@ -72,9 +87,16 @@ class Op:
         return self.opcode
 
 
+_new = object.__new__
+
+
 def op(opcode: str, **kwargs) -> Op:
     """Build an :class:`Op` from keyword arguments (order preserved)."""
-    return Op(opcode, tuple(kwargs.items()))
+    o = _new(Op)  # the fields set directly: the frozen dataclass's __init__ costs more than the rest of op()
+    d = o.__dict__
+    d["opcode"] = opcode
+    d["args"] = tuple(kwargs.items())
+    return o
 
 
 @dataclass(frozen=True)

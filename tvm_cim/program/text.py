@@ -77,20 +77,37 @@ def _fmt(v: Value) -> str:
 
 
 #: Formatters by exact type for the common values (the same text as :func:`_fmt`, faster).
+_TUPLES: dict = {}  # tuple value -> its text (programs repeat the same shapes, kernels and crossbar lists)
+
+
+def _fmt_tuple(v: tuple) -> str:
+    for x in v:  # only tuples of ints and ranges are remembered: (1, True) and (1.0,) equal (1, 1) and (1,)
+        if x.__class__ is not int and x.__class__ is not Range:
+            return _fmt(v)
+    t = _TUPLES.get(v)
+    if t is None:
+        t = _fmt(v)
+        if len(_TUPLES) > 65536:
+            _TUPLES.clear()
+        _TUPLES[v] = t
+    return t
+
+
 _FAST = {
     int: str,
     float: lambda v: repr(v),
     Ref: lambda v: "%" + v.name,
     Range: lambda v: f"{v.start}:{v.stop}",
+    bool: lambda v: "true" if v else "false",
+    str: _fmt,
+    tuple: _fmt_tuple,
 }
 
 
 def _fmt_op(o: Op) -> str:
-    parts = []
-    for k, v in o.args:
-        f = _FAST.get(v.__class__)
-        parts.append(f"{k}={f(v) if f is not None else _fmt(v)}")
-    return f"{o.opcode}(" + ", ".join(parts) + ")"
+    fast = _FAST
+    return f"{o.opcode}(" + ", ".join([f"{k}={fast[v.__class__](v)}" if v.__class__ in fast else f"{k}={_fmt(v)}"
+                                       for k, v in o.args]) + ")"
 
 
 def _print_stmts(stmts, indent: int, out: list[str]) -> None:

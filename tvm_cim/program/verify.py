@@ -32,7 +32,13 @@ def _signature(kind: str):
     return sig
 
 
+_CHECKED: set = set()  # (kind, operand names and value classes) that passed _check_op's checks
+
+
 def _check_op(o: Op, where: str) -> None:
+    key = (o.kind,) + tuple((k, v.__class__) for k, v in o.args)
+    if key in _CHECKED:  # the checks depend on nothing else: this kind with these operands of these types passed
+        return
     sig = _signature(o.kind)
     if sig is None:
         raise ProgramError(f"{where}: unknown meta-operator {o.kind}")
@@ -48,6 +54,8 @@ def _check_op(o: Op, where: str) -> None:
         for spec in OPS[o.kind].operands:
             if spec.required and spec.name not in [k for k, _ in o.args]:
                 raise ProgramError(f"{where}: {o.kind} lacks the operand '{spec.name}'")
+    if len(_CHECKED) < 65536:
+        _CHECKED.add(key)
 
 
 #: Kinds :func:`_check_values` constrains beyond operand types.

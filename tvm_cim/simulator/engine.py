@@ -88,10 +88,14 @@ class Options:
 
     Attributes
     ----------
-    exact_shortcut : bool
-        Compute MVMs as one integer product when the ADC provably cannot alter
-        any conversion (identical results).  Tests turn it off to exercise the
-        bitwise path.
+    exact_shortcut : bool or "tile"
+        ``True``: compute MVMs as one integer product when the ADC provably
+        cannot alter any conversion of the hardware setting (identical
+        results).  ``"tile"`` (``--bitwise``): every read goes through the
+        crossbar model, and only the bitlines of a tile whose conversions a
+        bound proves unaltered are summed as an integer product
+        (:func:`tvm_cim.hardware.crossbar.mvm`).  ``False``: every conversion
+        bit-serially (tests use it to exercise the bitwise path).
     measure_adc_error : bool
         When the ADC is lossy, also compute the ideal result and report the
         error of the integer accumulators.
@@ -103,7 +107,7 @@ class Options:
         offset); None or all zero: the ideal device.
     """
 
-    exact_shortcut: bool = True
+    exact_shortcut: bool | str = True
     measure_adc_error: bool = True
     functional: bool = True
     nonideal: X.Nonideal | None = None
@@ -670,7 +674,7 @@ class Chip:
         bt = x.shape[0]
         lsb0 = self.adc_lsb if "adclsb" not in env else env["adclsb"]
         ni = self.options.nonideal
-        if self.options.exact_shortcut and (ni is None or not ni.active) and X.exact(self.xhw, lsb0):
+        if self.options.exact_shortcut is True and (ni is None or not ni.active) and X.exact(self.xhw, lsb0):
             items = self._merge_rows(items)
             if (not self.signed_input or self.xhw.crossbar.input_encoding != "twos") and \
                     all(it[4].shape[0] == 1 for it in items):
@@ -712,7 +716,7 @@ class Chip:
                 offset[t, ..., : off.shape[-1]] = off[..., : shape[-1]]
             if lsb is None:
                 lsb = X.adc_lsb(hw, r_max)
-        if sc and offset is None and X.exact(hw, lsb, r_max):
+        if sc and offset is None and X.exact(hw, lsb, r_max):  # (implies the bound of every tile, "tile")
             # the exact integer product: only the cells' shape is used, not their values
             cells = np.broadcast_to(np.zeros((), np.float32), shape)
         else:
