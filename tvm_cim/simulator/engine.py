@@ -44,13 +44,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..common.layout import dequantize, im2col, quantize_codes
+from ..common.runtime import gc_paused
 from ..hardware import cost, loopnest
 from ..hardware import crossbar as X
 from ..hardware.schema import CIMHardware
 from ..program import OPS, Op, Parallel, Program, Range, Ref
 from .localmem import LocalMemory, buffer_bytes
 from .loopnest import simulate as simulate_loopnest
-from .timeline import LONG_DEPS, Events, Prefix, gc_paused, schedule_graph
+from .timeline import LONG_DEPS, Events, Prefix, schedule_graph
 
 
 class SimulationError(RuntimeError):

@@ -19,8 +19,6 @@ power of crossbars and ADCs active at once), and per-resource utilisation.
 from __future__ import annotations
 
 import bisect
-import contextlib
-import gc
 import itertools
 import operator
 from array import array
@@ -29,28 +27,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..common.runtime import gc_paused
+
 LONG_DEPS = 16  # dependency lists longer than this are stored as compact int64 arrays
 _BLOCK = 32  # busy intervals of a resource are kept in blocks of _BLOCK to 2 * _BLOCK
 _GAP_MARGIN = 1e-3  # ns: a block is skipped only if its largest gap is this much shorter than needed
-
-
-@contextlib.contextmanager
-def gc_paused():
-    """Pause Python's cyclic garbage collector inside the block.
-
-    A simulation allocates hundreds of thousands of small objects (event rows,
-    dependency lists, crossbar lists) that live until the report is built;
-    the collector's generational scans over them cost about a quarter of a
-    timing-only run (AlexNet on jain21) and free nothing.  Reference counting
-    still frees everything that is not in a cycle.
-    """
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 class Prefix:
