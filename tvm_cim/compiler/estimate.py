@@ -27,6 +27,7 @@ form mixed-integer programs need (linear in replicas).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -125,6 +126,18 @@ def _region_key(r: Region) -> tuple:
     return (r.name, r.kind, tuple(map(tuple, r.in_shapes)), tuple(r.out_shape), r.x_signed, r.rows_per_step,
             r.adc_lsb, r.weight_encoding, r.input_encoding, r.quant_at_producer, r.requant_out, id(r.w_int),
             id(r.adc_lsb_cols), tuple(sorted((k, str(v)) for k, v in r.conv.items())))
+
+
+def _unit(units: dict, *names: str) -> tuple:
+    """The shared resources ``names`` (created in ``units`` on first use), as a tuple :func:`book` takes."""
+    return tuple(units[x] if x in units else units.setdefault(x, _Resource()) for x in names)
+
+
+def _shared_units(unit, region: str, spill: bool) -> tuple:
+    """What one region books besides its crossbars: its port (the global buffer, and the off-chip link when
+    its working set spills), the chip ALU, the off-chip link, and its memory-mode input and output arrays."""
+    port = unit("gbuf", "offchip") if spill else unit("gbuf")
+    return port, unit("chipalu"), unit("offchip"), unit(f"{region}:mem_in"), unit(f"{region}:mem_out")
 
 
 class Estimator:
@@ -488,13 +501,8 @@ class Estimator:
         hw = self.hw
         load, prep, scatter, read, post, store = (np.asarray(w, dtype=float).tolist() for w in work)
         spill = ch.level == "offchip"
-
-        def unit(*names):
-            return tuple(units[n] if n in units else units.setdefault(n, _Resource()) for n in names)
-
-        port = unit("gbuf", "offchip") if spill else unit("gbuf")
-        alu, off = unit("chipalu"), unit("offchip")
-        m_in, m_out = unit(f"{r.name}:mem_in"), unit(f"{r.name}:mem_out")
+        unit = functools.partial(_unit, units)
+        port, alu, off, m_in, m_out = _shared_units(unit, r.name, spill)
         per_core = hw.core.crossbars
         nch = len(load)
         pipelined = self.mvm_pipeline and hw.chip.computing_mode != "core" and len(blocks) > 1
@@ -559,13 +567,8 @@ class Estimator:
         size = ch.size
         load, prep, post, store = (np.asarray(w, dtype=float).tolist() for w in work)
         nch = len(load)
-
-        def unit(*names):
-            return tuple(units[x] if x in units else units.setdefault(x, _Resource()) for x in names)
-
-        port = unit("gbuf", "offchip") if spill else unit("gbuf")
-        alu, off = unit("chipalu"), unit("offchip")
-        m_in, m_out = unit(f"{r.name}:mem_in"), unit(f"{r.name}:mem_out")
+        unit = functools.partial(_unit, units)
+        port, alu, off, m_in, m_out = _shared_units(unit, r.name, spill)
         per_core = hw.core.crossbars
         pipelined = self.mvm_pipeline and hw.chip.computing_mode != "core"
         tin = np.broadcast_to(t_in, (nch,)).tolist()
