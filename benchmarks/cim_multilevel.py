@@ -90,6 +90,11 @@ PAPER = {  # paper 003, Fig. 21 (a)-(c): speedup of P&D over none, crossbar leve
 _MODS: dict = {}
 
 
+def one_pass(hw):
+    """The chip with one bit-serial pass for signed inputs (offset encoding; the paper's 8-bit inputs take one)."""
+    return R(hw, crossbar=R(hw.crossbar, input_encoding="offset"))
+
+
 def relax_module(name: str, **kw):
     key = (name, tuple(sorted(kw.items())))
     if key not in _MODS:
@@ -262,7 +267,7 @@ def exp8(net: str, image, isaac, save) -> dict:
                     "crossbars": sum(len(pl.tiles) * len(pl.replicas) for pl in info.chip_map.placements.values()),
                     "cores_held": len(held), "segments": info.schedule.segments}
         save("exp8", out)
-    print(f"\n[8] {net} ({image}x{image}, ISAAC-like): critical path per pipelined stage, us "
+    print(f"\n[8] {net} ({image}x{image}, ISAAC-like, signed inputs {isaac.crossbar.input_encoding}): critical path per pipelined stage, us "
           "(run: its own chunks on the path; queue: earlier chunks ahead on its own crossbars)")
     pd, xb = out["graph-P&D"], out["+crossbar"]
     print(f"{'stage':24s} {'P&D rep':>7s} {'chunks':>6s} {'span':>8s} {'run':>7s} {'queue':>7s} |"
@@ -295,7 +300,7 @@ def exp9(image, isaac, save) -> dict:
     """
     mod = relax_module("resnet18", image_size=image)
     variants = {"isaac": isaac,  # signed inputs (the first convolution's) in two unsigned phases (the preset)
-                "isaac, signed inputs in one pass": R(isaac, crossbar=R(isaac.crossbar, input_encoding="offset"))}
+                "isaac, signed inputs in one pass": one_pass(isaac)}
     cfgs = {"none": CONFIGS["none"], "graph-dup": CONFIGS["graph-dup"],
             "graph-pipe": R(_PD, segmentation=CONFIGS["none"].segmentation, duplication="none"),
             "graph-P&D": CONFIGS["graph-P&D"],
@@ -355,8 +360,7 @@ def exp3(image, isaac, before: dict, save=None) -> dict:
     was = (f" (was {before['greedy']['latency_ns'] / before['cim-mlc']['latency_ns']:.2f}x)"
            if "greedy" in before and "cim-mlc" in before else "")
     print(f"  cim-mlc over greedy: {res['greedy']['latency_ns'] / res['cim-mlc']['latency_ns']:.2f}x{was} (paper: 3.2x)")
-    variants = {"isaac": isaac,
-                "isaac, signed inputs in one pass": R(isaac, crossbar=R(isaac.crossbar, input_encoding="offset"))}
+    variants = {"isaac": isaac, "isaac, signed inputs in one pass": one_pass(isaac)}
     cim = strategies.get("cim-mlc").options(isaac)
     steps = {"none": ("none", None), "greedy": ("greedy", None),
              "greedy+pipe": ("greedy", R(strategies.get("greedy").options(isaac), pipeline=True,
@@ -543,6 +547,8 @@ def main() -> int:
     ap.add_argument("--before", help="a JSON of an earlier run: its figures are printed beside these")
     ap.add_argument("--plots", default=".", help="folder for the PNG plots")
     ap.add_argument("--decompose", default="resnet50", help="network of experiment 8 (critical path)")
+    ap.add_argument("--one-pass", action="store_true", help="experiment 8 on the variant with one bit-serial pass "
+                    "for signed inputs (the offset encoding, as experiment 9's)")
     ap.add_argument("--nets", nargs="*", help="networks of experiment 1 (default ResNet-18/34/50/101; the "
                     "granularity sweep runs when ResNet-18 is among them)")
     ap.add_argument("--joint", action="store_true", help="experiment 1 also runs +wordline with remap_joint")
@@ -578,7 +584,7 @@ def main() -> int:
     if 5 in todo:
         save("exp5", exp5(image, isaac))
     if 8 in todo:
-        save("exp8", exp8(args.decompose, image, isaac, save))
+        save("exp8", exp8(args.decompose, image, one_pass(isaac) if args.one_pass else isaac, save))
     if 9 in todo:
         save("exp9", exp9(image, isaac, save))
     if 4 in todo:
