@@ -155,7 +155,14 @@ def exp1(nets, image, isaac, before: dict, save, joint: bool = False) -> dict:
             osp = {c: ob / old[names.get(c, c)]["latency_ns"] for c in cols if names.get(c, c) in old}
             print(f"{'  was':10s} " + " ".join(f"{osp[c]:10.2f}x" if c in osp else f"{'':>11s}" for c in cols)
                   + f" {osp['+crossbar'] / osp['graph-P&D']:8.2f}x {osp['+wordline'] / osp['+crossbar']:7.2f}x")
-    for net, row in out.items():
+    for net, row in out.items():  # the wordline level acts only where a region's crossbars hold a remapped copy
+        xb = row["+crossbar"]
+        for cfg in ("+wordline", "+wordline joint"):
+            if cfg in row:
+                rem = sum(a != b for a, b in zip(xb["region_tiles"], row[cfg]["region_tiles"]))
+                print(f"  {net}: {cfg} remaps {rem} of {len(xb['region_tiles'])} regions; at +crossbar "
+                      f"{sum(d == 1 for d in xb['region_replicas'])} regions hold one copy, "
+                      f"{xb['crossbars']} of {isaac.total_crossbars} crossbars in use")
         if "+wordline joint" in row:
             print(f"  {net}: +wordline with remap_joint {row['none']['latency_ns'] / row['+wordline joint']['latency_ns']:.2f}x "
                   f"over none, {row['+crossbar']['latency_ns'] / row['+wordline joint']['latency_ns']:.2f}x over +crossbar")
