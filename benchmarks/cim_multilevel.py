@@ -8,7 +8,9 @@
    pipeline granularity (chunks per replica).
 2. PUMA preset, VGG-16: peak computing power of ``cim-mlc`` (with and without
    the MVM-grained pipeline) against PUMA's schedule (the ``puma`` strategy).
-3. ISAAC-like preset, ResNet-18: ``cim-mlc`` against ``greedy`` (Poly-Schedule).
+3. ISAAC-like preset, ResNet-18: ``cim-mlc`` against ``greedy`` (Poly-Schedule),
+   the ratio split into duplication policy, pipeline and crossbar level
+   (also with one bit-serial pass for signed inputs).
 4. ViT-Base on the ISAAC-like preset with 128x256 crossbars: sensitivity to
    cores, crossbars per core, crossbar size and parallel rows.
 5. Accuracy of the analytical estimate against the simulator's timeline,
@@ -88,6 +90,11 @@ PAPER = {  # paper 003, Fig. 21 (a)-(c): speedup of P&D over none, crossbar leve
 _MODS: dict = {}
 
 
+def one_pass(hw):
+    """The chip with one bit-serial pass for signed inputs (offset encoding; the paper's 8-bit inputs take one)."""
+    return R(hw, crossbar=R(hw.crossbar, input_encoding="offset"))
+
+
 def relax_module(name: str, **kw):
     key = (name, tuple(sorted(kw.items())))
     if key not in _MODS:
@@ -148,7 +155,14 @@ def exp1(nets, image, isaac, before: dict, save, joint: bool = False) -> dict:
             osp = {c: ob / old[names.get(c, c)]["latency_ns"] for c in cols if names.get(c, c) in old}
             print(f"{'  was':10s} " + " ".join(f"{osp[c]:10.2f}x" if c in osp else f"{'':>11s}" for c in cols)
                   + f" {osp['+crossbar'] / osp['graph-P&D']:8.2f}x {osp['+wordline'] / osp['+crossbar']:7.2f}x")
-    for net, row in out.items():
+    for net, row in out.items():  # the wordline level acts only where a region's crossbars hold a remapped copy
+        xb = row["+crossbar"]
+        for cfg in ("+wordline", "+wordline joint"):
+            if cfg in row:
+                rem = sum(a != b for a, b in zip(xb["region_tiles"], row[cfg]["region_tiles"]))
+                print(f"  {net}: {cfg} remaps {rem} of {len(xb['region_tiles'])} regions; at +crossbar "
+                      f"{sum(d == 1 for d in xb['region_replicas'])} regions hold one copy, "
+                      f"{xb['crossbars']} of {isaac.total_crossbars} crossbars in use")
         if "+wordline joint" in row:
             print(f"  {net}: +wordline with remap_joint {row['none']['latency_ns'] / row['+wordline joint']['latency_ns']:.2f}x "
                   f"over none, {row['+crossbar']['latency_ns'] / row['+wordline joint']['latency_ns']:.2f}x over +crossbar")
@@ -252,12 +266,15 @@ def exp8(net: str, image, isaac, save) -> dict:
         for s in stats:
             r = cp["regions"][s.name]
             stages.append({"name": s.name, "replicas": len(info.chip_map.placements[s.name].replicas),
+                           "tiles": len(info.chip_map.placements[s.name].tiles),
                            "chunks": chunks.get(s.name, 0), **{k: v for k, v in r.items() if k != "entered"},
                            "entered": sorted(set(r["entered"]))})
+        held = {x // isaac.core.crossbars for pl in info.chip_map.placements.values() for rep in pl.replicas for x in rep}
         out[cfg] = {"latency_ns": tl.latency_ns, "path_ns": cp["path_ns"], "edges_ns": cp["edges"], "stages": stages,
-                    "crossbars": sum(len(pl.tiles) * len(pl.replicas) for pl in info.chip_map.placements.values())}
+                    "crossbars": sum(len(pl.tiles) * len(pl.replicas) for pl in info.chip_map.placements.values()),
+                    "cores_held": len(held), "segments": info.schedule.segments}
         save("exp8", out)
-    print(f"\n[8] {net} ({image}x{image}, ISAAC-like): critical path per pipelined stage, us "
+    print(f"\n[8] {net} ({image}x{image}, ISAAC-like, signed inputs {isaac.crossbar.input_encoding}): critical path per pipelined stage, us "
           "(run: its own chunks on the path; queue: earlier chunks ahead on its own crossbars)")
     pd, xb = out["graph-P&D"], out["+crossbar"]
     print(f"{'stage':24s} {'P&D rep':>7s} {'chunks':>6s} {'span':>8s} {'run':>7s} {'queue':>7s} |"
@@ -272,8 +289,13 @@ def exp8(net: str, image, isaac, save) -> dict:
         on = sum(st["path_ns"] > 0 for st in r["stages"])
         print(f"  {cfg:10s} latency {r['latency_ns'] / 1e3:9.1f} us = path {r['path_ns'] / 1e3:9.1f} us over {on} stages: "
               f"run {run / 1e3:8.1f} us, queue on own crossbars {queue / 1e3:8.1f} us; edges "
-              + ", ".join(f"{k} {v / 1e3:.1f}" for k, v in sorted(r["edges_ns"].items())) + f"; crossbars {r['crossbars']}")
-    print(f"  crossbar over P&D {pd['latency_ns'] / xb['latency_ns']:.2f}x (paper 1.8x on ResNet-50)")
+              + ", ".join(f"{k} {v / 1e3:.1f}" for k, v in sorted(r["edges_ns"].items())) + f"; crossbars {r['crossbars']}"
+              f" of {isaac.total_crossbars} in {r['cores_held']} of {isaac.chip.cores} cores")
+    print(f"  crossbar over P&D {pd['latency_ns'] / xb['latency_ns']:.2f}x (paper 1.8x on ResNet-50, 1.4x on ResNet-101)")
+    gain = sorted(zip(pd["stages"], xb["stages"]), key=lambda ab: ab[1]["path_ns"] - ab[0]["path_ns"])[:3]
+    print(f"  path shortened by {(pd['latency_ns'] - xb['latency_ns']) / 1e3:.1f} us; most on: " + ", ".join(
+        f"{a['name'].split('.')[-1]} {a['path_ns'] / 1e3:.1f} -> {b['path_ns'] / 1e3:.1f} us ({a['tiles']} crossbars "
+        f"per copy, replicas {a['replicas']} -> {b['replicas']})" for a, b in gain))
     return out
 
 
@@ -289,7 +311,7 @@ def exp9(image, isaac, save) -> dict:
     """
     mod = relax_module("resnet18", image_size=image)
     variants = {"isaac": isaac,  # signed inputs (the first convolution's) in two unsigned phases (the preset)
-                "isaac, signed inputs in one pass": R(isaac, crossbar=R(isaac.crossbar, input_encoding="offset"))}
+                "isaac, signed inputs in one pass": one_pass(isaac)}
     cfgs = {"none": CONFIGS["none"], "graph-dup": CONFIGS["graph-dup"],
             "graph-pipe": R(_PD, segmentation=CONFIGS["none"].segmentation, duplication="none"),
             "graph-P&D": CONFIGS["graph-P&D"],
@@ -325,7 +347,20 @@ def exp9(image, isaac, save) -> dict:
     return out
 
 
-def exp3(image, isaac, before: dict) -> dict:
+def exp3(image, isaac, before: dict, save=None) -> dict:
+    """``cim-mlc`` against ``greedy`` (Poly-Schedule) on ResNet-18, and the ratio split into measured factors.
+
+    ``greedy / cim-mlc = (greedy / dp-dup) x (dp-dup / P&D) x (P&D / cim-mlc)``:
+    the duplication policy (Poly-Schedule's greedy against CIM-MLC's DP, both
+    layer after layer), the inter-layer pipeline (``cim-mlc``'s graph level at
+    its own granularity) and the crossbar level (Eq. 1, the DP on crossbars,
+    the MVM pipeline).  ``greedy+pipe`` is the other order: greedy's replicas
+    pipelined.  Greedy's latency is set against the serial sum of its layer
+    times and its slowest layer.  The same on the variant with one bit-serial
+    pass for signed inputs (experiment 9).  Paper (Fig. 20 d): Poly-Schedule
+    cuts 84% of the cycles of no optimisation (6.25x), CIM-MLC up to 95%
+    (20x), 3.2x between them.
+    """
     mod = relax_module("resnet18", image_size=image)
     res = {s: measure(mod, isaac, s, None) for s in ("none", "greedy", "puma", "cim-mlc")}
     base = res["none"]["latency_ns"]
@@ -336,6 +371,43 @@ def exp3(image, isaac, before: dict) -> dict:
     was = (f" (was {before['greedy']['latency_ns'] / before['cim-mlc']['latency_ns']:.2f}x)"
            if "greedy" in before and "cim-mlc" in before else "")
     print(f"  cim-mlc over greedy: {res['greedy']['latency_ns'] / res['cim-mlc']['latency_ns']:.2f}x{was} (paper: 3.2x)")
+    variants = {"isaac": isaac, "isaac, signed inputs in one pass": one_pass(isaac)}
+    cim = strategies.get("cim-mlc").options(isaac)
+    steps = {"none": ("none", None), "greedy": ("greedy", None),
+             "greedy+pipe": ("greedy", R(strategies.get("greedy").options(isaac), pipeline=True,
+                                         pipeline_rounds=cim.pipeline_rounds, pipeline_vectors=cim.pipeline_vectors)),
+             "dp-dup": ("cim-mlc", CONFIGS["graph-dup"]),
+             "P&D": ("cim-mlc", R(cim, crossbar_dup=False, crossbar_dp=False, mvm_pipeline=False, remap=False)),
+             "cim-mlc": ("cim-mlc", None)}
+    dec = {}
+    for name, hw in variants.items():
+        row = {k: (res[k] if hw is isaac and k in res else measure(mod, hw, s, o)) for k, (s, o) in steps.items()}
+        lat = {k: r["latency_ns"] for k, r in row.items()}
+        g = np.array(row["greedy"]["region_sim_ns"])
+        dec[name] = {"latency_ns": lat, "ratio": lat["greedy"] / lat["cim-mlc"],
+                     "dup_policy": lat["greedy"] / lat["dp-dup"], "pipeline": lat["dp-dup"] / lat["P&D"],
+                     "crossbar_level": lat["P&D"] / lat["cim-mlc"],
+                     "greedy_pipe": lat["greedy"] / lat["greedy+pipe"], "rest": lat["greedy+pipe"] / lat["cim-mlc"],
+                     "greedy_serial_ns": float(g.sum()), "greedy_slowest_ns": float(g.max()),
+                     "greedy_slowest_region": int(g.argmax()), "greedy_first_share": float(g[0] / lat["greedy"]),
+                     "greedy_replicas": row["greedy"]["region_replicas"], "dp_replicas": row["dp-dup"]["region_replicas"],
+                     "crossbars": {k: r["crossbars"] for k, r in row.items()}}
+        if save:
+            save("exp3", {**res, "decomposition": dec})
+    print("  greedy / cim-mlc = (greedy / dp-dup: duplication policy) x (dp-dup / P&D: pipeline) x "
+          "(P&D / cim-mlc: crossbar level)")
+    for name, d in dec.items():
+        lat = d["latency_ns"]
+        print(f"  {name}: none {lat['none'] / 1e6:8.2f} ms, greedy {lat['greedy'] / 1e6:7.3f} ms "
+              f"({lat['none'] / lat['greedy']:5.1f}x over none, paper 6.25x; serial sum of its layers "
+              f"{d['greedy_serial_ns'] / 1e6:7.3f} ms, slowest layer {d['greedy_slowest_ns'] / 1e6:6.3f} ms "
+              f"(region {d['greedy_slowest_region']}), first convolution {100 * d['greedy_first_share']:4.1f}%), "
+              f"cim-mlc {lat['cim-mlc'] / 1e6:6.3f} ms ({lat['none'] / lat['cim-mlc']:6.1f}x over none, paper 20x)")
+        print(f"    cim-mlc over greedy {d['ratio']:5.2f}x = {d['dup_policy']:5.2f} x {d['pipeline']:5.2f} x "
+              f"{d['crossbar_level']:5.2f}; other order: greedy+pipe {d['greedy_pipe']:5.2f}x over greedy, "
+              f"cim-mlc {d['rest']:5.2f}x over greedy+pipe; crossbars " +
+              ", ".join(f"{k} {v}" for k, v in d["crossbars"].items()))
+    res["decomposition"] = dec
     return res
 
 
@@ -486,6 +558,8 @@ def main() -> int:
     ap.add_argument("--before", help="a JSON of an earlier run: its figures are printed beside these")
     ap.add_argument("--plots", default=".", help="folder for the PNG plots")
     ap.add_argument("--decompose", default="resnet50", help="network of experiment 8 (critical path)")
+    ap.add_argument("--one-pass", action="store_true", help="experiment 8 on the variant with one bit-serial pass "
+                    "for signed inputs (the offset encoding, as experiment 9's)")
     ap.add_argument("--nets", nargs="*", help="networks of experiment 1 (default ResNet-18/34/50/101; the "
                     "granularity sweep runs when ResNet-18 is among them)")
     ap.add_argument("--joint", action="store_true", help="experiment 1 also runs +wordline with remap_joint")
@@ -515,13 +589,13 @@ def main() -> int:
     if 2 in todo:
         save("exp2", exp2(image, puma, before.get("exp2", {})))
     if 3 in todo:
-        save("exp3", exp3(image, isaac, before.get("exp3", {})))
+        save("exp3", exp3(image, isaac, before.get("exp3", {}), save))
     if 7 in todo:
         save("exp7", exp7(image, isaac, save))
     if 5 in todo:
         save("exp5", exp5(image, isaac))
     if 8 in todo:
-        save("exp8", exp8(args.decompose, image, isaac, save))
+        save("exp8", exp8(args.decompose, image, one_pass(isaac) if args.one_pass else isaac, save))
     if 9 in todo:
         save("exp9", exp9(image, isaac, save))
     if 4 in todo:

@@ -22,6 +22,11 @@ def test_cim_multilevel_strategies(tmp_path):
     res, out = bench("cim_multilevel.py", "--quick", "--image", "32", "--only", "3", "--plots", tmp_path, tmp=tmp_path)
     assert set(res) == {"exp3"} and "[3]" in out
     assert res["exp3"]["cim-mlc"]["latency_ns"] < res["exp3"]["none"]["latency_ns"]
+    dec = res["exp3"]["decomposition"]
+    assert set(dec) == {"isaac", "isaac, signed inputs in one pass"}
+    for d in dec.values():  # greedy runs layer after layer (no pipeline within one input): its layers' sum
+        assert abs(d["greedy_serial_ns"] - d["latency_ns"]["greedy"]) <= 1e-6 * d["latency_ns"]["greedy"]
+        assert d["latency_ns"]["greedy+pipe"] < d["latency_ns"]["greedy"]
 
 
 @pytest.mark.slow
