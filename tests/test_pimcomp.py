@@ -404,6 +404,35 @@ def test_heap_next_fit_waits_for_readers_and_spills():
     assert h.alloc(101)[0] is None and h.peak == 80
 
 
+def test_heap_reusing_part_of_a_freed_buffer_leaves_the_rest_behind_its_readers():
+    """A buffer that reuses the first 40 of 100 freed bytes waits for their reader; the next one, placed in the
+    other 60, must wait for that reader as well (the freed buffer's bytes are all in use until it finishes)."""
+    from tvm_cim.simulator.localmem import Buffer, Heap, _check_bounds
+
+    h = Heap(100)
+    a, _ = h.alloc(100)
+    h.read(a, 7)
+    b, w = h.alloc(40)
+    assert (b.addr, w) == (0, [7])
+    c, w = h.alloc(40)
+    assert (c.addr, w) == (40, [7])
+    # placed where the bytes are freed first (the shared heap's choice); next fit would take a's bytes
+    h = Heap(100)
+    a, _ = h.alloc(50)
+    b, _ = h.alloc(50)
+    h.read(a, 1)
+    h.read(b, 2)
+    c, w = h.alloc(50, free_at=lambda buf: {1: 10.0, 2: 5.0}[buf.readers[0]])
+    assert (c.addr, w) == (50, [2])
+    # the bounds check: two buffers sharing bytes in use at once are refused, apart in time they pass
+    x, y = Buffer(0, 50, [1], 0), Buffer(40, 20, [3], 2)
+    _check_bounds([(0, x), (0, y)], [0, 0, 10, 0], [1, 5, 11, 12], 100)
+    with pytest.raises(RuntimeError, match="in use at once"):
+        _check_bounds([(0, x), (0, y)], [0, 0, 4, 0], [1, 5, 5, 12], 100)
+    with pytest.raises(RuntimeError, match="outside"):
+        _check_bounds([(0, Buffer(90, 20, [1], 0))], [0, 0], [1, 2], 100)
+
+
 def test_low_latency_heap_stalls_when_memory_is_small_and_keeps_outputs_bit_identical():
     """The heap bounds what a core holds: a smaller local memory makes senders wait (slower, never faster),
     the unread bytes never exceed a region's share, and the outputs equal those of a strategy without it."""
@@ -427,12 +456,51 @@ def test_low_latency_heap_stalls_when_memory_is_small_and_keeps_outputs_bit_iden
     np.testing.assert_array_equal(outs["big"], outs["ref"])
     np.testing.assert_array_equal(outs["tiny"], outs["ref"])
     assert all(m is None for m in mem["ref"])
-    tiny = [m for m in mem["tiny"] if m]
-    assert tiny and all(m["peak_bytes"] <= m["capacity_bytes"] for m in tiny)
-    assert sum(m["waits"] for m in tiny) > sum(m["waits"] for m in mem["big"] if m)
     _, t_big = simulate_timing(lat["big"])
     _, t_tiny = simulate_timing(lat["tiny"])
+    big, tiny = t_big.localmem, t_tiny.localmem  # one heap per core, shared by the regions on it
+    assert tiny["capacity_bytes"] == 1024 and 0 < tiny["peak_bytes"] <= 1024 < big["peak_bytes"]
+    assert tiny["waits"] + tiny["spills"] > big["waits"] + big["spills"]
     assert t_tiny.latency_ns >= t_big.latency_ns
+
+
+def _shared_case(cap: int, spill: bool = False):
+    """Two regions with buffers on core 0 (hand-built events): A fills a (60 B) and reads it for 100 ns; B fills
+    b (60 B) and reads it for 5 ns; with ``spill``, A's one reader needs a second 60 B buffer as well."""
+    from tvm_cim.simulator.localmem import Buffer, schedule_shared
+    from tvm_cim.simulator.timeline import Events
+
+    ea, eb = Events(), Events()
+    ea.add(10, ("link:0",), [], 1.0, False, "DMOV.scatter")
+    bufs_a = [(0, Buffer(-1, 60, [1 + spill], 0))]
+    if spill:
+        ea.add(10, ("link:0",), [], 1.0, False, "DMOV.scatter")
+        bufs_a.append((0, Buffer(-1, 60, [2], 1, (50.0, ("link:0", "gbuf"), 3.0))))
+    ea.add(100, ("xb:1",), list(range(1 + spill)), 1.0, True, "CIM.read")
+    eb.add(10, ("link:1",), [], 1.0, False, "DMOV.scatter")
+    eb.add(5, ("xb:2",), [0], 1.0, True, "CIM.read")
+    regions = [("A", ea, 0), ("B", eb, 0)]
+    return schedule_shared(regions, {}, {"A": bufs_a, "B": [(0, Buffer(-1, 60, [1], 0))]}, cap)
+
+
+def test_shared_heap_makes_a_region_wait_for_another_regions_reader():
+    """One heap per core for every region on it: B's buffer reuses a's bytes once A's reader has finished
+    (times by hand); with room for both, B does not wait; the memory in use never exceeds the capacity."""
+    tl, lm = _shared_case(100)
+    np.testing.assert_array_equal(tl.start, [0, 10, 110, 120])
+    assert tl.latency_ns == 125 and lm["waits"] == 1 and lm["spills"] == 0 and lm["peak_bytes"] == 60
+    tl, lm = _shared_case(120)
+    np.testing.assert_array_equal(tl.start, [0, 10, 0, 10])
+    assert tl.latency_ns == 110 and lm["waits"] == 0 and lm["peak_bytes"] == 120
+
+
+def test_shared_heap_spills_when_nothing_can_proceed():
+    """A's reader needs two 60 B buffers in a 100 B memory: the second cannot be held and nothing else frees
+    memory, so it spills and its scatter takes the recorded spill cost (50 ns on the global buffer too)."""
+    tl, lm = _shared_case(100, spill=True)
+    assert lm["spills"] == 1 and lm["spilled_bytes"] == 60 and lm["spilled_energy_pj"] == 3.0
+    assert tl.finish[1] - tl.start[1] == 50 and tl.start[2] == max(tl.finish[:2])
+    assert lm["peak_bytes"] <= 100
 
 
 def test_in_flight_bytes_follow_the_timeline():
@@ -456,7 +524,7 @@ def test_in_flight_bytes_follow_the_timeline():
 
 
 def test_low_latency_heap_is_split_by_measured_demand():
-    """Each core's memory is divided by need, measured in a first pass (each program alone with a whole
+    """With ``local_heap="region"``, each core's memory is divided by need, measured in a first pass (each program alone with a whole
     core's memory): the shares of the regions on a core never exceed it, and a region whose demand fits
     next to the smaller ones gets at least that much."""
     from tvm_cim.compiler import transform as T
@@ -464,7 +532,7 @@ def test_low_latency_heap_is_split_by_measured_demand():
 
     mod = import_onnx(zoo.build_model("resnet18", image_size=32, in_channels=1, num_classes=10), "r18")[0]
     hw = tvm_cim.load("pimcomp-a")
-    opts = R(strategies.get("pimcomp-ll").options(hw), ga_generations=3)
+    opts = R(strategies.get("pimcomp-ll").options(hw), ga_generations=3, local_heap="region")
     _, info = tvm_cim.offload(mod, hw, strategy="pimcomp-ll", options=opts)
     cap = int(hw.core.local_buffer.capacity_kb * 1024)
     share = {p.name: int(p.attr("local_bytes", 0)) for p in info.programs}

@@ -16,6 +16,7 @@ from .hardware.cost import leakage_mw as chip_leakage_mw
 from .simulator.batch import schedule_batch
 from .simulator.engine import Chip, timing_inputs
 from .simulator.engine import Options as SimOptions
+from .simulator.localmem import schedule_shared
 from .simulator.timeline import schedule_graph
 
 
@@ -28,6 +29,12 @@ def timeline(info: CompileInfo, stats: list, power_cap_mw: float | None = None):
     regions = [(s.name, s.events, s.segment) for s in stats if s.events is not None]
     if opts is not None and opts.grouping and not pipeline:
         return schedule_batch(regions, info.producers, False, 1, grouping=True).timeline
+    shared = {s.name: s.buffers for s in stats if s.buffers is not None}
+    if shared and pipeline:  # PIMCOMP's heap per core shared by the regions: allocated while scheduling
+        cap = max(s.localmem["capacity_bytes"] for s in stats if s.buffers is not None)
+        tl, lm = schedule_shared(regions, info.producers, shared, cap, power_cap_mw)
+        tl.localmem = lm
+        return tl
     return schedule_graph(regions, info.producers, pipeline, power_cap_mw)
 
 
@@ -82,13 +89,17 @@ def batch_summary(info: CompileInfo, stats: list, batch: int, latency_ns: float,
     }
 
 
-def local_memory_summary(stats: list) -> dict | None:
+def local_memory_summary(stats: list, shared: dict | None = None) -> dict | None:
     """PIMCOMP's low-latency heap (:mod:`tvm_cim.simulator.localmem`) over all regions: allocations, those
     that waited for earlier buffers' readers (a full local memory stalls the sender), spills, and the
-    busiest core's peak bytes in use against its share; None when no region manages local memory."""
+    busiest core's peak bytes in use against its share; None when no region manages local memory.
+    ``shared``: what :func:`~tvm_cim.simulator.localmem.schedule_shared` did with one heap per core shared
+    by the regions (the timeline's ``localmem``), reported instead of the regions' own heaps."""
     lm = [(s.name, s.localmem) for s in stats if getattr(s, "localmem", None)]
     if not lm:
         return None
+    if shared is not None:  # one heap per core for all regions: what the scheduler did
+        return {**shared, "peak_share_bytes": shared["capacity_bytes"], "heap": "one per core, shared by its regions"}
     tot = {k: int(sum(x[k] for _, x in lm)) for k in ("allocations", "waits", "spills", "spilled_bytes")}
     worst = max(lm, key=lambda nx: nx[1]["peak_bytes"] / max(1, nx[1]["capacity_bytes"]))
     return {**tot, "peak_bytes": worst[1]["peak_bytes"], "peak_share_bytes": worst[1]["capacity_bytes"],
@@ -233,7 +244,7 @@ def build_report(info: CompileInfo, stats: list, hw_name: str, batch: int = 1) -
         },
         "dual_mode": dual_mode_summary(info, tl, energy, counts),
         "replication": info.replication,
-        "local_memory": local_memory_summary(stats),
+        "local_memory": local_memory_summary(stats, getattr(tl, "localmem", None)),
         "accuracy": accuracy_summary(info.accuracy),
         "adc": {
             "bits": hw.crossbar.adc_bits,

@@ -146,6 +146,10 @@ def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | 
         attrs += [("mem_in", len(mem_in)), ("mem_out", len(mem_out))]
     if opts.local_memory and local_bytes > 0:
         attrs.append(("local_bytes", int(local_bytes)))
+        if opts.local_heap == "core":  # one heap per core for every region on it, allocated when scheduled
+            attrs.append(("local_heap", "core"))
+        elif opts.local_heap != "region":
+            raise ValueError(f"local_heap must be 'core' or 'region', not {opts.local_heap!r}")
     if opts.send_batch > 1:
         attrs.append(("send_batch", int(opts.send_batch)))
     # the crossbar mapping chosen for accuracy (only where it departs from the chip's defaults)

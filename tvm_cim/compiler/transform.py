@@ -1075,7 +1075,7 @@ class GenerateMetaOps:
             nest = json.loads(str(df))["op"] if df is not None else None
             progs.append(codegen.generate(r, cmap.placements[r.name], hw, opts, strategy, name=f"m{uid}.{r.name}",
                                           loopnest=nest, memory=_memory_of(f), local_bytes=cap))
-        if cap:  # two passes: each region's peak with a whole core's memory decides its share
+        if cap and opts.local_heap == "region":  # two passes: each region's peak with a whole core's memory decides its share
             share = _local_shares(cmap, hw, {r.name: heap_peak(hw, p) for r, p in zip(regions, progs)})
             progs = [dataclasses.replace(p, attrs=tuple((k, share.get(r.name, 0) if k == "local_bytes" else v)
                                                         for k, v in p.attrs if k != "local_bytes" or share.get(r.name)))

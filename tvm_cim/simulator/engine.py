@@ -78,6 +78,9 @@ class RegionStats:
     segment: int = 0
     pipeline: bool = False
     localmem: dict | None = None  # the cores' heaps (programs with ``local_bytes``: PIMCOMP low latency)
+    # with one heap per core shared by the regions (``local_heap = "core"``): the (core, Buffer) of every buffer
+    # the program fills, allocated when the timeline is scheduled (:func:`~.localmem.schedule_shared`)
+    buffers: list | None = None
 
     def total_energy(self) -> float:
         return float(sum(self.energy_pj.values()))
@@ -317,13 +320,17 @@ class Chip:
         ev = Events()
         self._reset_board()
         self._energy = defaultdict(float)
-        self._lmem = LocalMemory(cap) if cap > 0 else None  # pixel-level buffers in the cores' local memories
+        # pixel-level buffers in the cores' local memories (one heap per core shared by the regions: recorded
+        # here, allocated when the timeline is scheduled)
+        self._lmem = LocalMemory(cap, record=prog.attr("local_heap") == "core") if cap > 0 else None
         self._lbuf: dict = {}
         self._block(prog.run, env, stats, ev)
         self._flush(env, stats)
         stats.events = ev
         if self._lmem is not None:
             stats.localmem = self._lmem.summary()
+            if self._lmem.record:
+                stats.buffers = self._lmem.held
         if not self.options.functional:
             out = prog.decl("output")[0]
             env["out"] = np.broadcast_to(np.float32(0), out.shape)  # timing only: no values
@@ -1031,6 +1038,9 @@ class Chip:
                     res = res + ("gbuf",)
                 else:
                     held = (self._lmem.heaps[cores[0]], buf)
+                    if self._lmem.record:  # what the scatter costs if the scheduled heap cannot hold it
+                        d2, e2 = cost.load_store(hw, nbytes, False)
+                        buf.spill = (max(dur, float(d2)), res + ("gbuf",), float(sum(e2.values())))
             self._energy["noc+buffer"] += e
             i = ev.add(dur, res, deps, e, False, "DMOV.scatter")
             if held is not None:

@@ -111,6 +111,13 @@ class Options:
         (:mod:`tvm_cim.simulator.localmem`); the program carries each region's
         share of its cores' local memories (``local_bytes``) and the simulator
         stalls a sender when the memory is full and spills what cannot be held.
+    local_heap : str
+        With ``local_memory``: ``"core"`` (the paper's): one heap per core,
+        shared by every region with arrays on it, whose buffers are allocated
+        when the timeline is scheduled, in the element pipeline's time order
+        (:func:`~tvm_cim.simulator.localmem.schedule_shared`); ``"region"``:
+        each region gets a fixed share of its cores' memories, by the demand
+        it measures running alone (a heap per region and core).
     send_batch : int
         Alg. 2's batched sends: results are sent when this many chunks have
         been computed (the transmit-request queue's threshold); 1 sends each
@@ -138,6 +145,7 @@ class Options:
     ga_seed: int = 0
     ga_seed_dp: bool = True
     local_memory: bool = False
+    local_heap: str = "core"
     send_batch: int = 1
 
     def as_attrs(self) -> dict:
