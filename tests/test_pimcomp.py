@@ -83,6 +83,71 @@ def test_storage_wider_than_the_chip_is_rejected(tmp_path):
         hardware.load(str(path), kind="cim")
 
 
+# --------------------------------------------------------------------------- 16-bit activations (sec. VIII-A)
+def test_int8_activations_take_16_bit_storage():
+    """The presets hold every activation in 16 bits: 16 one-bit input steps per MVM (unsigned; signed in two
+    phases of 15 magnitude bits), and a region's scatters and stores move twice the bytes of 8-bit storage
+    (by hand: a chunk of v output vectors receives v x 144 rows x 2 bytes over its row blocks, stores
+    v x 16 x 2)."""
+    from tvm_cim.compiler import codegen, mapping
+    from tvm_cim.hardware import cost
+
+    hw = tvm_cim.load("pimcomp-a")
+    eight = R(hw, crossbar=R(hw.crossbar, input_storage_bits=0))
+    assert hw.crossbar.input_storage_bits == 16 and hw.activation_bits(8) == 16 and eight.activation_bits(8) == 8
+    assert (cost.input_steps(hw, 8, False), cost.input_steps(eight, 8, False)) == (16, 8)
+    assert (cost.input_steps(hw, 8, True), cost.input_steps(eight, 8, True)) == (30, 14)  # phases: 2 x magnitude
+    assert cost.mvm_ns(hw, 128, 16, 8, 8, False) == 2 * cost.mvm_ns(eight, 128, 16, 8, 8, False)
+    r = conv(16, 16, 3, 8)
+    r.x_scale, r.x_zero, r.x_signed, r.w_scale = 1.0, 0, False, np.ones(16, np.float32)
+    opts = strategies.get("pimcomp-ll").options(hw)
+    moved = {}
+    for label, h in (("16", hw), ("8", eight)):
+        pl = mapping.allocate([r], h).placements[r.name]
+        prog = codegen.generate(r, pl, h, opts, "pimcomp-ll")
+        per: dict = {}
+        for o in prog.ops("run"):
+            if o.opcode == "DMOV" and o.get("op") in ("scatter", "store"):
+                key = (o.get("op"), o.get("vecs").start, o.get("vecs").size)
+                per[key] = per.get(key, 0) + int(o["bytes"])
+        moved[label] = per
+    assert moved["16"] and moved["16"].keys() == moved["8"].keys()
+    for (kind, _, v), b16 in moved["16"].items():
+        assert b16 == 2 * moved["8"][(kind, _, v)] == 2 * v * (16 * 9 if kind == "scatter" else 16)
+
+
+@pytest.mark.slow
+def test_16_bit_activations_keep_outputs_and_only_cost_time():
+    """The same network with 8- and 16-bit activation storage: outputs bit-identical (and equal to ``none``'s),
+    16-bit storage slower (twice the input steps)."""
+    from tvm import relax
+
+    mod = import_onnx(zoo.build_model("vgg8", image_size=8), "v8")[0]
+    x = np.random.default_rng(0).standard_normal((1, 1, 8, 8)).astype("float32")
+    base = tvm_cim.load("pimcomp-a")
+    outs, lat = {}, {}
+    for label, bits, strat in (("16", 16, "pimcomp-ll"), ("8", 0, "pimcomp-ll"), ("ref", 16, "none")):
+        hw = R(base, crossbar=R(base.crossbar, input_storage_bits=bits))
+        opts = strategies.get(strat).options(hw)
+        if opts.duplication == "ga":
+            opts = R(opts, ga_generations=3)
+        lowered, info = tvm_cim.offload(mod, hw, strategy=strat, options=opts)
+        outs[label] = relax.VirtualMachine(relax.build(lowered, target="llvm"), tvm.cpu())["main"](
+            tvm.runtime.tensor(x)).numpy()
+        lat[label] = simulate_timing(info)[1].latency_ns
+    np.testing.assert_array_equal(outs["16"], outs["8"])
+    np.testing.assert_array_equal(outs["16"], outs["ref"])
+    assert lat["16"] > lat["8"]
+
+
+def test_activation_storage_wider_than_the_chip_is_rejected(tmp_path):
+    text = (pathlib.Path(tvm_cim.__file__).parent.parent / "targets" / "pimcomp-a.toml").read_text()
+    path = tmp_path / "wide.toml"
+    path.write_text(text.replace("input_storage_bits = 16", "input_storage_bits = 32"))
+    with pytest.raises(hardware.HardwareDescriptionError, match="input_storage_bits"):
+        hardware.load(str(path), kind="cim")
+
+
 # --------------------------------------------------------------------------- unfolding (Table IV)
 @pytest.mark.parametrize("i,o,k,f", [(3, 64, 3, 32), (64, 128, 3, 16), (256, 256, 3, 8), (64, 64, 1, 8), (3, 64, 7, 112)])
 def test_formats_cover_the_weights(i, o, k, f):

@@ -91,6 +91,7 @@ def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | 
     m, k, n = region.mkn
     bt = region.batch
     wbits, ibits = precision(hw)
+    abits = hw.activation_bits(ibits)  # what an activation occupies on links and in buffers
     mode = hw.chip.computing_mode
     per_core = hw.core.crossbars
     decls = [Decl("input", "x", "float32", tuple(region.in_shapes[0]))]
@@ -262,12 +263,12 @@ def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | 
             for b0, b1 in blocks:  # each row block starts as soon as its own input slice arrives
                 blk = {"block": Range(b0, b1)}
                 out.append(op("DMOV", op="scatter", src=Ref("xm"), vecs=v, vxb=vid, level="core",
-                              bytes=P.scatter_bytes(bt, v.size, b1 - b0, ibits), **blk))
+                              bytes=P.scatter_bytes(bt, v.size, b1 - b0, abits), **blk))
                 out.append(Parallel(tuple(read_ops(blk, b1 - b0))))
             return out
         return [  # rows_used: this pass's rows only
             op("DMOV", op="scatter", src=Ref("xm"), vecs=v, vxb=vid, level="core",
-               bytes=P.scatter_bytes(bt, v.size, rows_used, ibits)),
+               bytes=P.scatter_bytes(bt, v.size, rows_used, abits)),
             Parallel(tuple(read_ops({}, max_rows))),
         ]
 
@@ -291,7 +292,7 @@ def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | 
             deq["requant"] = bt * v.size * n
         out.append(Op("DCOM", tuple(deq.items())))
         out.append(op("DMOV", op="store", src=Ref("yf"), vecs=v, level=lv_out,
-                      frac=(v.start / m_total, v.stop / m_total), bytes=bt * v.size * n, **at_out))
+                      frac=(v.start / m_total, v.stop / m_total), bytes=bt * v.size * n * -(-abits // 8), **at_out))
         return out
 
     if len(pl.passes) == 1:

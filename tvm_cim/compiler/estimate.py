@@ -174,6 +174,8 @@ class Estimator:
     def __init__(self, hw: CIMHardware, wbits: int, ibits: int, mvm_pipeline: bool = False,
                  offchip_in_order: bool = False, rounds: int = 1, shared_units: bool = True, vectors: int = 0):
         self.hw, self.wbits, self.ibits = hw, wbits, ibits
+        self.abits = hw.activation_bits(ibits)  # an activation on links and in buffers
+        self.obytes = -(-self.abits // 8)  # an output element as stored
         self.shared_units = shared_units
         self.mvm_pipeline = mvm_pipeline
         self.offchip_in_order = offchip_in_order
@@ -299,15 +301,15 @@ class Estimator:
         # post-processing); im2col is the scatter's gather pattern (no ALU time)
         prep = cost.alu(hw, "quantize", ch.quant_elems if not r.quant_at_producer else np.zeros_like(ch.quant_elems),
                         core_level=False)[0]
-        scatter = cost.scatter(hw, P.scatter_bytes(bt, size, sum(b1 - b0 for b0, b1 in blocks), self.ibits))[0]
+        scatter = cost.scatter(hw, P.scatter_bytes(bt, size, sum(b1 - b0 for b0, b1 in blocks), self.abits))[0]
         read = bt * size * self.mvm_ns(r, tile_rows)
         post = cost.alu(hw, "dequantize", bt * size * n * 3, core_level=True)[0]
         if r.requant_out:
             post = post + cost.alu(hw, "quantize", bt * size * n, core_level=True)[0]
         if row_blocks > 1:
             post = post + cost.alu(hw, "reduce", bt * size * n * (row_blocks - 1), core_level=True)[0]
-        store = (cost.memory_access(hw, bt * size * n, mem_out, True)[0] if mem_out
-                 else cost.load_store(hw, bt * size * n, off)[0])
+        store = (cost.memory_access(hw, bt * size * n * self.obytes, mem_out, True)[0] if mem_out
+                 else cost.load_store(hw, bt * size * n * self.obytes, off)[0])
         return load, prep, scatter, read, post, store
 
     def chunk_finish(self, r: Region, replicas: int, tile_rows: int, resident: bool = True, passes: int = 1,
@@ -378,7 +380,7 @@ class Estimator:
         hw = self.hw
         m, k, n = r.mkn
         bt = r.batch
-        ib = self.ibits
+        ib = self.abits
         ch = self.chunks(r, replicas)
         spill = ch.level == "offchip"
         tiles = self.tile_list(r, tile_rows)
@@ -592,7 +594,7 @@ class Estimator:
             t_fetch = book(off, t_fetch, float(fetch[p_idx])) if len(fetch) > p_idx else t_fetch
             rows = max(t.rows for t in ptiles)
             t_w = max(last, t_fetch) + cost.write(self.hw_of(r), min(rows, k), 0, bt, self.wbits)[0]
-            sc = cost.scatter(hw, P.scatter_bytes(bt, size, rows_in, self.ibits))[0]
+            sc = cost.scatter(hw, P.scatter_bytes(bt, size, rows_in, self.abits))[0]
             rd = bt * size * self.mvm_ns(r, tile_rows, rows)
             done = t_w
             for c in range(nch):
@@ -643,7 +645,7 @@ class Estimator:
         off = ch.level == "offchip"
         size = ch.size
         e = 0.0
-        for nbytes in (ch.load_bytes, bt * size * n):
+        for nbytes in (ch.load_bytes, bt * size * n * self.obytes):
             e += sum(float(np.sum(v)) for v in cost.load_store(hw, nbytes, off)[1].values())
         if not r.quant_at_producer:
             e += float(np.sum(cost.alu(hw, "quantize", ch.quant_elems, False)[1]))
@@ -652,7 +654,7 @@ class Estimator:
         grouped = r.kind == CONV2D and r.conv.get("groups", 1) > 1
         xhw = self.hw_of(r)
         tiles = tile_matrix(k, n, xhw, r.w_int if grouped else None, tile_rows=tile_rows)
-        e += float(np.sum(cost.scatter(hw, np.floor(bt * size * k * self.ibits / 8))[1]))
+        e += float(np.sum(cost.scatter(hw, np.floor(bt * size * k * self.abits / 8))[1]))
         ra = xhw.crossbar.rows_active
         for t in tiles:  # wordline mode reads one group of rows_active rows per operation
             groups = [(min(ra, t.rows - g), 1) for g in range(0, t.rows, ra)] \

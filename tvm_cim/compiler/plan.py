@@ -64,7 +64,8 @@ def chunk_count(r: Region, replicas: int, rounds: int = 1, vectors: int = 0) -> 
 
 def spill_level(r: Region, hw: CIMHardware, wbits: int, ibits: int) -> str:
     """Where the region's activations live: ``global`` buffer, or ``offchip`` when its working set does not fit."""
-    return "offchip" if r.spills(hw.chip.global_buffer.capacity_kb * 1024 * hw.system.chips, ibits, wbits) else "global"
+    return "offchip" if r.spills(hw.chip.global_buffer.capacity_kb * 1024 * hw.system.chips,
+                                 hw.activation_bits(ibits), wbits) else "global"
 
 
 @dataclass(frozen=True)
@@ -121,7 +122,7 @@ def chunks(r: Region, replicas: int, hw: CIMHardware, wbits: int, ibits: int, ro
     covered = np.concatenate([[0.0], np.maximum.accumulate(f1)[:-1]])  # input quantised by earlier chunks
     fresh = np.maximum(0.0, f1 - np.maximum(f0, covered)) * float(np.prod(r.in_shapes[0]))
     share = fresh if vectors > 0 else (f1 - f0) * float(np.prod(r.in_shapes[0]))
-    load = np.maximum(1, np.ceil(share * ibits / 8))
+    load = np.maximum(1, np.ceil(share * hw.activation_bits(ibits) / 8))  # at the activations' storage width
     quant = np.maximum(1, fresh.astype(np.int64))
     im2col = (stops - starts) * k if r.kind == CONV2D else np.zeros(len(starts), dtype=np.int64)
     return Chunks(starts, stops, f0, f1, load, quant, im2col, spill_level(r, hw, wbits, ibits))

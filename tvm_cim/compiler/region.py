@@ -124,10 +124,11 @@ class Region:
         return a[-2], a[-1], b[-1]
 
     def working_set_bytes(self, ibits: int, wbits: int) -> int:
-        """Bytes of the region's inputs (quantised) and output (8-bit, as stored) in the global buffer."""
+        """Bytes of the region's inputs (quantised) and output (stored as an activation: ``ibits`` wide, at
+        least a byte) in the global buffer."""
         x = int(np.prod(self.in_shapes[0], dtype=np.int64)) * -(-ibits // 8)
         y = int(np.prod(self.in_shapes[1], dtype=np.int64)) * -(-wbits // 8) if self.kind == DMATMUL else 0
-        return x + y + int(np.prod(self.out_shape, dtype=np.int64))
+        return x + y + int(np.prod(self.out_shape, dtype=np.int64)) * max(1, -(-ibits // 8))
 
     def spills(self, capacity_bytes: float, ibits: int, wbits: int) -> bool:
         """Whether the region's working set exceeds the global buffer, so it stays in off-chip memory.

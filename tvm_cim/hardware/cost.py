@@ -47,8 +47,10 @@ def input_steps(hw: CIMHardware, ibits: int, signed: bool) -> int:
 
     Signed activations as ``crossbar.input_encoding`` applies them: two
     unsigned phases of the magnitude bits (``phases``), one pass of all bits
-    (``offset``), or the low bits plus one sign step (``twos``).
+    (``offset``), or the low bits plus one sign step (``twos``).  Activations are applied at their
+    storage width (:meth:`~tvm_cim.hardware.schema.CIMHardware.activation_bits`).
     """
+    ibits = hw.activation_bits(ibits)
     if not signed:
         return hw.input_steps(ibits)
     enc = hw.crossbar.input_encoding

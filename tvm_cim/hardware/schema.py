@@ -114,6 +114,12 @@ class Crossbar:
         "A narrower value is stored in the low slices (its own offset / sign slice) with zero upper slices",
     )
     input_bits: PositiveInt = key(8, doc="activation precision the chip supports")
+    input_storage_bits: Count = key(
+        0,
+        doc="bits every activation occupies in buffers and on links and is applied with bit-serially (input "
+        "steps per MVM), whatever precision the compiler quantises to; 0: the quantised precision. A narrower "
+        "value is held in the low bits (the upper input steps drive zeros, or sign bits)",
+    )
     weight_encoding: WeightEncoding = key(
         "differential",
         doc="how signed weights are stored by default: positive/negative column pairs ('differential'), "
@@ -285,6 +291,9 @@ class CIMHardware:
         if xb.weight_storage_bits > xb.weight_bits:
             out.append(("crossbar.weight_storage_bits", f"at most crossbar.weight_bits ({xb.weight_bits})",
                         xb.weight_storage_bits))
+        if xb.input_storage_bits > xb.input_bits:
+            out.append(("crossbar.input_storage_bits", f"at most crossbar.input_bits ({xb.input_bits})",
+                        xb.input_storage_bits))
         if self.dual_mode.switchable_arrays > self.total_crossbars:
             out.append(("dual_mode.switchable_arrays", f"at most the chip's crossbars ({self.total_crossbars})",
                         self.dual_mode.switchable_arrays))
@@ -365,6 +374,11 @@ class CIMHardware:
     def logical_cols(self, bits: int) -> int:
         """Weight-matrix columns one crossbar holds at ``bits``-bit weights."""
         return max(1, self.crossbar.cols // self.cols_per_weight(bits))
+
+    def activation_bits(self, bits: int) -> int:
+        """Bits an activation quantised to ``bits`` occupies in buffers and on links and is applied with
+        (bit-serial input steps): at least ``crossbar.input_storage_bits``.  The values stay ``bits`` wide."""
+        return max(int(bits), self.crossbar.input_storage_bits)
 
     def input_steps(self, bits: int) -> int:
         """Bit-serial input steps per MVM of ``bits``-bit inputs."""

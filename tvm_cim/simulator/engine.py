@@ -344,8 +344,10 @@ class Chip:
         stats.crossbars = len(xbs)
         # the region's working set in the global buffer: quantised inputs, 8-bit stored output
         ins = [int(np.prod(d.shape)) for d in prog.decls if d.role == "input"]
-        in_bytes = ins[0] * -(-self.ibits // 8) + sum(ins[1:]) * -(-self.wbits // 8)
-        stats.buffer_peak_bytes = int(in_bytes + sum(int(np.prod(d.shape)) for d in prog.decls if d.role == "output"))
+        abytes = -(-self.hw.activation_bits(self.ibits) // 8)  # an activation as stored
+        in_bytes = ins[0] * abytes + sum(ins[1:]) * -(-self.wbits // 8)
+        stats.buffer_peak_bytes = int(in_bytes + sum(int(np.prod(d.shape)) for d in prog.decls
+                                                     if d.role == "output") * abytes)
         stats.spills = bool(prog.attr("spills", False))
         return env, stats
 
@@ -1118,7 +1120,8 @@ class Chip:
                 deps += self._deps(val.name, rng_in, False)
         held = None
         if self._lmem is not None and sub == "dequantize" and core is not None:  # output pixels, until sent
-            buf, waits = self._lmem.alloc(int(core), buffer_bytes(o, self._batch, int(self.prog.attr("N", 1)), self.M))
+            n_bytes = int(self.prog.attr("N", 1)) * -(-self.hw.activation_bits(self.ibits) // 8)  # one output vector
+            buf, waits = self._lmem.alloc(int(core), buffer_bytes(o, self._batch, n_bytes, self.M))
             deps += waits
             if buf is not None:
                 held = (self._lmem.heaps[int(core)], buf)
