@@ -303,20 +303,46 @@ def test_ga_result_does_not_depend_on_the_clock(resnet, strategy):
 
 def test_memoised_low_latency_fitness_is_exact(resnet, monkeypatch):
     """The GA's low-latency fitness remembers chunk finishes, chunks and per-chunk work within one solve
-    (``schedule._memo_chunk_finish``); without that memo the GA evaluates the same fitness values, so it
-    chooses the same replicas and layout, and the DP scores the same."""
-    from tvm_cim.compiler import schedule
+    (``schedule._memo_chunk_finish``) and resumes the graph estimate after the first layers it has seen with
+    the same replicas (``estimate.GraphPrefix``); without the prefix, and without both, the GA evaluates the
+    same fitness values, so it chooses the same replicas and layout, and the DP scores the same."""
+    from tvm_cim.compiler import estimate, schedule
+
+    made = []
+
+    class Counting(estimate.GraphPrefix):
+        def __init__(self):
+            super().__init__()
+            made.append(self)
 
     hw = tvm_cim.load("pimcomp-a")
     opts = R(strategies.get("pimcomp-ll").options(hw), ga_evaluations=300)
     runs = []
-    for memo in (True, False):
-        if not memo:
+    for variant in ("memo+prefix", "memo", "none"):
+        if variant == "memo+prefix":
+            monkeypatch.setattr(schedule, "GraphPrefix", Counting)
+        if variant == "memo":
+            monkeypatch.setattr(schedule, "GraphPrefix", lambda: None)
+        if variant == "none":
             monkeypatch.setattr(schedule, "_memo_chunk_finish", lambda est: contextlib.nullcontext())
         rep = tvm_cim.offload(resnet, hw, strategy="pimcomp-ll", options=opts)[1].replication[0]
         runs.append((rep["ga"]["fitness_ns"], rep["ga"]["history"] if "history" in rep["ga"] else None,
                      rep["dp"]["fitness_ns"], [(v["replicas"], v["cores"]) for v in rep["layers"].values()]))
-    assert runs[0] == runs[1]
+    assert runs[0] == runs[1] == runs[2]
+    assert made and sum(p.resumed for p in made) > 0  # the prefix was used
+
+
+def test_range_max_of_non_decreasing_values_is_the_last_of_each_range():
+    """The shortcut for stored-in-order finish times equals the sparse table's answer (and plain numpy's)."""
+    from tvm_cim.compiler.estimate import range_max
+
+    rng = np.random.default_rng(0)
+    for n in (1, 2, 7, 64, 100):
+        for values in (np.sort(rng.random(n)), rng.random(n), np.repeat(rng.random(1), n)):
+            lo = rng.integers(0, n, 30)
+            hi = np.minimum(lo + 1 + rng.integers(0, n, 30), n)
+            ref = np.array([values[a:b].max() for a, b in zip(lo, hi)])
+            np.testing.assert_array_equal(range_max(values, lo, hi), ref)
 
 
 def test_program_names_do_not_depend_on_solve_time(resnet):

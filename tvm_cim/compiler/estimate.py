@@ -48,8 +48,13 @@ def maxplus(ready: np.ndarray, work: np.ndarray, axis: int = 0) -> np.ndarray:
 
 
 def range_max(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """``max(values[lo[i]:hi[i]])`` for every ``i`` (sparse table, vectorised; ranges non-empty)."""
-    table = [np.asarray(values, dtype=float)]
+    """``max(values[lo[i]:hi[i]])`` for every ``i`` (sparse table, vectorised; ranges non-empty).
+
+    Non-decreasing values (a region's chunks stored in order, the usual case): the last of each range."""
+    v = np.asarray(values, dtype=float)
+    if len(v) and np.all(hi > lo) and np.all(v[1:] >= v[:-1]):
+        return v[hi - 1]
+    table = [v]
     span = 1
     while 2 * span <= len(values):
         prev = table[-1]
@@ -702,7 +707,8 @@ class Estimator:
 
 
     def graph_ns(self, regions: list[Region], plans: dict, pipeline: bool,
-                 producers: dict[str, list[str]] | None = None) -> tuple[float, dict[str, float]]:
+                 producers: dict[str, list[str]] | None = None,
+                 prefix: "GraphPrefix | None" = None) -> tuple[float, dict[str, float]]:
         """End-to-end estimate of one inference.
 
         Without the pipeline, regions run one after the other.  With it, each
@@ -712,6 +718,10 @@ class Estimator:
         tensor, as host operators in between are element-wise or pooling);
         :meth:`chunk_finish` then gives when each of its chunks is stored.
         Segments run one after the other.
+
+        ``prefix`` (:class:`GraphPrefix`): calls that share the plans of their
+        first regions share the state after them (exact: the estimate of a
+        region depends only on the regions before it).
 
         Returns
         -------
@@ -729,7 +739,15 @@ class Estimator:
         off_free = 0.0  # the off-chip interface fetches the weights of a segment's regions in order
         units: dict = {}  # the shared units, booked region by region as the simulator does
         nxt = 0
-        for r in regions:
+        first, node, keys = 0, None, None
+        if prefix is not None:  # resume after the longest run of first regions evaluated before with these plans
+            keys = [(r.name, plans[r.name].replicas) for r in regions]
+            first, node = prefix.longest(keys)
+            if first:
+                curves = node.curves()
+                end, seg_start, cur_seg, shared_seg, shared, off_free, nxt = node.state
+        for i in range(first, len(regions)):
+            r = regions[i]
             p = plans[r.name]
             if p.segment != cur_seg:  # a new segment starts once the previous one is done (and its switches)
                 cur_seg, seg_start = p.segment, end + getattr(p, "switch_ns", 0.0)
@@ -776,7 +794,65 @@ class Estimator:
             curves[r.name] = (starts / m, stops / m, fin)
             wb = self.writeback_ns(r, getattr(p, "mem_wb", 0))  # live data leaves its arrays after the region
             end = max(end, float(fin.max()) + wb, base + (max(shared) if pipeline else max(busy)))
+            if node is not None and not units:  # the state after this region: the scalars and the curves
+                node = prefix.add(node, keys[i], r.name, curves[r.name],
+                                  (end, seg_start, cur_seg, shared_seg, shared, off_free, nxt))
+            else:
+                node = None
         return end, per
+
+
+class GraphPrefix:
+    """What :meth:`Estimator.graph_ns` knows after each run of first regions, by their plans (a trie).
+
+    The GA evaluates genomes that share the replicas of their first layers
+    (a mutation changes one or two layers): the estimate resumes after the
+    longest run of first regions it has seen with the same plans.  The key of
+    a region is its name and replica count, so one instance serves calls whose
+    plans follow from the replicas alone (the GA's fitness).  At most
+    ``limit`` states are kept (then it starts again empty).
+    """
+
+    class _Node:
+        __slots__ = ("kids", "parent", "name", "curve", "state")
+
+        def __init__(self, parent, name, curve, state):
+            self.kids, self.parent, self.name, self.curve, self.state = {}, parent, name, curve, state
+
+        def curves(self) -> dict:
+            out, n = {}, self
+            while n.parent is not None:
+                out[n.name] = n.curve
+                n = n.parent
+            return out
+
+    def __init__(self, limit: int = 100_000):
+        self.limit = int(limit)
+        self.root = self._Node(None, None, None, None)
+        self.size = 0
+        self.resumed = 0  # regions whose estimate was taken from a state
+
+    def longest(self, keys: list) -> tuple:
+        """How many first keys have a state, and the node of the last one (the root if none)."""
+        node, n = self.root, 0
+        for k in keys:
+            nxt = node.kids.get(k)
+            if nxt is None:
+                break
+            node, n = nxt, n + 1
+        self.resumed += n
+        return n, node
+
+    def add(self, node, key, name: str, curve, state: tuple):
+        """The state after one more region (a child of ``node``); None once the limit is reached."""
+        if self.size >= self.limit:
+            self.root, self.size = self._Node(None, None, None, None), 0
+            return None
+        child = node.kids.get(key)
+        if child is None:
+            child = node.kids[key] = self._Node(node, name, curve, state)
+            self.size += 1
+        return child
 
 
 def input_elements_read(r: Region) -> int:

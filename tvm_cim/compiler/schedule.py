@@ -29,7 +29,7 @@ import numpy as np
 
 from ..hardware.schema import CIMHardware
 from . import unfold
-from .estimate import Estimator
+from .estimate import Estimator, GraphPrefix
 from .plan import passes_of
 from .region import DMATMUL, Region
 from .strategies import Options, duplication, get, modes, replication, segmentation
@@ -233,10 +233,12 @@ def pimcomp_replication(seg: list[Region], est: Estimator, tile_rows: dict, hw: 
     prob = replication.problem(seg, est, tile_rows, hw, resident, layout=hw.chip.computing_mode != "core")
     memo = contextlib.nullcontext()
     if opts.pipeline:
+        prefix = GraphPrefix()  # plans follow from the replicas: genomes sharing first layers share their state
+
         def fitness(reps):
             plans = {r.name: make_plan(r, est, int(d), tile_rows[r.name], 0, resident, latency=False)
                      for r, d in zip(seg, reps)}
-            return est.graph_ns(seg, plans, True, producers)[0]
+            return est.graph_ns(seg, plans, True, producers, prefix=prefix)[0]
         search = fitness
         memo = _memo_chunk_finish(est)
     else:
