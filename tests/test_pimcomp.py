@@ -555,7 +555,7 @@ def test_low_latency_heap_stalls_when_memory_is_small_and_keeps_outputs_bit_iden
     assert t_tiny.latency_ns >= t_big.latency_ns
 
 
-def _shared_case(cap: int, spill: bool = False):
+def _shared_case(cap: int, spill: bool = False, faster: bool = False):
     """Two regions with buffers on core 0 (hand-built events): A fills a (60 B) and reads it for 100 ns; B fills
     b (60 B) and reads it for 5 ns; with ``spill``, A's one reader needs a second 60 B buffer as well."""
     from tvm_cim.simulator.localmem import Buffer, schedule_shared
@@ -571,7 +571,8 @@ def _shared_case(cap: int, spill: bool = False):
     eb.add(10, ("link:1",), [], 1.0, False, "DMOV.scatter")
     eb.add(5, ("xb:2",), [0], 1.0, True, "CIM.read")
     regions = [("A", ea, 0), ("B", eb, 0)]
-    return schedule_shared(regions, {}, {"A": bufs_a, "B": [(0, Buffer(-1, 60, [1], 0))]}, cap)
+    b = Buffer(-1, 60, [1], 0, (15.0, ("link:1", "gbuf"), 2.0))
+    return schedule_shared(regions, {}, {"A": bufs_a, "B": [(0, b)]}, cap, spill_faster=faster)
 
 
 def test_shared_heap_makes_a_region_wait_for_another_regions_reader():
@@ -583,6 +584,10 @@ def test_shared_heap_makes_a_region_wait_for_another_regions_reader():
     tl, lm = _shared_case(120)
     np.testing.assert_array_equal(tl.start, [0, 10, 0, 10])
     assert tl.latency_ns == 110 and lm["waits"] == 0 and lm["peak_bytes"] == 120
+    # streaming b from the global buffer (15 ns) finishes before waiting 110 ns for A's reader: it spills
+    tl, lm = _shared_case(100, faster=True)
+    np.testing.assert_array_equal(tl.start, [0, 10, 0, 15])
+    assert tl.latency_ns == 110 and lm["waits"] == 0 and lm["spills"] == 1 and lm["peak_bytes"] == 60
 
 
 def test_shared_heap_spills_when_nothing_can_proceed():

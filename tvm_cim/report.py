@@ -32,7 +32,10 @@ def timeline(info: CompileInfo, stats: list, power_cap_mw: float | None = None):
     shared = {s.name: s.buffers for s in stats if s.buffers is not None}
     if shared and pipeline:  # PIMCOMP's heap per core shared by the regions: allocated while scheduling
         cap = max(s.localmem["capacity_bytes"] for s in stats if s.buffers is not None)
-        tl, lm = schedule_shared(regions, info.producers, shared, cap, power_cap_mw)
+        spill = getattr(opts, "local_spill", "faster")
+        if spill not in ("faster", "stuck"):
+            raise ValueError(f"local_spill must be 'faster' or 'stuck', not {spill!r}")
+        tl, lm = schedule_shared(regions, info.producers, shared, cap, power_cap_mw, spill_faster=spill == "faster")
         tl.localmem = lm
         return tl
     return schedule_graph(regions, info.producers, pipeline, power_cap_mw)

@@ -86,7 +86,7 @@ class Heap:
         if size > self.capacity:
             return None, []
         if free_at is not None:
-            a = self._earliest(size, free_at)
+            a = self.earliest(size, free_at)[0]
             if a is None:
                 return None, []
             return self._take(a, size)
@@ -117,11 +117,13 @@ class Heap:
         self.peak = max(self.peak, self.used)
         return buf, waits
 
-    def _earliest(self, size: int, free_at) -> int | None:
-        """The address where a buffer of ``size`` bytes can be filled first: the placement whose reused bytes
-        are freed earliest (``free_at(buffer)``: when its readers finish), the next-fit order breaking ties.
-        Only an address of 0 or right after a buffer can be best (moving a placement down to one never adds
-        an overlap)."""
+    def earliest(self, size: int, free_at) -> tuple[int | None, float | None]:
+        """The address where a buffer of ``size`` bytes can be filled first, and when: the placement whose
+        reused bytes are freed earliest (``free_at(buffer)``: when its readers finish; -inf if it reuses
+        none), the next-fit order breaking ties; (None, None) if every placement overlaps a buffer still
+        needed.  Only an address of 0 or right after a buffer can be best (moving a placement down to one
+        never adds an overlap)."""
+        size = max(1, int(size))
         live = self.live
         ends = [b.end for b in live]
         cands = sorted({0, *(e for e in ends if e + size <= self.capacity)}, key=lambda x: (x < self.ptr, x))
@@ -140,7 +142,7 @@ class Heap:
                 best, best_t = a, t
                 if t == float("-inf"):  # nothing to wait for
                     break
-        return best
+        return best, best_t
 
     def read(self, buf: Buffer, op: int) -> None:
         """Operation ``op`` reads ``buf`` (its bytes are free for later buffers, after ``op``)."""
@@ -257,7 +259,7 @@ def buffer_bytes(op: Op, batch: int, n: int, m: int) -> int | None:
 
 
 def schedule_shared(regions: list, producers: dict, buffers: dict, capacity: int,
-                    power_cap_mw: float | None = None) -> tuple[Timeline, dict]:
+                    power_cap_mw: float | None = None, spill_faster: bool = False) -> tuple[Timeline, dict]:
     """Schedule one inference's element pipeline with one heap per core shared by every region on it.
 
     PIMCOMP's runtime memory management (paper 004, sec. VII, Fig. 9): a
@@ -286,6 +288,9 @@ def schedule_shared(regions: list, producers: dict, buffers: dict, capacity: int
         Bytes of local memory per core.
     power_cap_mw : float, optional
         Peak computing power allowed (as :func:`~tvm_cim.simulator.timeline.schedule_graph`).
+    spill_faster : bool
+        A buffer that could be held only after a wait (or not at all yet) stays in the global buffer when
+        streaming it from there (``Buffer.spill``) would finish sooner.
 
     Returns
     -------
@@ -294,10 +299,10 @@ def schedule_shared(regions: list, producers: dict, buffers: dict, capacity: int
         Cores, allocations, those that waited, spills and their bytes, peak bytes of one core in use over time.
     """
     with gc_paused():
-        return _schedule_shared(regions, producers, buffers, int(capacity), power_cap_mw)
+        return _schedule_shared(regions, producers, buffers, int(capacity), power_cap_mw, spill_faster)
 
 
-def _schedule_shared(regions, producers, buffers, capacity, power_cap_mw):
+def _schedule_shared(regions, producers, buffers, capacity, power_cap_mw, spill_faster):
     res: dict = defaultdict(_Resource)
     power = _Power(power_cap_mw) if power_cap_mw is not None else None
     dur, rs, deps, succ = [], [], [], []
@@ -372,6 +377,11 @@ def _schedule_shared(regions, producers, buffers, capacity, power_cap_mw):
                     heap = heaps.get(core)
                     if heap is None:
                         heap = heaps[core] = Heap(capacity)
+                    if spill_faster and b.spill is not None:  # stream it from the global buffer if that is sooner
+                        a, tw = heap.earliest(b.size, free_at) if b.size <= capacity else (None, None)
+                        if a is None or max(t, tw) + d > t + b.spill[0]:
+                            w[2] = True
+                if w is not None and not w[2]:
                     got, waits = heap.alloc(b.size, free_at)
                     if got is None and b.size <= capacity:  # memory full of buffers still needed: wait
                         blocked[core].append((t, i))

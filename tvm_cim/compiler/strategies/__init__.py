@@ -118,6 +118,12 @@ class Options:
         (:func:`~tvm_cim.simulator.localmem.schedule_shared`); ``"region"``:
         each region gets a fixed share of its cores' memories, by the demand
         it measures running alone (a heap per region and core).
+    local_spill : str
+        With ``local_heap="core"``: ``"faster"``: an input slice that could
+        be held only after a wait (or not at all yet) stays in the global
+        buffer and is streamed from there when that finishes sooner (a runtime
+        that keeps data on the chip as its local memory allows); ``"stuck"``:
+        it waits for memory, and spills only when nothing can proceed.
     send_batch : int
         Alg. 2's batched sends: results are sent when this many chunks have
         been computed (the transmit-request queue's threshold); 1 sends each
@@ -146,6 +152,7 @@ class Options:
     ga_seed_dp: bool = True
     local_memory: bool = False
     local_heap: str = "core"
+    local_spill: str = "faster"
     send_batch: int = 1
 
     def as_attrs(self) -> dict:
