@@ -261,6 +261,28 @@ def _content(regions: list[Region], sm: SegmentModes, resident: bool) -> tuple:
             tuple(sorted((k, tuple(v)) for k, v in sm.held.items())))
 
 
+_HANDED: list = []  # the Segment pass's estimator with what it was built for, until the mode allocation takes it
+
+
+def hand_over(est: Estimator, regions: list[Region], producers: dict[str, list[str]]) -> None:
+    """Keep the segmentation's estimator (its memoised allocations and estimates) for :func:`take_over`."""
+    _HANDED[:] = [(est, tuple(regions), {k: list(v) for k, v in producers.items()})]
+
+
+def take_over(hw: CIMHardware, wbits: int, ibits: int, opts, regions: list[Region],
+              producers: dict[str, list[str]]) -> Estimator | None:
+    """The estimator :func:`hand_over` kept, if it was built for this chip, precision, options, the very same
+    region objects (immutable once built, :func:`tvm_cim.compiler.transform.region_of`) and producers; at most once."""
+    if not _HANDED:
+        return None
+    est, rs, prods = _HANDED.pop()
+    same = (est.hw is hw and (est.wbits, est.ibits) == (wbits, ibits) and len(rs) == len(regions)
+            and all(a is b for a, b in zip(rs, regions)) and prods == {k: list(v) for k, v in producers.items()}
+            and est.offchip_in_order == (opts.modes == "dual") and est.mvm_pipeline == opts.mvm_pipeline
+            and est.rounds == opts.pipeline_rounds and est.vectors == opts.pipeline_vectors)
+    return est if same else None
+
+
 def segment_ns(regions: list[Region], sm: SegmentModes, est: Estimator, producers: dict[str, list[str]],
                make_plan, resident: bool = False) -> float:
     """The shared estimate of one segment under its allocation, alone (memoised per estimator on its content)."""
