@@ -177,6 +177,11 @@ def _random_ops(rng, n):
             for i in range(n)]
 
 
+def _with_core_work(ops):
+    """The same operators, every other one with work on its cores' links and ALUs above its crossbar work."""
+    return [R(o, core_ns=3.0 * o.compute_ns) if i % 2 else o for i, o in enumerate(ops)]
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_allocation_mip_equals_enumeration(seed):
     """Eq. 5-10 in count form on HiGHS vs every allocation enumerated (slowest bound evaluated directly)."""
@@ -184,6 +189,8 @@ def test_allocation_mip_equals_enumeration(seed):
 
     rng = np.random.default_rng(seed)
     ops = _random_ops(rng, int(rng.integers(1, 4)))
+    if seed % 2:
+        ops = _with_core_work(ops)
     n = int(rng.integers(sum(o.tiles for o in ops), 12))
     s = int(rng.integers(0, n + 1))
     best, _, _ = arrays.enumerate_best(ops, n, s)
@@ -891,3 +898,17 @@ def test_cut_refinement_never_slows_the_estimate(monkeypatch):
     _, off = tvm_cim.offload(mod, hw, strategy="cmswitch")
     assert off.schedule.segments > 1
     assert on.schedule.estimate_ns <= off.schedule.estimate_ns
+
+
+def test_copies_on_one_core_share_its_link():
+    """The MIP's core term: an operator whose scatters dominate needs copies on more cores, so with the same
+    arrays it gets more copies than with the work on its crossbars only (and the bound says so)."""
+    from tvm_cim.compiler.solvers import arrays
+
+    base = arrays.OpTerms(tiles=2, compute_ns=10.0, max_replicas=6)
+    heavy = R(base, core_ns=60.0)
+    a = arrays.allocate([base], 12, 0)
+    b = arrays.allocate([heavy], 12, 0)
+    assert a.latency_ns == pytest.approx(10.0 / 6)
+    assert b.latency_ns == pytest.approx(60.0 / 6)  # every copy it may make, and still core-bound
+    assert arrays.latency_of([heavy], [3], [0]) == pytest.approx(20.0)  # 60 ns of core work over 3 copies

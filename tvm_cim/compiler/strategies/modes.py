@@ -69,6 +69,7 @@ SERIAL_MAX = 4  # longest serial segment (operators run one after another, split
 PIPELINE_MAX = 6
 SERIAL_KEEP_MAX = 4  # at most 2^this memory choices are costed per serial segment
 CARRY_SPAN = 3  # data stays in memory-mode arrays across at most this many segment boundaries
+CORE_SHARED = True  # the MIP sees scatters and post-processing on the cores' links and ALUs (shared by copies)
 REFINE_PASSES = 1  # sweeps of the cut refinement over every boundary (:func:`refine_cut`)
 # the cut refinement runs on segmentations of at most this many segments (a compile-time bound: every move
 # re-allocates its neighbours with their carries; MobileNetV2 at 224, 20 segments: estimate -0.6% for 4.5x
@@ -190,7 +191,10 @@ def _base_terms(r: Region, est: Estimator) -> dict:
         tiles = est.tiles(r, rows)
         cache[r.name] = dict(
             tiles=tiles,
-            compute_ns=float(np.sum(scatter) + np.sum(read) + np.sum(post)),
+            compute_ns=float(np.sum(read)) if CORE_SHARED else float(np.sum(scatter) + np.sum(read) + np.sum(post)),
+            # a core's link and ALU serve every copy on it: d copies of t tiles span d * t / per_core cores
+            core_ns=(max(float(np.sum(scatter)), float(np.sum(post))) * max(1.0, hw.core.crossbars / tiles)
+                     if CORE_SHARED and hw.chip.computing_mode != "core" else 0.0),
             max_replicas=duplication.max_replicas(r, n_arr, tiles) if tiles <= n_arr else 1,
             in_ns_mem=float(np.sum(cost.memory_access(hw, ch.load_bytes, 1, False)[0])) if dual else 0.0,
             out_ns_mem=float(np.sum(cost.memory_access(hw, out_bytes, 1, True)[0])) if dual else 0.0,
@@ -234,7 +238,7 @@ def op_terms(regions: list[Region], first: int, last: int, est: Estimator,
         chunks_max = b["chunks"] + n_arr  # chunk count grows with copies; each store rounds up per array
         need = math.ceil((b["out_bytes"] + chunks_max) / cap) if (keep and cap and b["dual"]) else 0
         terms.append(mip.OpTerms(
-            tiles=b["tiles"], compute_ns=b["compute_ns"], max_replicas=b["max_replicas"],
+            tiles=b["tiles"], compute_ns=b["compute_ns"], core_ns=b["core_ns"], max_replicas=b["max_replicas"],
             in_ns_mem=b["in_ns_mem"], out_ns_mem=b["out_ns_mem"], in_ns_port=b["in_ns_port"],
             out_ns_port=b["out_ns_port"], prep_ns=b["prep_ns"], memory_need=need, producer=p, live=live,
             wb_ns_mem=b["wb_ns_mem"] if live else 0.0, carried_in=float(carry_in.get(i, 0)),
