@@ -434,13 +434,21 @@ def allocate_segments(regions: list[Region], segment_of: list[int], resident: bo
             memo[key] = ([theirs[r.name].replicas for r in seg], est.graph_ns(seg, theirs, True, producers)[0])
         reps, t_theirs = memo[key]
         t_mine = modes.segment_ns(regions, sm, est, producers, make_plan, resident)
+        label = "mip"
+        if modes.CORE_SHARED and sm.alloc.status != "passes":  # the MIP with scatters split among copies too
+            alt = modes.allocate_segment(regions, sm.first, sm.last, est, producers, time_limit, seed, make_plan,
+                                         per_copy=True)
+            t_alt = modes.segment_ns(regions, alt, est, producers, make_plan, resident)
+            if t_alt < t_mine:
+                segs[s_idx] = sm = alt
+                t_mine, label = t_alt, "mip-per-copy"
         if sm.alloc.status != "passes" and t_theirs < t_mine:
             a = sm.alloc
             sm.alloc = dataclasses.replace(a, replicas=list(reps), memory=[0] * len(seg), compute_arrays=sum(
                 d * est.tiles(r, hw.crossbar.rows) for d, r in zip(reps, seg)))
             chosen.append(("all-compute", t_mine, t_theirs))
         else:
-            chosen.append(("mip", t_mine, t_theirs))
+            chosen.append((label, t_mine, t_theirs))
     for s_idx in modes.carry(regions, segs, est, producers, make_plan, resident, time_limit, seed):
         for k in (s_idx, s_idx + 1):  # re-allocated with data kept across the boundary
             chosen[k] = ("mip+carry",) + chosen[k][1:]

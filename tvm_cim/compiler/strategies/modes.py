@@ -192,6 +192,7 @@ def _base_terms(r: Region, est: Estimator) -> dict:
         cache[r.name] = dict(
             tiles=tiles,
             compute_ns=float(np.sum(read)) if CORE_SHARED else float(np.sum(scatter) + np.sum(read) + np.sum(post)),
+            compute_all_ns=float(np.sum(scatter) + np.sum(read) + np.sum(post)),
             # a core's link and ALU serve every copy on it: d copies of t tiles span d * t / per_core cores
             core_ns=(max(float(np.sum(scatter)), float(np.sum(post))) * max(1.0, hw.core.crossbars / tiles)
                      if CORE_SHARED and hw.chip.computing_mode != "core" else 0.0),
@@ -208,8 +209,11 @@ def _base_terms(r: Region, est: Estimator) -> dict:
 
 def op_terms(regions: list[Region], first: int, last: int, est: Estimator,
              producers: dict[str, list[str]], carry_in: dict | None = None,
-             carry_out: set | None = None) -> tuple[list[mip.OpTerms], list]:
+             carry_out: set | None = None, per_copy: bool = False) -> tuple[list[mip.OpTerms], list]:
     """The MIP terms of operators ``first .. last`` (and each one's producer inside the segment).
+
+    ``per_copy``: scatters and post-processing split among copies like crossbar reads (no per-core term),
+    the model before :data:`CORE_SHARED`.
 
     An operator may keep its output in memory mode when a consumer in the
     segment loads it (:func:`sources`); it is live (written back, T^wb) when
@@ -238,7 +242,8 @@ def op_terms(regions: list[Region], first: int, last: int, est: Estimator,
         chunks_max = b["chunks"] + n_arr  # chunk count grows with copies; each store rounds up per array
         need = math.ceil((b["out_bytes"] + chunks_max) / cap) if (keep and cap and b["dual"]) else 0
         terms.append(mip.OpTerms(
-            tiles=b["tiles"], compute_ns=b["compute_ns"], core_ns=b["core_ns"], max_replicas=b["max_replicas"],
+            tiles=b["tiles"], compute_ns=b["compute_all_ns"] if per_copy else b["compute_ns"],
+            core_ns=0.0 if per_copy else b["core_ns"], max_replicas=b["max_replicas"],
             in_ns_mem=b["in_ns_mem"], out_ns_mem=b["out_ns_mem"], in_ns_port=b["in_ns_port"],
             out_ns_port=b["out_ns_port"], prep_ns=b["prep_ns"], memory_need=need, producer=p, live=live,
             wb_ns_mem=b["wb_ns_mem"] if live else 0.0, carried_in=float(carry_in.get(i, 0)),
@@ -301,17 +306,17 @@ def segment_ns(regions: list[Region], sm: SegmentModes, est: Estimator, producer
 def allocate_segment(regions: list[Region], first: int, last: int, est: Estimator,
                      producers: dict[str, list[str]], time_limit: float = TIME_LIMIT_S,
                      seed: int = 0, make_plan=None, carry_in: dict | None = None, carry_out: set | None = None,
-                     held: dict | None = None) -> SegmentModes:
+                     held: dict | None = None, per_copy: bool = False) -> SegmentModes:
     """:func:`allocate_segment_once`, memoised per estimator (the DP, the carry pass and the cut refinement
     ask for the same segments again); each call gets its own copy."""
-    key = (tuple(r.name for r in regions[first:last + 1]), first, time_limit, seed, make_plan is not None,
+    key = (tuple(r.name for r in regions[first:last + 1]), first, time_limit, seed, make_plan is not None, per_copy,
            tuple(sorted((carry_in or {}).items())), tuple(sorted(carry_out or ())),
            tuple(sorted((k, tuple(v)) for k, v in (held or {}).items())))
     cache = _SEGS.setdefault(est, {})
     if key not in cache:
         try:
             cache[key] = allocate_segment_once(regions, first, last, est, producers, time_limit, seed, make_plan,
-                                               carry_in, carry_out, held)
+                                               carry_in, carry_out, held, per_copy)
         except (ValueError, RuntimeError) as e:  # infeasible: remembered too
             cache[key] = e
     hit = cache[key]
@@ -323,7 +328,7 @@ def allocate_segment(regions: list[Region], first: int, last: int, est: Estimato
 def allocate_segment_once(regions: list[Region], first: int, last: int, est: Estimator,
                           producers: dict[str, list[str]], time_limit: float = TIME_LIMIT_S,
                           seed: int = 0, make_plan=None, carry_in: dict | None = None, carry_out: set | None = None,
-                          held: dict | None = None) -> SegmentModes:
+                          held: dict | None = None, per_copy: bool = False) -> SegmentModes:
     """Allocate operators ``first .. last``: the MIP when one copy of each fits the chip, otherwise a
     serial segment (:func:`serial_allocation`; ``make_plan`` -- :func:`schedule.make_plan` -- costs its
     memory choices; without it, no memory array).
@@ -335,7 +340,7 @@ def allocate_segment_once(regions: list[Region], first: int, last: int, est: Est
     hw = est.hw
     carry_in, held, carry_out = carry_in or {}, held or {}, carry_out or set()
     arrays_in = {i: len(held[g]) for i, g in carry_in.items()}
-    terms, prod = op_terms(regions, first, last, est, producers, arrays_in, carry_out)
+    terms, prod = op_terms(regions, first, last, est, producers, arrays_in, carry_out, per_copy)
     n = hw.total_crossbars
     live = [t.live for t in terms]
     if sum(t.tiles for t in terms) > n:
