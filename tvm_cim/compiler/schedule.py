@@ -150,7 +150,7 @@ def segment(regions: list[Region], hw: CIMHardware, opts: Options, est: Estimato
         if opts.modes == "dual" and not fits and 1 < len(segs_dp) <= modes.REFINE_MAX_SEGMENTS:  # with carries
 
             def cost(so):
-                segs = allocate_segments(regions, so, fits, est, producers or {})[0]
+                segs = allocate_segments(regions, so, fits, est, producers or {}, per_copy=False)[0]
                 return sum(modes.segment_ns(regions, sm, est, producers or {}, make_plan, fits) for sm in segs) + sum(
                     modes.switch_ns(hw, *modes.switch_counts(a.alloc.memory_arrays, b.alloc.memory_arrays))
                     for a, b in zip(segs, segs[1:]))
@@ -403,9 +403,11 @@ _ALL_COMPUTE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Estimat
 
 def allocate_segments(regions: list[Region], segment_of: list[int], resident: bool, est: Estimator,
                       producers: dict[str, list[str]], time_limit: float = modes.TIME_LIMIT_S,
-                      seed: int = 0) -> tuple[list, list]:
+                      seed: int = 0, per_copy: bool = True) -> tuple[list, list]:
     """Every segment's allocation before keys in place (:func:`allocate_modes`): the MIP's or CIM-MLC's
     duplication, whichever the shared estimate finds faster, then the carries (:func:`modes.carry`).
+
+    ``per_copy``: also try the per-copy MIP per segment (not while the cut is refined: compile time).
 
     Returns
     -------
@@ -437,7 +439,7 @@ def allocate_segments(regions: list[Region], segment_of: list[int], resident: bo
         label = "mip"
         # the MIP with scatters split among copies too (on few segments: a compile-time bound, as the cut's
         # refinement; MobileNetV2@224, 19 segments, 12.410 -> 12.326 ms for about +0.35 s of compile CPU)
-        if modes.CORE_SHARED and sm.alloc.status != "passes" and len(segs) <= modes.REFINE_MAX_SEGMENTS:
+        if per_copy and modes.CORE_SHARED and sm.alloc.status != "passes" and len(segs) <= modes.REFINE_MAX_SEGMENTS:
             alt = modes.allocate_segment(regions, sm.first, sm.last, est, producers, time_limit, seed, make_plan,
                                          per_copy=True)
             t_alt = modes.segment_ns(regions, alt, est, producers, make_plan, resident)
