@@ -139,6 +139,39 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+# where the time goes: per category, the meta-operator kinds and whether they use the off-chip link
+# (None: either); shares are unions of intervals over the latency, so they overlap
+BREAKDOWN = {
+    "compute": (("CIM.read_xb", "CIM.read_core", "CIM.read_row"), None),
+    "fetch": (("DMOV.fetch",), True),
+    "link loads": (("DMOV.load",), True),
+    "link stores": (("DMOV.store",), True),
+    "write-back": (("DMOV.writeback",), None),
+    "rewrite": (("CIM.write_xb",), None),
+    "switch": (("CM.switch",), None),
+    "link (any)": (None, True),
+}
+
+
+def time_breakdown(stats: list, tl) -> dict:
+    """Per :data:`BREAKDOWN` category, the time (ns) during which at least one of its operations runs."""
+    offchip = np.array([any("offchip" in x for x in res) for st in stats if st.events is not None
+                        for res in st.events.res], dtype=bool)
+    kinds = np.asarray(tl.kinds)
+    out = {}
+    for name, (ks, link) in BREAKDOWN.items():
+        sel = np.ones(len(kinds), dtype=bool) if ks is None else np.isin(kinds, list(ks))
+        if link is not None:
+            sel &= offchip == link
+        sel &= tl.finish > tl.start
+        order = np.argsort(tl.start[sel], kind="stable")
+        st, fi = tl.start[sel][order], tl.finish[sel][order]
+        before = np.maximum.accumulate(np.concatenate([[-np.inf], fi[:-1]])) if len(fi) else fi
+        busy = float(np.sum(np.clip(fi - np.maximum(st, before), 0.0, None)))
+        out[name] = busy
+    return out
+
+
 def measure(mod, hw, strategy: str, layers: int = 1) -> dict:
     """Compile, run on a timing-only chip, report latency, overhead shares and the allocation.
 
@@ -161,6 +194,7 @@ def measure(mod, hw, strategy: str, layers: int = 1) -> dict:
                 link[k] = link.get(k, 0.0) + d
     return {
         "link_busy_ns": link,
+        "time_union_ns": time_breakdown(stats, tl),
         "bound": latency_lower_bound(hw, info.regions, bits.weight_bits, bits.input_bits, layers,
                                      producers=info.producers),
         "latency_ns": tl.latency_ns,
@@ -329,6 +363,15 @@ def print_fig14(res: dict) -> None:
         print(f"{net:18s} switch {100 * t['switch']:7.4f}%  rewrite {100 * t['rewrite']:6.2f}%  "
               f"write-back {100 * t['write_back']:.2f}%  ({row['cmswitch']['switches']} CM.switch, "
               f"{row['cmswitch']['segments']} segments)")
+    print("\n[2b] where the time goes (union of intervals / latency, they overlap): cim-mlc -> cmswitch")
+    for net, row in main.items():
+        if "time_union_ns" not in row["cmswitch"]:
+            continue
+        parts = []
+        for k in BREAKDOWN:
+            a, b = (row[s_]["time_union_ns"][k] / row[s_]["latency_ns"] for s_ in ("cim-mlc", "cmswitch"))
+            parts.append(f"{k} {100 * a:.1f}->{100 * b:.1f}%")
+        print(f"{net:18s} " + ", ".join(parts))
     print("\n[3] Fig. 15: arrays per segment in compute / memory mode (cmswitch)")
     for net, row in main.items():
         segs = row["cmswitch"]["modes"]

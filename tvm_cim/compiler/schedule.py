@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -145,7 +146,17 @@ def segment(regions: list[Region], hw: CIMHardware, opts: Options, est: Estimato
 
     if opts.segmentation == "dp":
         segs_dp, fits = modes.segment_dp(regions, est, producers or {}, make_plan)
-        return [i for i, sm in enumerate(segs_dp) for _ in range(sm.last - sm.first + 1)], fits
+        seg_of = [i for i, sm in enumerate(segs_dp) for _ in range(sm.last - sm.first + 1)]
+        if opts.modes == "dual" and not fits and 1 < len(segs_dp) <= modes.REFINE_MAX_SEGMENTS:  # with carries
+
+            def cost(so):
+                segs = allocate_segments(regions, so, fits, est, producers or {}, per_copy=False)[0]
+                return sum(modes.segment_ns(regions, sm, est, producers or {}, make_plan, fits) for sm in segs) + sum(
+                    modes.switch_ns(hw, *modes.switch_counts(a.alloc.memory_arrays, b.alloc.memory_arrays))
+                    for a, b in zip(segs, segs[1:]))
+
+            seg_of, _ = modes.refine_cut(seg_of, cost)
+        return seg_of, fits
     segs = segmentation.greedy(regions, fp, cap)
     fits = len(segs) == 1 and sum(fp(r) for r in regions) <= cap
     if len(segs) > 1 and opts.segmentation == "refine":
@@ -347,34 +358,7 @@ def allocate_modes(regions: list[Region], segment_of: list[int], resident: bool,
     """
     hw = est.hw
     producers = producers or {}
-    bounds: dict[int, list[int]] = {}
-    for i, s_idx in enumerate(segment_of):
-        bounds.setdefault(s_idx, []).append(i)
-    segs = [modes.allocate_segment(regions, idx[0], idx[-1], est, producers, time_limit, seed, make_plan)
-            for _, idx in sorted(bounds.items())]
-    # every array computing is one of the allocations CMSwitch chooses from: keep CIM-MLC's duplication
-    # of the segment (all arrays computing) when the shared estimate says it is faster than the MIP's
-    # (CIM-MLC's duplication as it was before its crossbar-granularity DP: with that DP, all-compute wins on
-    # small chips where the MIP keeps memory-mode arrays; whether CMSwitch should compare with it is open)
-    mlc = dataclasses.replace(get("cim-mlc").options(hw), crossbar_dp=False)
-    chosen = []
-    for s_idx, sm in enumerate(segs):
-        seg = regions[sm.first:sm.last + 1]
-        mine = modes.segment_plans(regions, sm, est, s_idx, resident, make_plan)
-        theirs = duplicate(seg, [s_idx] * len(seg), resident, hw, mlc, est)
-        t_mine = est.graph_ns(seg, mine, True, producers)[0]
-        t_theirs = est.graph_ns(seg, theirs, True, producers)[0]
-        if sm.alloc.status != "passes" and t_theirs < t_mine:
-            reps = [theirs[r.name].replicas for r in seg]
-            a = sm.alloc
-            sm.alloc = dataclasses.replace(a, replicas=reps, memory=[0] * len(seg), compute_arrays=sum(
-                d * est.tiles(r, hw.crossbar.rows) for d, r in zip(reps, seg)))
-            chosen.append(("all-compute", t_mine, t_theirs))
-        else:
-            chosen.append(("mip", t_mine, t_theirs))
-    for s_idx in modes.carry(regions, segs, est, producers, make_plan, resident, time_limit, seed):
-        for k in (s_idx, s_idx + 1):  # re-allocated with data kept across the boundary
-            chosen[k] = ("mip+carry",) + chosen[k][1:]
+    segs, chosen = allocate_segments(regions, segment_of, resident, est, producers, time_limit, seed)
     for s_idx, sm in enumerate(segs):
         seg = regions[sm.first:sm.last + 1]
         for qi, ki, t in modes.inplace_candidates(regions, sm, est, producers, operands or {}):
@@ -414,6 +398,67 @@ def allocate_modes(regions: list[Region], segment_of: list[int], resident: bool,
             "estimate_all_compute_ns": chosen[s_idx][2],
         })
     return plans, summary
+
+
+_ALL_COMPUTE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Estimator -> segment -> CIM-MLC's
+
+
+def allocate_segments(regions: list[Region], segment_of: list[int], resident: bool, est: Estimator,
+                      producers: dict[str, list[str]], time_limit: float = modes.TIME_LIMIT_S,
+                      seed: int = 0, per_copy: bool = True) -> tuple[list, list]:
+    """Every segment's allocation before keys in place (:func:`allocate_modes`): the MIP's or CIM-MLC's
+    duplication, whichever the shared estimate finds faster, then the carries (:func:`modes.carry`).
+
+    ``per_copy``: also try the per-copy MIP per segment (not while the cut is refined: compile time).
+
+    Returns
+    -------
+    segs : list of modes.SegmentModes
+    chosen : list of tuple
+        Per segment: which allocation was kept, the estimate of the MIP's and of CIM-MLC's.
+    """
+    hw = est.hw
+    bounds: dict[int, list[int]] = {}
+    for i, s_idx in enumerate(segment_of):
+        bounds.setdefault(s_idx, []).append(i)
+    segs = [modes.allocate_segment(regions, idx[0], idx[-1], est, producers, time_limit, seed, make_plan)
+            for _, idx in sorted(bounds.items())]
+    # every array computing is one of the allocations CMSwitch chooses from: keep CIM-MLC's duplication
+    # of the segment (all arrays computing) when the shared estimate says it is faster than the MIP's
+    # (CIM-MLC's duplication as it was before its crossbar-granularity DP: with that DP, all-compute wins on
+    # small chips where the MIP keeps memory-mode arrays; whether CMSwitch should compare with it is open)
+    mlc = dataclasses.replace(get("cim-mlc").options(hw), crossbar_dp=False)
+    memo = _ALL_COMPUTE.setdefault(est, {})
+    chosen = []
+    for s_idx, sm in enumerate(segs):
+        seg = regions[sm.first:sm.last + 1]
+        key = (tuple(r.name for r in seg), resident)
+        if key not in memo:
+            theirs = duplicate(seg, [s_idx] * len(seg), resident, hw, mlc, est)
+            memo[key] = ([theirs[r.name].replicas for r in seg], est.graph_ns(seg, theirs, True, producers)[0])
+        reps, t_theirs = memo[key]
+        t_mine = modes.segment_ns(regions, sm, est, producers, make_plan, resident)
+        label = "mip"
+        # the MIP with scatters split among copies too (on few segments: a compile-time bound, as the cut's
+        # refinement; MobileNetV2@224, 19 segments, 12.410 -> 12.326 ms for about +0.35 s of compile CPU)
+        if per_copy and modes.CORE_SHARED and sm.alloc.status != "passes" and len(segs) <= modes.REFINE_MAX_SEGMENTS:
+            alt = modes.allocate_segment(regions, sm.first, sm.last, est, producers, time_limit, seed, make_plan,
+                                         per_copy=True)
+            t_alt = modes.segment_ns(regions, alt, est, producers, make_plan, resident)
+            if t_alt < t_mine:
+                segs[s_idx] = sm = alt
+                t_mine, label = t_alt, "mip-per-copy"
+        if sm.alloc.status != "passes" and t_theirs < t_mine:
+            a = sm.alloc
+            sm.alloc = dataclasses.replace(a, replicas=list(reps), memory=[0] * len(seg), compute_arrays=sum(
+                d * est.tiles(r, hw.crossbar.rows) for d, r in zip(reps, seg)))
+            chosen.append(("all-compute", t_mine, t_theirs))
+        else:
+            chosen.append((label, t_mine, t_theirs))
+    for s_idx in modes.carry(regions, segs, est, producers, make_plan, resident, time_limit, seed):
+        for k in (s_idx, s_idx + 1):  # re-allocated with data kept across the boundary
+            chosen[k] = ("mip+carry",) + chosen[k][1:]
+    return segs, chosen
 
 
 def make_plan(r: Region, est: Estimator, replicas: int, tile_rows: int, segment_idx: int, resident: bool,

@@ -732,7 +732,10 @@ class Segment:
         wbits, ibits = _precision(mod)
         est = Estimator.of(hw, wbits, ibits, opts)
         items = regions_of(mod)
-        seg_of, resident = schedule.segment([r for _, r in items], hw, opts, est, producers_of(mod))
+        producers = producers_of(mod)
+        seg_of, resident = schedule.segment([r for _, r in items], hw, opts, est, producers)
+        if opts.modes == "dual":  # the mode allocation reuses what the segmentation allocated
+            modes.hand_over(est, [r for _, r in items], producers)
         mod = _with_attrs(mod, {g: {"segment": s, "resident": resident} for (g, _), s in zip(items, seg_of)})
         return mod.with_attr(A + "strategy", name).with_attr(A + "options", opts.as_attrs())
 
@@ -806,13 +809,13 @@ class AllocateArrayModes:
         if opts.modes != "dual":
             return mod
         wbits, ibits = _precision(mod)
-        est = Estimator.of(hw, wbits, ibits, opts)
         fs = region_functions(mod)
         regions = [region_of(f) for _, f in fs]
         seg_of = [int(_need(f, "segment", "Segment")) for _, f in fs]
         resident = all(bool(_need(f, "resident", "Segment")) for _, f in fs)
         operands = operand_producers_of(mod)
         producers = {r: sorted(set().union(*ops)) if ops else [] for r, ops in operands.items()}
+        est = modes.take_over(hw, wbits, ibits, opts, regions, producers) or Estimator.of(hw, wbits, ibits, opts)
         plans, summary = schedule.allocate_modes(regions, seg_of, resident, est, producers, self.time_limit,
                                                  operands=operands)
         out_xbs = {n: xs for seg in summary for n, xs in seg["memory_xbs"].items()}

@@ -76,6 +76,9 @@ class OpTerms:
         it loads ``in_ns_mem`` through them, nothing through the port.
     must_keep : bool
         Its output must stay in memory mode (a later segment reads it there).
+    core_ns : float
+        Work on units of the cores its copies sit on (a core's link and ALU: scatters, post-processing) with
+        one copy, already scaled by the copies that share a core: ``d`` copies split it ``d`` ways.
     """
 
     tiles: int
@@ -92,6 +95,7 @@ class OpTerms:
     wb_ns_mem: float = 0.0
     carried_in: float = 0.0
     must_keep: bool = False
+    core_ns: float = 0.0
 
 
 @dataclass
@@ -143,7 +147,7 @@ def latency_of(ops: list[OpTerms], replicas, memory) -> float:
     port = prep = 0.0
     traffic = array_traffic_ns(ops)
     for i, o in enumerate(ops):
-        t = max(t, o.compute_ns / replicas[i])
+        t = max(t, o.compute_ns / replicas[i], o.core_ns / replicas[i])
         if memory[i]:
             t = max(t, traffic[i] / memory[i])
         if not memory[i] or o.live:  # stored through the port, or written back through it
@@ -214,9 +218,9 @@ def allocate(ops: list[OpTerms], arrays: int, switchable: int, time_limit: float
     if sum(o.tiles for o in ops) > arrays - max(reserved, floor):
         raise ValueError(f"one copy of the segment's operators needs {sum(o.tiles for o in ops)} arrays, "
                          f"the chip has {arrays}")
-    t0 = max(max((o.compute_ns for o in ops), default=0.0), 1e-9)
+    t0 = max(max((max(o.compute_ns, o.core_ns) for o in ops), default=0.0), 1e-9)
     # r is in units of 1 / t0; an upper bound from every operator's best compute rate
-    r_max = min(o.max_replicas * t0 / max(o.compute_ns, 1e-12) for o in ops)
+    r_max = min(o.max_replicas * t0 / max(o.compute_ns, o.core_ns, 1e-12) for o in ops)
     r_max = max(r_max, 1e-9)
     m = Model("cmswitch-alloc", time_limit=time_limit, seed=seed, node_limit=node_limit)
     r = m.var("r", 0.0, r_max)
@@ -241,6 +245,8 @@ def allocate(ops: list[OpTerms], arrays: int, switchable: int, time_limit: float
     traffic = array_traffic_ns(ops)
     for i, o in enumerate(ops):
         m.add(r * (o.compute_ns / t0) <= d[i])
+        if o.core_ns:
+            m.add(r * (o.core_ns / t0) <= d[i])
         if o.must_keep and z[i] is not None:
             m.add(z[i] >= 1)
         if o.carried_in:  # loaded from the arrays a previous segment left it in
