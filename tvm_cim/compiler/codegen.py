@@ -36,7 +36,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..hardware.schema import CIMHardware
-from ..program import Decl, Op, Parallel, Program, Range, Ref, op, verify
+from ..program import Decl, Op, Parallel, Program, Range, Ref, op, op_from, verify
 from . import plan as P
 from .mapping import Placement, precision
 from .region import CONV2D, DMATMUL, Region
@@ -187,18 +187,23 @@ def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | 
             ))
     setup += binds
 
+    tile_args: dict[int, tuple] = {}  # tile index -> its (rows, cols) argument pairs, shared by its writes
+
     def writes(p_idx: int) -> list:
-        src = "w" if region.kind != DMATMUL else "yq"
-        extra = {"batch": bt} if (region.kind == DMATMUL and bt > 1) else {}
+        # op(xb=, src=, rows=, cols=, [batch=], [inplace=]) with the pairs built once
+        src = ("src", _REF["w"] if region.kind != DMATMUL else _REF["yq"])
+        tail = ((("batch", bt),) if (region.kind == DMATMUL and bt > 1) else ()) + ((("inplace", True),) if inplace else ())
         out = []
         if region.kind != DMATMUL:  # constant weights come from off-chip memory, one copy for all replicas
             nbytes = int(P.tile_bytes([pl.tiles[i] for i in pl.passes[p_idx]], wbits).sum())
             out.append(op("DMOV", op="fetch", src=_REF["w"], level="offchip", bytes=nbytes))
         for r_idx, xbs in enumerate(pl.replicas):
             for i in pl.passes[p_idx]:
-                t = pl.tiles[i]
-                out.append(op("CIM.write_xb", xb=xbs[i], src=_REF[src], rows=Range(t.k0, t.k1),
-                              cols=Range(t.n0, t.n1), **extra, **({"inplace": True} if inplace else {})))
+                ta = tile_args.get(i)
+                if ta is None:
+                    t = pl.tiles[i]
+                    ta = tile_args[i] = (("rows", Range(t.k0, t.k1)), ("cols", Range(t.n0, t.n1)))
+                out.append(op_from("CIM.write_xb", (("xb", xbs[i]), src) + ta + tail))
         return out
 
     # ---- operand preparation that is not per chunk
@@ -237,38 +242,44 @@ def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | 
         return out
 
     pass_info: dict[int, tuple] = {}  # per pass: its row blocks, rows used and tallest tile (chunks share them)
+    # the reads are most of a program's operations (a pass per chunk per wordline group): their argument
+    # pairs are built once and shared, in the order (and so the text) of op(vxb=, [group=], src=, vecs=, dst=,
+    # [block=], [batch=])
+    src_xm, dst_acc, at_core, scatter = ("src", _REF["xm"]), ("dst", _REF["acc"]), ("level", "core"), ("op", "scatter")
+    batch_arg = (("batch", bt),) if bt > 1 else ()
+    groups_of: dict[int, list] = {}  # tallest rows read -> the ("group", g) pairs of its wordline groups
 
     def reads(v: Range, p_idx: int, r_idx: int) -> list:
         vid = vxb_of[(p_idx, r_idx)]
         if p_idx not in pass_info:
             tiles = [pl.tiles[i] for i in pl.passes[p_idx]]
             blocks = P.row_blocks(tiles)
-            pass_info[p_idx] = (blocks, sum(b1 - b0 for b0, b1 in blocks), max(t.rows for t in tiles))
-        blocks, rows_used, max_rows = pass_info[p_idx]
-        extra = {"batch": bt} if bt > 1 else {}
+            pass_info[p_idx] = (blocks, sum(b1 - b0 for b0, b1 in blocks), max(t.rows for t in tiles),
+                                [(("block", Range(b0, b1)),) for b0, b1 in blocks])
+        blocks, rows_used, max_rows, block_args = pass_info[p_idx]
+        vecs, vxb = ("vecs", v), ("vxb", vid)
 
-        def read_ops(blk: dict, max_rows: int) -> list:
+        def read_ops(blk: tuple, max_rows: int) -> list:
             if mode == "core":
-                return [op("CIM.read_core", vxb=vid, src=_REF["xm"], vecs=v, dst=_REF["acc"], **extra)]
+                return [op_from("CIM.read_core", (vxb, src_xm, vecs, dst_acc) + batch_arg)]
             if mode == "wordline":
-                return [
-                    op("CIM.read_row", vxb=vid, group=g, src=_REF["xm"], vecs=v, dst=_REF["acc"], **blk, **extra)
-                    for g in range(-(-max_rows // xhw.crossbar.rows_active))
-                ]
-            return [op("CIM.read_xb", vxb=vid, src=_REF["xm"], vecs=v, dst=_REF["acc"], **blk, **extra)]
+                gs = groups_of.get(max_rows)
+                if gs is None:
+                    gs = groups_of[max_rows] = [("group", g) for g in range(-(-max_rows // xhw.crossbar.rows_active))]
+                tail = (src_xm, vecs, dst_acc) + blk + batch_arg
+                return [op_from("CIM.read_row", (vxb, g) + tail) for g in gs]
+            return [op_from("CIM.read_xb", (vxb, src_xm, vecs, dst_acc) + blk + batch_arg)]
 
         if opts.mvm_pipeline and mode != "core" and len(blocks) > 1:
             out = []
-            for b0, b1 in blocks:  # each row block starts as soon as its own input slice arrives
-                blk = {"block": Range(b0, b1)}
-                out.append(op("DMOV", op="scatter", src=_REF["xm"], vecs=v, vxb=vid, level="core",
-                              bytes=P.scatter_bytes(bt, v.size, b1 - b0, ibits), **blk))
+            for (b0, b1), blk in zip(blocks, block_args):  # each row block starts as soon as its own slice arrives
+                out.append(op_from("DMOV", (scatter, src_xm, vecs, vxb, at_core,
+                                            ("bytes", P.scatter_bytes(bt, v.size, b1 - b0, ibits))) + blk))
                 out.append(Parallel(tuple(read_ops(blk, b1 - b0))))
             return out
         return [  # rows_used: this pass's rows only
-            op("DMOV", op="scatter", src=_REF["xm"], vecs=v, vxb=vid, level="core",
-               bytes=P.scatter_bytes(bt, v.size, rows_used, ibits)),
-            Parallel(tuple(read_ops({}, max_rows))),
+            op_from("DMOV", (scatter, src_xm, vecs, vxb, at_core, ("bytes", P.scatter_bytes(bt, v.size, rows_used, ibits)))),
+            Parallel(tuple(read_ops((), max_rows))),
         ]
 
     def post(v: Range, r_idx: int) -> list:

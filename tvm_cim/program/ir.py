@@ -109,6 +109,16 @@ def op(opcode: str, **kwargs) -> Op:
     return o
 
 
+def op_from(opcode: str, args: tuple) -> Op:
+    """An :class:`Op` from its ``(name, value)`` pairs as they are (the code generator shares the pairs
+    that operations repeat: they are immutable)."""
+    o = _new(Op)
+    d = o.__dict__
+    d["opcode"] = opcode
+    d["args"] = args
+    return o
+
+
 @dataclass(frozen=True)
 class Parallel:
     """A ``parallel { ... }`` block: its statements run concurrently."""
