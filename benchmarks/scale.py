@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -98,14 +99,22 @@ def dominant(phases: dict, compile_cpu_s: float | None = None) -> tuple[str, flo
     return name, cpu[name] / tot
 
 
+def _load(r: dict) -> str:
+    """The load average before and after a compile point, as printed beside it (empty if not measured)."""
+    return f"  load {r['loadavg'][0]:.1f}-{r['loadavg'][1]:.1f}" if "loadavg" in r else ""
+
+
 def compile_point(spec: str, hw: str, strategy: str | None = None) -> dict:
     """One ``python -m tvm_cim compile`` in its own process: compile wall / CPU seconds and per pass."""
+    load0 = os.getloadavg()[0]  # the machine is shared: CPU seconds of a loaded machine are noisier
     rep, wall, err = _cli("compile", spec, hw, strategy)
+    load = [round(load0, 2), round(os.getloadavg()[0], 2)]
     if rep is None:
-        return {"error": err, "process_wall_s": wall}
+        return {"error": err, "process_wall_s": wall, "loadavg": load}
     return {"compile_s": rep["timing_s"]["compile"], "compile_cpu_s": rep["cpu_s"]["compile"],
             "import_s": rep["timing_s"]["import"], "peak_rss_mb": rep["peak_rss_mb"], "process_wall_s": wall,
-            "regions": rep["regions"], "segments": rep["segments"], "phases": rep["compile_phases_s"]}
+            "regions": rep["regions"], "segments": rep["segments"], "phases": rep["compile_phases_s"],
+            "loadavg": load}
 
 
 def compile_table(models: list[str], presets: list[str], image: int, out: dict, json_path: str | None) -> None:
@@ -125,7 +134,8 @@ def compile_table(models: list[str], presets: list[str], image: int, out: dict, 
             continue
         print(f"  {r['model']:11s} {r['hw']:11s} {r['regions']:4d} layers  compile {r['compile_s']:6.1f} / "
               f"{r['compile_cpu_s']:6.1f} s  RSS {r['peak_rss_mb']:6.0f} MB  dominant {r['dominant_phase']} "
-              f"({100 * r['dominant_share']:.0f}%)  {'met' if r['compile_cpu_s'] < GOAL_COMPILE_S else 'NOT met'}")
+              f"({100 * r['dominant_share']:.0f}%)  {'met' if r['compile_cpu_s'] < GOAL_COMPILE_S else 'NOT met'}"
+              f"{_load(r)}")
 
 
 def main() -> int:
@@ -142,13 +152,15 @@ def main() -> int:
                     "then against the number of layers; no simulation")
     ap.add_argument("--compile-models", nargs="*", default=None, choices=sorted(COMPILE_MODELS),
                     help="models of the compile-only table (default: all five)")
+    ap.add_argument("--growth-models", nargs="*", default=None, choices=GROWTH_MODELS,
+                    help="models of compile time against the number of layers, on isaac (default: all five)")
     ap.add_argument("--quick", action="store_true", help="ResNet-18 at 32x32 on isaac only (a few seconds)")
     ap.add_argument("--json", help="write every figure to this file")
     args = ap.parse_args()
     presets = args.hw or known_presets("cim")
     models = args.models or list(MODELS)
     image = args.image
-    growth_models = list(GROWTH_MODELS)
+    growth_models = list(args.growth_models if args.growth_models is not None else GROWTH_MODELS)
     growth_image = 224
     if args.quick:
         presets, models, image, growth_models, growth_image = ["isaac"], ["resnet18"], 32, ["resnet18"], 32
@@ -235,7 +247,7 @@ def main() -> int:
             r["dominant_phase"], r["dominant_share"] = name, share
             print(f"  {r['model']:10s} {r['regions']:4d} layers  compile {r['compile_s']:6.1f} s wall / "
                   f"{r['compile_cpu_s']:6.1f} s CPU ({1e3 * r['compile_cpu_s'] / max(1, r['regions']):.0f} ms CPU "
-                  f"per layer); dominant pass {name} ({100 * share:.0f}%)")
+                  f"per layer); dominant pass {name} ({100 * share:.0f}%){_load(r)}")
         for r in out["compile_growth"]:
             if "error" not in r:
                 ph = ", ".join(f"{k} {v['cpu_s']:.1f}" for k, v in r["phases"].items())

@@ -222,3 +222,19 @@ def test_builds_with_other_schedules_never_share_crossbar_contents(cnn):
     assert names["cim-mlc"] == names["cim-mlc again"]
     for other in ("none", "other chip", "other calibration"):
         assert not names[other] & names["cim-mlc"], other
+
+
+def test_cim_host_code_computes_the_bits_of_the_default_build():
+    """cim targets build the operators left on the host at LLVM opt-level 1 (common.target.HOST_LLVM): a
+    transformer layer (layer norm, softmax, GELU, matrix products) built so and with TVM's default llvm
+    target gives the same bits."""
+    from tvm_cim.common.target import HOST_LLVM
+
+    mod = import_onnx(zoo.build_model("bert_layer", seq_len=16, hidden=64, heads=2, ffn=128), "bert")[0]
+    rng = np.random.default_rng(5)
+    args = [tvm.runtime.tensor(rng.standard_normal([int(s) for s in p.ty.shape]).astype(str(p.ty.dtype)))
+            for p in mod["main"].params]
+    outs = [relax.VirtualMachine(relax.build(mod, target=tvm.target.Target(t)), tvm.cpu())["main"](*args).numpy()
+            for t in ("llvm", {"kind": "llvm", **HOST_LLVM["cim"]})]
+    assert outs[0].dtype == np.float32 and np.isfinite(outs[0]).all() and HOST_LLVM["cim"]["opt-level"] < 3
+    np.testing.assert_array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32))

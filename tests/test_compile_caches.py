@@ -79,3 +79,31 @@ def test_body_memo_count_bound(monkeypatch):
     for i in range(5):
         memo.put(i, relax.const(np.zeros(1, "float32")), i, 10)
     assert list(memo._d) == [2, 3, 4] and memo._bytes == 30
+
+
+def test_tile_lists_are_remembered_and_handed_out_as_copies():
+    """tile_matrix remembers its tiles (per shape, and per read-only matrix whose all-zero tiles it skips) and
+    hands out a new list each time: a caller changing its list cannot change the next caller's."""
+    import numpy as np
+
+    from tvm_cim.common.hardware import load
+    from tvm_cim.compiler.mapping import Tile, tile_matrix
+
+    hw = load("isaac")
+    rows, cols = hw.crossbar.rows, hw.logical_cols(8)
+    k, n = 3 * rows + 5, 2 * cols + 1
+    first = tile_matrix(k, n, hw)
+    first.clear()
+    again = tile_matrix(k, n, hw)
+    by_hand = [Tile(k0, min(k, k0 + rows), n0, min(n, n0 + cols)) for k0 in range(0, k, rows) for n0 in range(0, n, cols)]
+    assert again == by_hand and again is not tile_matrix(k, n, hw)
+    w = np.zeros((k, n), np.int8)
+    w[rows + 1, cols + 3] = 1  # one non-zero tile: row block 1, column block 1
+    w.flags.writeable = False
+    masked = tile_matrix(k, n, hw, w)
+    assert masked == [Tile(rows, 2 * rows, cols, 2 * cols)]
+    masked.append(None)
+    assert tile_matrix(k, n, hw, w) == [Tile(rows, 2 * rows, cols, 2 * cols)]
+    w2 = w.copy()  # writeable: never cached, always tiled afresh
+    w2[0, 0] = 1
+    assert tile_matrix(k, n, hw, w2) == [Tile(0, rows, 0, cols), Tile(rows, 2 * rows, cols, 2 * cols)]

@@ -10,8 +10,10 @@ from tvm_cim import transform as T
 from tvm_cim.common import zoo
 from tvm_cim.common.onnx_io import import_onnx
 from tvm_cim.compiler import strategies
-from tvm_cim.compiler.estimate import Estimator
+from tvm_cim.compiler import transform as CT
+from tvm_cim.compiler.estimate import Estimator, shape_key
 from tvm_cim.compiler.quantize import CALIBRATION_TARGET
+from tvm_cim.program import print_program
 from tvm_cim.report import simulate_timing
 
 from .onnx_models import small_cnn
@@ -194,3 +196,45 @@ def test_exact_input_span_is_the_raster_range_of_the_windows(shape):
     # every input element is loaded once at a vector granularity (the halo stays in the core's buffer)
     ch = plan.chunks(r, 1, tvm_cim.load(HW), 8, 8, vectors=1)
     assert int(ch.load_bytes.sum()) <= n * c * h * w + len(ch)  # at least one byte per chunk
+
+
+@pytest.fixture(scope="module")
+def resnet18_isaac():
+    """ResNet-18 at 32x32 (layers of repeated shapes) through the passes one at a time, and through the pipeline."""
+    mod = import_onnx(zoo.build_model("resnet18", image_size=32), "resnet18")[0]
+    by_hand = tvm.transform.Sequential([T.FindRegions(), T.Calibrate(), T.Quantize(HW), T.MapCrossbars(HW),
+                                        T.Segment(HW), T.DuplicateWeights(HW), T.AllocateArrayModes(HW),
+                                        T.Place(HW), T.PlanDataflow(HW), T.GenerateMetaOps(HW)])(mod)
+    _, info = tvm_cim.offload(mod, tvm_cim.load(HW))
+    return by_hand, info
+
+
+def test_passes_on_their_own_decide_what_the_pipeline_decides(resnet18_isaac):
+    """Inside the pipeline the passes share one estimate (and its memos); run one at a time each makes its
+    own: the programs and the replicas must be the same text."""
+    by_hand, info = resnet18_isaac
+    texts = [str(f.attrs["cim.program"]) for _, f in CT.region_functions(by_hand)]
+    assert texts == [print_program(p) for p in info.programs]
+    assert [int(f.attrs["cim.replicas"]) for _, f in CT.region_functions(by_hand)] == [
+        info.schedule.plans[p.name].replicas for p in info.programs]
+    assert max(info.schedule.plans[p.name].replicas for p in info.programs) > 1  # the DP duplicated something
+
+
+def test_layers_of_one_shape_have_one_latency_curve(resnet18_isaac):
+    """The duplication DP computes one latency curve per layer shape (estimate.shape_key): layers equal under
+    the key must have the same latency at every replica count, each estimated by an estimator of its own."""
+    by_hand, info = resnet18_isaac
+    regions = [r for _, r in CT.regions_of(by_hand)]
+    groups: dict = {}
+    for r in regions:
+        groups.setdefault(shape_key(r), []).append(r)
+    shared = [g for g in groups.values() if len(g) > 1]
+    assert shared, "ResNet-18 repeats layer shapes"
+    hw = tvm_cim.load(HW)
+    for g in shared:
+        for d in (1, 2, 3, 7, 16):
+            ns = {Estimator(hw, 8, 8).region_ns(r, d, hw.crossbar.rows) for r in g}
+            assert len(ns) == 1, [r.name for r in g]
+    # and layers of different shapes differ somewhere (the key is not trivially shared)
+    firsts = [g[0] for g in groups.values()]
+    assert len({Estimator(hw, 8, 8).region_ns(r, 1, hw.crossbar.rows) for r in firsts}) > 1

@@ -70,6 +70,23 @@ def load_onnx(spec: str, seed: int = 0) -> onnx.ModelProto:
     return model
 
 
+def without_weights(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The graph of an imported model without its initializers (the Relax module holds every weight).
+
+    Its nodes, inputs and outputs still name the graph's operators and outputs.  Clearing the field of the
+    model itself would free nothing (protobuf keeps a message's memory until the whole message goes); the
+    caller drops the model for this copy, and a VGG-19 keeps 574 MB less for the rest of the run.
+    """
+    skel = onnx.ModelProto(ir_version=model.ir_version, producer_name=model.producer_name)
+    skel.opset_import.extend(model.opset_import)
+    skel.graph.name = model.graph.name
+    inits = {i.name for i in model.graph.initializer}
+    skel.graph.node.extend(model.graph.node)
+    skel.graph.input.extend(i for i in model.graph.input if i.name not in inits)
+    skel.graph.output.extend(model.graph.output)
+    return skel
+
+
 def import_onnx(model: onnx.ModelProto, spec: str):
     """ONNX -> Relax with static shapes; symbolic dimensions become 1.
 

@@ -36,11 +36,15 @@ from __future__ import annotations
 import numpy as np
 
 from ..hardware.schema import CIMHardware
-from ..program import Decl, Op, Parallel, Program, Range, Ref, op, verify
+from ..program import Decl, Op, Parallel, Program, Range, Ref, op, op_from, verify
 from . import plan as P
 from .mapping import Placement, precision
 from .region import CONV2D, DMATMUL, Region
 from .strategies import Options
+
+#: The tensors programs name, one :class:`Ref` each (shared by every operation: a VGG-19 on ``jain21`` has
+#: 880 k operations, most naming two tensors).
+_REF = {n: Ref(n) for n in ("x", "y", "xq", "xm", "acc", "yf", "out", "w", "wscale", "wsum", "bias", "yq", "yq0")}
 
 
 def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | None = None,
@@ -188,110 +192,121 @@ def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | 
             ))
     setup += binds
 
+    tile_args: dict[int, tuple] = {}  # tile index -> its (rows, cols) argument pairs, shared by its writes
+
     def writes(p_idx: int) -> list:
-        src = "w" if region.kind != DMATMUL else "yq"
-        extra = {"batch": bt} if (region.kind == DMATMUL and bt > 1) else {}
+        # op(xb=, src=, rows=, cols=, [batch=], [inplace=]) with the pairs built once
+        src = ("src", _REF["w"] if region.kind != DMATMUL else _REF["yq"])
+        tail = ((("batch", bt),) if (region.kind == DMATMUL and bt > 1) else ()) + ((("inplace", True),) if inplace else ())
         out = []
         if region.kind != DMATMUL:  # constant weights come from off-chip memory, one copy for all replicas
             nbytes = int(P.tile_bytes([pl.tiles[i] for i in pl.passes[p_idx]], wbits).sum())
-            out.append(op("DMOV", op="fetch", src=Ref("w"), level="offchip", bytes=nbytes))
+            out.append(op("DMOV", op="fetch", src=_REF["w"], level="offchip", bytes=nbytes))
         for r_idx, xbs in enumerate(pl.replicas):
             for i in pl.passes[p_idx]:
-                t = pl.tiles[i]
-                out.append(op("CIM.write_xb", xb=xbs[i], src=Ref(src), rows=Range(t.k0, t.k1),
-                              cols=Range(t.n0, t.n1), **extra, **({"inplace": True} if inplace else {})))
+                ta = tile_args.get(i)
+                if ta is None:
+                    t = pl.tiles[i]
+                    ta = tile_args[i] = (("rows", Range(t.k0, t.k1)), ("cols", Range(t.n0, t.n1)))
+                out.append(op_from("CIM.write_xb", (("xb", xbs[i]), src) + ta + tail))
         return out
 
     # ---- operand preparation that is not per chunk
     if region.kind == DMATMUL and not inplace:
-        run.append(op("DMOV", op="load", src=Ref("y"), level=level, frac=(0.0, 1.0),
+        run.append(op("DMOV", op="load", src=_REF["y"], level=level, frac=(0.0, 1.0),
                       bytes=int(np.prod(region.in_shapes[1])) * wbits // 8))
     if region.kind == DMATMUL:
-        run.append(op("DCOM", op="quantize", src=Ref("y"), dst=Ref("yq0"), scale=float(region.y_scale), zero=0,
+        run.append(op("DCOM", op="quantize", src=_REF["y"], dst=_REF["yq0"], scale=float(region.y_scale), zero=0,
                       bits=wbits, signed=True, elements=int(np.prod(region.in_shapes[1]))))
-        run.append(op("DCOM", op="reshape", src=Ref("yq0"), dst=Ref("yq"), shape=(bt, k, n), batch_shape=region.batch_shape))
-        run.append(op("DCOM", op="colsum", src=Ref("yq"), dst=Ref("wsum"), elements=bt * k * n))
-    run.append(op("DCOM", op="zeros", dst=Ref("acc"), shape=(bt, m, n)))
+        run.append(op("DCOM", op="reshape", src=_REF["yq0"], dst=_REF["yq"], shape=(bt, k, n), batch_shape=region.batch_shape))
+        run.append(op("DCOM", op="colsum", src=_REF["yq"], dst=_REF["wsum"], elements=bt * k * n))
+    run.append(op("DCOM", op="zeros", dst=_REF["acc"], shape=(bt, m, n)))
     if pl.resident:
         for p_idx in range(len(pl.passes)):
             setup += writes(p_idx)
 
     def prep(c: int, v: Range) -> list:
         f0, f1 = float(ch.f0[c]), float(ch.f1[c])
-        out = [op("DMOV", op="load", src=Ref("x"), vecs=v, level=lv_in, frac=(f0, f1), bytes=int(ch.load_bytes[c]),
+        out = [op("DMOV", op="load", src=_REF["x"], vecs=v, level=lv_in, frac=(f0, f1), bytes=int(ch.load_bytes[c]),
                   **at_in)]
         at = {"at": "producer"} if region.quant_at_producer else {}  # the producing cores quantised it
-        out.append(op("DCOM", op="quantize", src=Ref("x"), dst=Ref("xq"), vecs=v, scale=float(region.x_scale),
+        out.append(op("DCOM", op="quantize", src=_REF["x"], dst=_REF["xq"], vecs=v, scale=float(region.x_scale),
                       zero=int(region.x_zero), bits=ibits, signed=bool(region.x_signed),
                       elements=int(ch.quant_elems[c]), **at))
         if region.kind == CONV2D:
             cv = region.conv
-            out.append(op("DCOM", op="im2col", src=Ref("xq"), dst=Ref("xm"), vecs=v, kernel=tuple(cv["kernel"]),
+            out.append(op("DCOM", op="im2col", src=_REF["xq"], dst=_REF["xm"], vecs=v, kernel=tuple(cv["kernel"]),
                           strides=tuple(cv["strides"]), padding=tuple(cv["padding"]),
                           dilation=tuple(cv["dilation"]), pad_value=int(region.x_zero),
                           elements=int(ch.im2col_elems[c])))
         elif region.kind == DMATMUL:
-            out.append(op("DCOM", op="reshape", src=Ref("xq"), dst=Ref("xm"), vecs=v, shape=(bt, m, k),
+            out.append(op("DCOM", op="reshape", src=_REF["xq"], dst=_REF["xm"], vecs=v, shape=(bt, m, k),
                           batch_shape=region.batch_shape))
         else:
-            out.append(op("DCOM", op="reshape", src=Ref("xq"), dst=Ref("xm"), vecs=v, shape=(1, m, k)))
+            out.append(op("DCOM", op="reshape", src=_REF["xq"], dst=_REF["xm"], vecs=v, shape=(1, m, k)))
         return out
 
     pass_info: dict[int, tuple] = {}  # per pass: its row blocks, rows used and tallest tile (chunks share them)
+    # the reads are most of a program's operations (a pass per chunk per wordline group): their argument
+    # pairs are built once and shared, in the order (and so the text) of op(vxb=, [group=], src=, vecs=, dst=,
+    # [block=], [batch=])
+    src_xm, dst_acc, at_core, scatter = ("src", _REF["xm"]), ("dst", _REF["acc"]), ("level", "core"), ("op", "scatter")
+    batch_arg = (("batch", bt),) if bt > 1 else ()
+    groups_of: dict[int, list] = {}  # tallest rows read -> the ("group", g) pairs of its wordline groups
 
     def reads(v: Range, p_idx: int, r_idx: int) -> list:
         vid = vxb_of[(p_idx, r_idx)]
         if p_idx not in pass_info:
             tiles = [pl.tiles[i] for i in pl.passes[p_idx]]
             blocks = P.row_blocks(tiles)
-            pass_info[p_idx] = (blocks, sum(b1 - b0 for b0, b1 in blocks), max(t.rows for t in tiles))
-        blocks, rows_used, max_rows = pass_info[p_idx]
-        extra = {"batch": bt} if bt > 1 else {}
+            pass_info[p_idx] = (blocks, sum(b1 - b0 for b0, b1 in blocks), max(t.rows for t in tiles),
+                                [(("block", Range(b0, b1)),) for b0, b1 in blocks])
+        blocks, rows_used, max_rows, block_args = pass_info[p_idx]
+        vecs, vxb = ("vecs", v), ("vxb", vid)
 
-        def read_ops(blk: dict, max_rows: int) -> list:
+        def read_ops(blk: tuple, max_rows: int) -> list:
             if mode == "core":
-                return [op("CIM.read_core", vxb=vid, src=Ref("xm"), vecs=v, dst=Ref("acc"), **extra)]
+                return [op_from("CIM.read_core", (vxb, src_xm, vecs, dst_acc) + batch_arg)]
             if mode == "wordline":
-                return [
-                    op("CIM.read_row", vxb=vid, group=g, src=Ref("xm"), vecs=v, dst=Ref("acc"), **blk, **extra)
-                    for g in range(-(-max_rows // xhw.crossbar.rows_active))
-                ]
-            return [op("CIM.read_xb", vxb=vid, src=Ref("xm"), vecs=v, dst=Ref("acc"), **blk, **extra)]
+                gs = groups_of.get(max_rows)
+                if gs is None:
+                    gs = groups_of[max_rows] = [("group", g) for g in range(-(-max_rows // xhw.crossbar.rows_active))]
+                tail = (src_xm, vecs, dst_acc) + blk + batch_arg
+                return [op_from("CIM.read_row", (vxb, g) + tail) for g in gs]
+            return [op_from("CIM.read_xb", (vxb, src_xm, vecs, dst_acc) + blk + batch_arg)]
 
         if opts.mvm_pipeline and mode != "core" and len(blocks) > 1:
             out = []
-            for b0, b1 in blocks:  # each row block starts as soon as its own input slice arrives
-                blk = {"block": Range(b0, b1)}
-                out.append(op("DMOV", op="scatter", src=Ref("xm"), vecs=v, vxb=vid, level="core",
-                              bytes=P.scatter_bytes(bt, v.size, b1 - b0, abits), **blk))
+            for (b0, b1), blk in zip(blocks, block_args):  # each row block starts as soon as its own slice arrives
+                out.append(op_from("DMOV", (scatter, src_xm, vecs, vxb, at_core,
+                                            ("bytes", P.scatter_bytes(bt, v.size, b1 - b0, abits))) + blk))
                 out.append(Parallel(tuple(read_ops(blk, b1 - b0))))
             return out
         return [  # rows_used: this pass's rows only
-            op("DMOV", op="scatter", src=Ref("xm"), vecs=v, vxb=vid, level="core",
-               bytes=P.scatter_bytes(bt, v.size, rows_used, abits)),
-            Parallel(tuple(read_ops({}, max_rows))),
+            op_from("DMOV", (scatter, src_xm, vecs, vxb, at_core, ("bytes", P.scatter_bytes(bt, v.size, rows_used, abits)))),
+            Parallel(tuple(read_ops((), max_rows))),
         ]
 
     def post(v: Range, r_idx: int) -> list:
         core = pl.replicas[r_idx][0] // per_core
         out = []
         if n_blocks > 1:
-            out.append(op("DCOM", op="reduce", dst=Ref("acc"), vecs=v, core=core, terms=n_blocks,
+            out.append(op("DCOM", op="reduce", dst=_REF["acc"], vecs=v, core=core, terms=n_blocks,
                           elements=bt * v.size * n * (n_blocks - 1)))
-        deq = dict(op="dequantize", src=Ref("acc"), dst=Ref("yf"), vecs=v, core=core,
+        deq = dict(op="dequantize", src=_REF["acc"], dst=_REF["yf"], vecs=v, core=core,
                    scale=float(region.x_scale * (region.y_scale if region.kind == DMATMUL else 1.0)))
         if region.x_zero:
             deq["zero"] = int(region.x_zero)
-            deq["wsum"] = Ref("wsum")
+            deq["wsum"] = _REF["wsum"]
         if region.kind != DMATMUL:
-            deq["wscale"] = Ref("wscale")
+            deq["wscale"] = _REF["wscale"]
         if region.bias is not None:
-            deq["bias"] = Ref("bias")
+            deq["bias"] = _REF["bias"]
         deq["elements"] = bt * v.size * n * 3
         if region.requant_out:  # this core also quantises its output for the consuming regions
             deq["requant"] = bt * v.size * n
         out.append(Op("DCOM", tuple(deq.items())))
-        out.append(op("DMOV", op="store", src=Ref("yf"), vecs=v, level=lv_out,
+        out.append(op("DMOV", op="store", src=_REF["yf"], vecs=v, level=lv_out,
                       frac=(v.start / m_total, v.stop / m_total), bytes=bt * v.size * n * -(-abits // 8), **at_out))
         return out
 
@@ -323,8 +338,8 @@ def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | 
         for v in chunks:
             run += post(v, 0)
     if mem_out and mem.get("writeback"):  # live data leaves the arrays before they change role (T^wb)
-        run.append(op("DMOV", op="writeback", src=Ref("yf"), level=level, bytes=bt * m * n, xbs=mem_out))
-    run.append(op("DCOM", op="layout", src=Ref("yf"), dst=Ref("out"),
+        run.append(op("DMOV", op="writeback", src=_REF["yf"], level=level, bytes=bt * m * n, xbs=mem_out))
+    run.append(op("DCOM", op="layout", src=_REF["yf"], dst=_REF["out"],
                   layout="nchw" if region.kind == CONV2D else "rowmajor", shape=tuple(region.out_shape)))
     if loopnest is not None:
         attrs.append(("dataflow", "miredo"))

@@ -133,6 +133,21 @@ def _region_key(r: Region) -> tuple:
             id(r.adc_lsb_cols), tuple(sorted((k, str(v)) for k, v in r.conv.items())))
 
 
+def shape_key(r: Region) -> tuple:
+    """What the estimate of a region on its own (:meth:`Estimator.region_ns` at any plan, inputs ready at 0)
+    depends on: regions equal under it have the same latency curve whatever their names and weights (a
+    dense network repeats layers of one shape).  Weights enter through their shape only, except a grouped
+    convolution's (its all-zero tiles are skipped); the mapping's ADC range is kept although no estimate
+    reads it."""
+    grouped = r.kind == CONV2D and r.conv.get("groups", 1) > 1
+    cols = r.adc_lsb_cols
+    return (r.kind, tuple(map(tuple, r.in_shapes)), tuple(r.out_shape), r.x_signed, r.rows_per_step, r.adc_lsb,
+            r.weight_encoding, r.input_encoding, r.quant_at_producer, r.requant_out,
+            None if r.w_int is None else r.w_int.shape, id(r.w_int) if grouped else None,
+            None if cols is None else (cols.shape, cols.tobytes()),
+            tuple(sorted((k, str(v)) for k, v in r.conv.items())))
+
+
 def _unit(units: dict, *names: str) -> tuple:
     """The shared resources ``names`` (created in ``units`` on first use), as a tuple :func:`book` takes."""
     return tuple(units[x] if x in units else units.setdefault(x, _Resource()) for x in names)

@@ -56,6 +56,8 @@ def precision(hw: CIMHardware) -> tuple[int, int]:
 
 #: Non-zero tile masks by weight array (ids of live arrays only: the weak reference is checked).
 _NZ_CACHE: dict[int, tuple] = {}
+#: Tiles of matrices without a mask, by shape and tiling (:func:`tile_matrix`; a masked one's are in _NZ_CACHE).
+_TILES: dict[tuple, tuple] = {}
 
 
 def _nonzero_tiles(w: np.ndarray, k: int, n: int, rows: int, cols: int) -> np.ndarray:
@@ -109,7 +111,21 @@ def tile_matrix(k: int, n: int, hw: CIMHardware, w: np.ndarray | None = None,
         In row-major order over (row block, column block).
     """
     rows, cols = tile_rows or hw.crossbar.rows, hw.logical_cols(precision(hw)[0])
-    nonzero = None if w is None else _nonzero_tiles(w, k, n, rows, cols)
+    key = ("tiles", k, n, rows, cols)
+    memo = _TILES if w is None else None  # the passes tile the same matrices many times: remembered
+    if w is None:
+        hit = _TILES.get(key)
+        if hit is not None:
+            return list(hit)
+        nonzero = None
+    else:
+        nonzero = _nonzero_tiles(w, k, n, rows, cols)
+        entry = _NZ_CACHE.get(id(w))  # a read-only array's entry (see _nonzero_tiles)
+        if entry is not None and entry[0]() is w:
+            memo = entry[1]
+            hit = memo.get(key)
+            if hit is not None:
+                return list(hit)
     tiles = []
     for i, k0 in enumerate(range(0, k, rows)):
         for j, n0 in enumerate(range(0, n, cols)):
@@ -118,6 +134,10 @@ def tile_matrix(k: int, n: int, hw: CIMHardware, w: np.ndarray | None = None,
             tiles.append(Tile(k0, min(k, k0 + rows), n0, min(n, n0 + cols)))
     if not tiles:  # an all-zero weight still needs one tile to produce zeros
         tiles.append(Tile(0, min(k, rows), 0, min(n, cols)))
+    if memo is not None:
+        if memo is _TILES and len(_TILES) > 4096:
+            _TILES.clear()
+        memo[key] = tuple(tiles)
     return tiles
 
 

@@ -223,7 +223,11 @@ class CompositeInfo:
 
 
 def _np(const) -> np.ndarray:
-    return const.value.numpy()
+    """A constant's values: a read-only view of the module's own tensor (no copy; a VGG-19's weights are
+    574 MB, and calibration and every region description read them)."""
+    a = np.from_dlpack(const.value)
+    a.flags.writeable = False
+    return a
 
 
 def _channel_vector(bias: np.ndarray | None, n: int) -> np.ndarray | None:

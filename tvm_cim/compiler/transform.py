@@ -489,6 +489,20 @@ def plans_of(mod: tvm.IRModule, hw: CIMHardware, est: Estimator, latency: bool =
     return plans
 
 
+def _estimator(hw: CIMHardware, wbits: int, ibits: int, opts: strategies.Options) -> Estimator:
+    """The fast estimate of a schedule's options; inside one run of :func:`CIMPipeline` its passes share one
+    (and its memos: ``DuplicateWeights`` estimates every region at many replica counts, ``Place`` and
+    ``LowerToRuntime`` ask again for the chosen ones).  A pass run on its own gets a fresh one."""
+    memo = getattr(_STATE, "estimators", None)
+    if memo is None:
+        return Estimator.of(hw, wbits, ibits, opts)
+    key = (id(hw), wbits, ibits, opts)
+    hit = memo.get(key)
+    if hit is None or hit[0] is not hw:  # hw kept in the entry: its id stays its own
+        hit = memo[key] = (hw, Estimator.of(hw, wbits, ibits, opts))
+    return hit[1]
+
+
 def _precision(mod: tvm.IRModule) -> tuple[int, int]:
     fs = region_functions(mod)
     if not fs:
@@ -730,7 +744,7 @@ class Segment:
         hw = _resolve_hw(self.hw)
         name, opts = _resolve_options(self.strategy, self.options, hw)
         wbits, ibits = _precision(mod)
-        est = Estimator.of(hw, wbits, ibits, opts)
+        est = _estimator(hw, wbits, ibits, opts)
         items = regions_of(mod)
         producers = producers_of(mod)
         seg_of, resident = schedule.segment([r for _, r in items], hw, opts, est, producers)
@@ -760,7 +774,7 @@ class DuplicateWeights:
         hw = _resolve_hw(self.hw)
         _, opts = module_options(mod)
         wbits, ibits = _precision(mod)
-        est = Estimator.of(hw, wbits, ibits, opts)
+        est = _estimator(hw, wbits, ibits, opts)
         fs = region_functions(mod)
         regions = [region_of(f) for _, f in fs]
         seg_of = [int(_need(f, "segment", "Segment")) for _, f in fs]
@@ -891,7 +905,7 @@ class Place:
         hw = _resolve_hw(self.hw)
         _, opts = module_options(mod)
         wbits, ibits = _precision(mod)
-        est = Estimator.of(hw, wbits, ibits, opts)
+        est = _estimator(hw, wbits, ibits, opts)
         fs = region_functions(mod)
         regions = [region_of(f) for _, f in fs]
         cmap = mapping.allocate(regions, hw, plans_of(mod, hw, est, latency=False))
@@ -1220,13 +1234,13 @@ class LowerToRuntime:
             return mod
         strategy, opts = module_options(mod)
         regions = [region_of(f) for _, f in fs]
-        programs = [compiled_program(str(_need(f, "program", "GenerateMetaOps"))) for _, f in fs]
+        texts = [str(_need(f, "program", "GenerateMetaOps")) for _, f in fs]  # one copy of each in Python
+        programs = [compiled_program(t) for t in texts]
         hw_json = loader.to_json(hw)
         lowered = {}
-        for (g, f), r, prog in zip(fs, regions, programs):
+        for (g, f), r, prog, text in zip(fs, regions, programs, texts):
             consts = codegen.region_constants(r)
             args_c = [relax.const(consts[d.name]) for d in prog.decl("const")]
-            text = str(_need(f, "program", "GenerateMetaOps"))
 
             def build(args, out_ty, args_c=args_c, text=text):
                 extra = [tvm.ir.StringImm(hw_json), tvm.ir.StringImm(text)]
@@ -1235,7 +1249,7 @@ class LowerToRuntime:
             lowered[g] = build
         info.producers = producers_of(mod)
         wbits, ibits = _precision(mod)
-        est = Estimator.of(hw, wbits, ibits, opts)
+        est = _estimator(hw, wbits, ibits, opts)
         plans = plans_of(mod, hw, est)
         sched = schedule.Schedule(strategy, opts, plans, segments=max(p.segment for p in plans.values()) + 1)
         sched.estimate_ns, sched.estimate_regions_ns = est.graph_ns(regions, plans, opts.pipeline, info.producers)
@@ -1338,6 +1352,7 @@ class _Timed:
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
         if self.first:
             _STATE.phases = {}
+            _STATE.estimators = {}  # shared by this run's passes (_estimator)
             _BUILD[0] += 1
             self.bar[:] = [tqdm(total=self.total, desc="compiling", unit="pass", disable=None, leave=False)]
         bar = self.bar[0] if self.bar else None
@@ -1348,9 +1363,12 @@ class _Timed:
             with gc_paused():  # the passes allocate millions of acyclic objects: collections would dominate
                 out = self.inner(mod)
         except BaseException:
+            _STATE.estimators = None
             if bar is not None:
                 bar.close()
             raise
+        if self.last:
+            _STATE.estimators = None
         phases = getattr(_STATE, "phases", None)
         if phases is not None:
             phases[self.name] = {"wall_s": time.perf_counter() - w, "cpu_s": time.process_time() - c}

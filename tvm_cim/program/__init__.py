@@ -11,7 +11,7 @@ module          what it holds
 ==============  ================================================================
 """
 
-from .ir import Decl, Network, Op, Parallel, Program, Range, Ref, Segment, Stmt, Value, op, walk
+from .ir import Decl, Network, Op, Parallel, Program, Range, Ref, Segment, Stmt, Value, op, op_from, walk
 from .ops import OPS, OpDef, Operand, definition
 from .text import (
     ProgramSyntaxError,
@@ -25,7 +25,7 @@ from .text import (
 from .verify import ProgramError, verify, verify_network
 
 __all__ = [
-    "Decl", "Network", "Op", "Parallel", "Program", "Range", "Ref", "Segment", "Stmt", "Value", "op", "walk",
+    "Decl", "Network", "Op", "Parallel", "Program", "Range", "Ref", "Segment", "Stmt", "Value", "op", "op_from", "walk",
     "OPS", "OpDef", "Operand", "definition",
     "ProgramSyntaxError", "parse_emitted", "parse_network", "parse_program", "parse_programs",
     "print_network", "print_program", "ProgramError", "verify", "verify_network",

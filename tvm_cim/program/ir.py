@@ -82,12 +82,22 @@ class Op:
     def kind(self) -> str:
         """The meta-operator name, with DCOM's and DMOV's sub-operation: ``DCOM.add`` (computed once per op)."""
         if self.opcode in ("DCOM", "DMOV"):
-            sub = self.get("op")
-            return f"{self.opcode}.{sub}" if sub else self.opcode
+            for k, sub in self.args:  # not self.get: its index is a dict per operation, built only when asked
+                if k == "op":
+                    break
+            else:
+                sub = None
+            if not sub:
+                return self.opcode
+            name = _KINDS.get((self.opcode, sub))
+            if name is None:  # one string per kind, not per operation
+                name = _KINDS[(self.opcode, sub)] = f"{self.opcode}.{sub}"
+            return name
         return self.opcode
 
 
 _new = object.__new__
+_KINDS: dict = {}  # (opcode, sub-operation) -> kind name (Op.kind)
 
 
 def op(opcode: str, **kwargs) -> Op:
@@ -96,6 +106,16 @@ def op(opcode: str, **kwargs) -> Op:
     d = o.__dict__
     d["opcode"] = opcode
     d["args"] = tuple(kwargs.items())
+    return o
+
+
+def op_from(opcode: str, args: tuple) -> Op:
+    """An :class:`Op` from its ``(name, value)`` pairs as they are (the code generator shares the pairs
+    that operations repeat: they are immutable)."""
+    o = _new(Op)
+    d = o.__dict__
+    d["opcode"] = opcode
+    d["args"] = args
     return o
 
 

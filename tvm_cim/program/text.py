@@ -93,21 +93,41 @@ def _fmt_tuple(v: tuple) -> str:
     return t
 
 
-_FAST = {
-    int: str,
-    float: lambda v: repr(v),
-    Ref: lambda v: "%" + v.name,
-    Range: lambda v: f"{v.start}:{v.stop}",
-    bool: lambda v: "true" if v else "false",
-    str: _fmt,
-    tuple: _fmt_tuple,
-}
+_STRS: dict = {}  # string value -> its quoted text (opcodes' sub-operations, levels, tensor layouts repeat)
+
+
+def _fmt_str(v: str) -> str:
+    t = _STRS.get(v)
+    if t is None:
+        t = _fmt(v)
+        if len(_STRS) > 65536:
+            _STRS.clear()
+        _STRS[v] = t
+    return t
 
 
 def _fmt_op(o: Op) -> str:
-    fast = _FAST
-    return f"{o.opcode}(" + ", ".join([f"{k}={fast[v.__class__](v)}" if v.__class__ in fast else f"{k}={_fmt(v)}"
-                                       for k, v in o.args]) + ")"
+    """One operation's text; the common value types by exact class, the same text as :func:`_fmt`."""
+    out = []
+    for k, v in o.args:
+        c = v.__class__
+        if c is Ref:
+            out.append(f"{k}=%{v.name}")
+        elif c is Range:
+            out.append(f"{k}={v.start}:{v.stop}")
+        elif c is int:
+            out.append(f"{k}={v}")
+        elif c is str:
+            out.append(f"{k}={_fmt_str(v)}")
+        elif c is float:
+            out.append(f"{k}={v!r}")
+        elif c is tuple:
+            out.append(f"{k}={_fmt_tuple(v)}")
+        elif c is bool:
+            out.append(f"{k}=true" if v else f"{k}=false")
+        else:
+            out.append(f"{k}={_fmt(v)}")
+    return f"{o.opcode}({', '.join(out)})"
 
 
 def _print_stmts(stmts, indent: int, out: list[str]) -> None:

@@ -35,8 +35,10 @@ def _signature(kind: str):
 _CHECKED: set = set()  # (kind, operand names and value classes) that passed _check_op's checks
 
 
-def _check_op(o: Op, where: str) -> None:
-    key = (o.kind,) + tuple((k, v.__class__) for k, v in o.args)
+def _check_op(o: Op, where: str, key: tuple | None = None) -> None:
+    """Check an operation's kind and operand types (``key``: its :func:`_op_key`, if already made)."""
+    if key is None:
+        key = (o.kind,) + tuple([(k, v.__class__) for k, v in o.args])
     if key in _CHECKED:  # the checks depend on nothing else: this kind with these operands of these types passed
         return
     sig = _signature(o.kind)
@@ -128,13 +130,17 @@ def verify(prog: Program, crossbars: int | None = None) -> Program:
     m_total = int(prog.attr("M", 0)) or None
     known = {d.name for d in prog.decls}
     bound: set[int] = set()
+    checked = _CHECKED
     for section in ("setup", "run"):
         for i, o in enumerate(prog.ops(section)):
-            where = f"program '{prog.name}' {section}[{i}]"
-            _check_op(o, where)
             kind = o.kind
-            dst = vxb = vecs = None  # (an argument name occurs once: Op arguments are keywords)
+            # one look at the operands: the type-check key, the tensors read, dst, vxb and vecs (an argument
+            # name occurs once: Op arguments are keywords); errors in _check_op's order, then the first unread
+            key = [kind]
+            dst = vxb = vecs = unknown = None
             for k, v in o.args:
+                c = v.__class__
+                key.append((k, c))
                 if k == "dst":
                     dst = v
                     continue
@@ -142,20 +148,28 @@ def verify(prog: Program, crossbars: int | None = None) -> Program:
                     vxb = v
                 elif k == "vecs":
                     vecs = v
-                if v.__class__ is Ref and v.name not in known:
-                    raise ProgramError(f"{where}: {kind} reads %{v.name} before it is declared or computed")
+                if c is Ref and unknown is None and v.name not in known:
+                    unknown = v
+            key = tuple(key)
+            if key not in checked:
+                _check_op(o, f"program '{prog.name}' {section}[{i}]", key)
+            if unknown is not None:
+                raise ProgramError(f"program '{prog.name}' {section}[{i}]: {kind} reads %{unknown.name} before it "
+                                   "is declared or computed")
             if isinstance(dst, Ref):
                 known.add(dst.name)
             if kind in _VALUE_KINDS:
-                _check_values(o, where, crossbars)
+                _check_values(o, f"program '{prog.name}' {section}[{i}]", crossbars)
             if kind == "CIM.bind_vxb":
                 bound.add(int(o["vxb"]))
             elif vxb is not None and int(vxb) not in bound:
-                raise ProgramError(f"{where}: {kind} uses virtual crossbar {vxb} before CIM.bind_vxb")
+                raise ProgramError(f"program '{prog.name}' {section}[{i}]: {kind} uses virtual crossbar {vxb} "
+                                   "before CIM.bind_vxb")
             if kind == "CIM.loopnest":
-                _check_loopnest(o, where, prog)
-            if isinstance(vecs, Range) and (vecs.start < 0 or vecs.stop < vecs.start or (m_total and vecs.stop > m_total)):
-                raise ProgramError(f"{where}: vector range {vecs} outside 0:{m_total}")
+                _check_loopnest(o, f"program '{prog.name}' {section}[{i}]", prog)
+            if vecs.__class__ is Range and (vecs.start < 0 or vecs.stop < vecs.start
+                                            or (m_total and vecs.stop > m_total)):
+                raise ProgramError(f"program '{prog.name}' {section}[{i}]: vector range {vecs} outside 0:{m_total}")
     return prog
 
 

@@ -25,7 +25,7 @@ import math
 import numpy as np
 
 from ...hardware.schema import CIMHardware
-from ..estimate import Estimator
+from ..estimate import Estimator, shape_key
 from ..region import DMATMUL, Region
 from ..solvers.knapsack import duplicate as knapsack
 
@@ -66,11 +66,19 @@ def dp(seg: list[Region], est: Estimator, tile_rows: dict, costs: list[int], bud
     """Replicas by dynamic programming under a budget (cores, or crossbars at crossbar granularity),
     balanced to the bottleneck with the pipeline; ``grid_only``: the DP visits only the replica counts
     the latency curves were evaluated at (:func:`curve_grid`; same result, faster on large budgets);
-    ``latency(r, d)``: the latency of ``d`` units of region ``r`` (default: ``d`` replicas)."""
+    ``latency(r, d)``: the latency of ``d`` units of region ``r`` (default: ``d`` replicas); layers equal
+    under :func:`~tvm_cim.compiler.estimate.shape_key` share one curve, so it may depend on nothing else of ``r``."""
     if latency is None:
         def latency(r, d):
             return est.region_ns(r, d, tile_rows[r.name], resident)
-    lat = [latency_curve(lambda d, r=r: latency(r, d), max_replicas(r, budget, c)) for r, c in zip(seg, costs)]
+    curves: dict = {}  # layers of one shape share their curve (estimate.shape_key)
+    lat = []
+    for r, c in zip(seg, costs):
+        max_d = max_replicas(r, budget, c)
+        key = (shape_key(r), tile_rows[r.name], max_d)
+        if key not in curves:
+            curves[key] = latency_curve(lambda d, r=r: latency(r, d), max_d)
+        lat.append(curves[key])
     cand = [curve_grid(len(curve)) for curve in lat] if grid_only else None
     reps = knapsack(lat, costs, budget, "max" if pipeline else "sum", cand)
     if pipeline:  # balance: no more replicas than the bottleneck needs
