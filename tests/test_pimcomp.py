@@ -20,7 +20,7 @@ from tvm_cim.compiler.mapping import tile_matrix
 from tvm_cim.compiler.region import CONV2D, Region
 from tvm_cim.compiler.strategies import replication as RP
 from tvm_cim.hardware import crossbar as X
-from tvm_cim.report import simulate_timing
+from tvm_cim.report import build_report, simulate_timing
 
 R = dataclasses.replace
 
@@ -553,6 +553,12 @@ def test_low_latency_heap_stalls_when_memory_is_small_and_keeps_outputs_bit_iden
     assert tiny["capacity_bytes"] == 1024 and 0 < tiny["peak_bytes"] <= 1024 < big["peak_bytes"]
     assert tiny["waits"] + tiny["spills"] > big["waits"] + big["spills"]
     assert t_tiny.latency_ns >= t_big.latency_ns
+    # the global-buffer traffic of what the shared heap spilled is in the report's energy, not only in its count
+    st_tiny, _ = simulate_timing(lat["tiny"])
+    rep = build_report(lat["tiny"], st_tiny, "pimcomp-a")
+    own = sum(s.energy_pj.get("noc+buffer", 0.0) for s in st_tiny)
+    assert tiny["spills"] > 0 and tiny["spilled_energy_pj"] > 0
+    assert rep["energy_breakdown_pj"]["noc+buffer"] == pytest.approx(own + tiny["spilled_energy_pj"], rel=1e-12)
 
 
 def _shared_case(cap: int, spill: bool = False, faster: bool = False):

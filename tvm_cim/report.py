@@ -182,6 +182,9 @@ def build_report(info: CompileInfo, stats: list, hw_name: str, batch: int = 1) -
                 "mapping": info.accuracy.get("regions", {}).get(s.name),
             }
         )
+    shared = getattr(tl, "localmem", None)
+    if shared and shared.get("spilled_energy_pj"):  # scatters the shared heap streamed from the global buffer
+        energy["noc+buffer"] += shared["spilled_energy_pj"]
     latency_ns = tl.latency_ns
     energy["leakage"] = chip_leakage_mw(hw) * latency_ns  # of the whole chip over the inference
     run_energy_total = float(sum(v for k, v in energy.items() if not k.startswith("setup_")))
