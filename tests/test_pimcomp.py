@@ -20,7 +20,7 @@ from tvm_cim.compiler.mapping import tile_matrix
 from tvm_cim.compiler.region import CONV2D, Region
 from tvm_cim.compiler.strategies import replication as RP
 from tvm_cim.hardware import crossbar as X
-from tvm_cim.report import build_report, simulate_timing
+from tvm_cim.report import batch_summary, build_report, simulate_timing
 
 R = dataclasses.replace
 
@@ -559,6 +559,10 @@ def test_low_latency_heap_stalls_when_memory_is_small_and_keeps_outputs_bit_iden
     own = sum(s.energy_pj.get("noc+buffer", 0.0) for s in st_tiny)
     assert tiny["spills"] > 0 and tiny["spilled_energy_pj"] > 0
     assert rep["energy_breakdown_pj"]["noc+buffer"] == pytest.approx(own + tiny["spilled_energy_pj"], rel=1e-12)
+    # a batch says that the shared heap's waits are not modelled across inputs; a run without the heap does not
+    assert "heap" in batch_summary(lat["tiny"], st_tiny, 2, 1.0, 1.0)["scope"]
+    st_ref, _ = simulate_timing(lat["ref"])
+    assert "heap" not in batch_summary(lat["ref"], st_ref, 2, 1.0, 1.0)["scope"]
 
 
 def _shared_case(cap: int, spill: bool = False, faster: bool = False):
