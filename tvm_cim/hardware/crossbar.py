@@ -90,11 +90,29 @@ import zlib
 from dataclasses import asdict, dataclass
 
 import numpy as np
+from threadpoolctl import ThreadpoolController
 
 from ..hardware.schema import CIMHardware
 
 # Bound the working set of the bitwise path (bytes of float32 partial sums).
 _CHUNK_BYTES = 16 * 2**20  # (larger chunks are slower: the partial sums are reduced after they leave the caches)
+_BLAS: list = []  # the ThreadpoolController, made on first use (finding the libraries costs about a millisecond)
+
+
+def one_blas_thread():
+    """Context manager: BLAS runs on one thread inside it.
+
+    The simulator's products are many small batched matrix products: BLAS
+    threads add synchronisation, and on a busy machine a spinning thread makes
+    a product many times slower (a 1 ms product of the ResNet-18 stem on PRIME
+    took 30-300 ms with two threads at a load of 5 on 2 cores).  The results
+    are the same: each output element is one dot product on one thread
+    (OpenBLAS splits a product over its output rows and columns, not over the
+    summed dimension).
+    """
+    if not _BLAS:
+        _BLAS.append(ThreadpoolController())
+    return _BLAS[0].limit(limits=1, user_api="blas")
 
 
 @dataclass(frozen=True)

@@ -95,7 +95,8 @@ class Options:
         results).  ``"tile"`` (``--bitwise``): every read goes through the
         crossbar model, and only the bitlines of a tile whose conversions a
         bound proves unaltered are summed as an integer product
-        (:func:`tvm_cim.hardware.crossbar.mvm`).  ``False``: every conversion
+        (:func:`tvm_cim.hardware.crossbar.mvm`; on a chip whose ADC cannot
+        alter any conversion, every bitline).  ``False``: every conversion
         bit-serially (tests use it to exercise the bitwise path).
     measure_adc_error : bool
         When the ADC is lossy, also compute the ideal result and report the
@@ -651,9 +652,10 @@ class Chip:
         if not self._pending:
             return
         groups, self._pending = self._pending, {}
-        for (src, dst), all_items in groups.items():
-            for items in self._batches(all_items, env[src].shape[0]):
-                self._flush_group(src, dst, items, env, stats)
+        with X.one_blas_thread():
+            for (src, dst), all_items in groups.items():
+                for items in self._batches(all_items, env[src].shape[0]):
+                    self._flush_group(src, dst, items, env, stats)
 
     @staticmethod
     def _batches(items: list, bt: int):
@@ -675,7 +677,10 @@ class Chip:
         bt = x.shape[0]
         lsb0 = self.adc_lsb if "adclsb" not in env else env["adclsb"]
         ni = self.options.nonideal
-        if self.options.exact_shortcut is True and (ni is None or not ni.active) and X.exact(self.xhw, lsb0):
+        sc0 = self.options.exact_shortcut
+        # a chip whose ADC cannot alter any conversion: "tile" proves every bitline of every tile (the bound of
+        # :func:`X._exact_bitlines` is at most the one of :func:`X.exact`), so both modes sum integer products
+        if (sc0 is True or sc0 == "tile") and (ni is None or not ni.active) and X.exact(self.xhw, lsb0):
             items = self._merge_rows(items)
             if (not self.signed_input or self.xhw.crossbar.input_encoding != "twos") and \
                     all(it[4].shape[0] == 1 for it in items):
