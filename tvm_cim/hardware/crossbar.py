@@ -96,6 +96,10 @@ from ..hardware.schema import CIMHardware
 
 # Bound the working set of the bitwise path (bytes of float32 partial sums).
 _CHUNK_BYTES = 16 * 2**20  # (larger chunks are slower: the partial sums are reduced after they leave the caches)
+#: The proven share of the bitlines of the tiles of a product above which :func:`mvm` sums them apart
+#: (an integer product of their weights, the others bit-serially); below it every bitline is converted
+#: bit-serially (the same results, and no gathering of cells).
+_SPLIT_MIN_PROVEN = 0.25
 _BLAS: list = []  # the ThreadpoolController, made on first use (finding the libraries costs about a millisecond)
 
 
@@ -494,13 +498,16 @@ def mvm(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, weight_bits: int, inp
         w = decode(cells, hw, weight_bits) if weights is None else weights
         return np.rint(np.matmul(x.astype(np.float64), w.astype(np.float64))).astype(np.int64)
     out = np.zeros((t_n, bt, v, n), dtype=np.float64)
-    if ok.any():  # the proven bitlines: one integer product with the weight they hold
-        held = cg.reshape(t_n, bt, r, sp, n).astype(np.float64) * (ok.reshape(t_n, 1, 1, sp, n) * sw[:, None])
-        out += np.matmul(x.astype(np.float64), held.sum(axis=3))
-        k = int((~ok).sum(axis=1).max())
+    k = int((~ok).sum(axis=1).max())
+    if _SPLIT_MIN_PROVEN * spn <= spn - k:  # the proven bitlines: one integer product with the weight they hold
+        okw = ok.reshape(t_n, 1, 1, sp, n) * sw[:, None]
+        # float32 holds every sum of cells times slice weights exactly when it stays below 2^24
+        exact32 = float(np.abs(sw).sum()) * float(cg.max(initial=0.0)) < 2.0**24
+        held = (cg.reshape(t_n, bt, r, sp, n) * okw.astype(np.float32 if exact32 else np.float64)).sum(axis=3)
+        out += np.matmul(x.astype(np.float64), held.astype(np.float64))
         idx = np.argsort(ok, axis=1, kind="stable")[:, :k]  # (T, K): each tile's other bitlines first
         live = ~np.take_along_axis(ok, idx, axis=1)
-        cells_k = np.take_along_axis(cg, idx[:, None, None, :], axis=3) * live[:, None, None, :]
+        cells_k = np.stack([np.take(cg[t], idx[t], axis=-1) for t in range(t_n)]) * live[:, None, None, :]
         lsb_k = lsb if not np.ndim(lsb) else np.take_along_axis(lsb.reshape(t_n, spn), idx, axis=1).reshape(
             t_n, 1, 1, 1, k)
         acc = _bit_serial(x, cells_k, hw, input_bits, lsb_k)  # (T, Bt, V, K)
