@@ -500,19 +500,21 @@ def mvm(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, weight_bits: int, inp
     out = np.zeros((t_n, bt, v, n), dtype=np.float64)
     k = int((~ok).sum(axis=1).max())
     if _SPLIT_MIN_PROVEN * spn <= spn - k:  # the proven bitlines: one integer product with the weight they hold
-        okw = ok.reshape(t_n, 1, 1, sp, n) * sw[:, None]
         # float32 holds every sum of cells times slice weights exactly when it stays below 2^24
-        exact32 = float(np.abs(sw).sum()) * float(cg.max(initial=0.0)) < 2.0**24
-        held = (cg.reshape(t_n, bt, r, sp, n) * okw.astype(np.float32 if exact32 else np.float64)).sum(axis=3)
-        out += np.matmul(x.astype(np.float64), held.astype(np.float64))
+        f = np.float32 if float(np.abs(sw).sum()) * float(cg.max(initial=0.0)) < 2.0**24 else np.float64
         idx = np.argsort(ok, axis=1, kind="stable")[:, :k]  # (T, K): each tile's other bitlines first
         live = ~np.take_along_axis(ok, idx, axis=1)
-        cells_k = np.stack([np.take(cg[t], idx[t], axis=-1) for t in range(t_n)]) * live[:, None, None, :]
+        cells_k = np.stack([np.take(cg[t], idx[t], axis=-1) for t in range(t_n)])
+        if not live.all():
+            cells_k *= live[:, None, None, :]
+        scatter = np.zeros((t_n, k, n), dtype=f)  # bitline k -> its column, with its slice weight
+        scatter[np.arange(t_n)[:, None], np.arange(k)[None, :], idx % n] = sw[idx // n] * live
+        okw = (ok.reshape(t_n, sp, n) * sw[:, None]).astype(f)  # (from the cells: ``weights`` may differ where
+        held = np.einsum("tbrsn,tsn->tbrn", cg.reshape(t_n, bt, r, sp, n).astype(f, copy=False), okw)  # padded)
+        out += np.matmul(x.astype(np.float64), held.astype(np.float64, copy=False))
         lsb_k = lsb if not np.ndim(lsb) else np.take_along_axis(lsb.reshape(t_n, spn), idx, axis=1).reshape(
             t_n, 1, 1, 1, k)
         acc = _bit_serial(x, cells_k, hw, input_bits, lsb_k)  # (T, Bt, V, K)
-        scatter = np.zeros((t_n, k, n), dtype=np.float64)  # bitline k -> its column, with its slice weight
-        scatter[np.arange(t_n)[:, None], np.arange(k)[None, :], idx % n] = sw[idx // n] * live
         out += np.matmul(acc, scatter[:, None])
     else:
         acc = _bit_serial(x, cg, hw, input_bits, lsb).reshape(t_n, bt, v, sp, n)
