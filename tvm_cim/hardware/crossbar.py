@@ -504,7 +504,9 @@ def mvm(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, weight_bits: int, inp
         f = np.float32 if float(np.abs(sw).sum()) * float(cg.max(initial=0.0)) < 2.0**24 else np.float64
         idx = np.argsort(ok, axis=1, kind="stable")[:, :k]  # (T, K): each tile's other bitlines first
         live = ~np.take_along_axis(ok, idx, axis=1)
-        cells_k = np.stack([np.take(cg[t], idx[t], axis=-1) for t in range(t_n)])
+        cells_k = np.empty((t_n, bt, r, k), dtype=cg.dtype)
+        for t in range(t_n):
+            np.take(cg[t], idx[t], axis=-1, out=cells_k[t])
         if not live.all():
             cells_k *= live[:, None, None, :]
         scatter = np.zeros((t_n, k, n), dtype=f)  # bitline k -> its column, with its slice weight

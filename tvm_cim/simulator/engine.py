@@ -750,8 +750,10 @@ class Chip:
             # the exact integer product: only the cells' shape is used, not their values
             cells = np.broadcast_to(np.zeros((), np.float32), shape)
         else:
-            cells = np.stack([self._fit(self._cells(tile[k][1])[:, k[3] - k[5] : k[4] - k[5]], bt, r_max, n_max)
-                              for k in keys])
+            parts = [self._cells(tile[k][1])[:, k[3] - k[5] : k[4] - k[5]] for k in keys]
+            cells = np.zeros(shape, dtype=np.result_type(*parts))  # (one copy: no padded intermediates)
+            for t, c in enumerate(parts):
+                cells[t, :, : c.shape[1], ..., : c.shape[-1]] = c
         if self.signed_input:  # as the input encoding applies them (two unsigned phases by default)
             res = X.mvm_signed(xs, cells, hw, self.wbits, self.ibits, sc, weights=wts, lsb=lsb, offset=offset)
         else:
