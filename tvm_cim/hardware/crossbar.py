@@ -90,11 +90,33 @@ import zlib
 from dataclasses import asdict, dataclass
 
 import numpy as np
+from threadpoolctl import ThreadpoolController
 
 from ..hardware.schema import CIMHardware
 
 # Bound the working set of the bitwise path (bytes of float32 partial sums).
 _CHUNK_BYTES = 16 * 2**20  # (larger chunks are slower: the partial sums are reduced after they leave the caches)
+#: The proven share of the bitlines of the tiles of a product above which :func:`mvm` sums them apart
+#: (an integer product of their weights, the others bit-serially); below it every bitline is converted
+#: bit-serially (the same results, and no gathering of cells).
+_SPLIT_MIN_PROVEN = 0.25
+_BLAS: list = []  # the ThreadpoolController, made on first use (finding the libraries costs about a millisecond)
+
+
+def one_blas_thread():
+    """Context manager: BLAS runs on one thread inside it.
+
+    The simulator's products are many small batched matrix products: BLAS
+    threads add synchronisation, and on a busy machine a spinning thread makes
+    a product many times slower (a 1 ms product of the ResNet-18 stem on PRIME
+    took 30-300 ms with two threads at a load of 5 on 2 cores).  The results
+    are the same: each output element is one dot product on one thread
+    (OpenBLAS splits a product over its output rows and columns, not over the
+    summed dimension).
+    """
+    if not _BLAS:
+        _BLAS.append(ThreadpoolController())
+    return _BLAS[0].limit(limits=1, user_api="blas")
 
 
 @dataclass(frozen=True)
@@ -476,18 +498,25 @@ def mvm(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, weight_bits: int, inp
         w = decode(cells, hw, weight_bits) if weights is None else weights
         return np.rint(np.matmul(x.astype(np.float64), w.astype(np.float64))).astype(np.int64)
     out = np.zeros((t_n, bt, v, n), dtype=np.float64)
-    if ok.any():  # the proven bitlines: one integer product with the weight they hold
-        held = cg.reshape(t_n, bt, r, sp, n).astype(np.float64) * (ok.reshape(t_n, 1, 1, sp, n) * sw[:, None])
-        out += np.matmul(x.astype(np.float64), held.sum(axis=3))
-        k = int((~ok).sum(axis=1).max())
+    k = int((~ok).sum(axis=1).max())
+    if _SPLIT_MIN_PROVEN * spn <= spn - k:  # the proven bitlines: one integer product with the weight they hold
+        # float32 holds every sum of cells times slice weights exactly when it stays below 2^24
+        f = np.float32 if float(np.abs(sw).sum()) * float(cg.max(initial=0.0)) < 2.0**24 else np.float64
         idx = np.argsort(ok, axis=1, kind="stable")[:, :k]  # (T, K): each tile's other bitlines first
         live = ~np.take_along_axis(ok, idx, axis=1)
-        cells_k = np.take_along_axis(cg, idx[:, None, None, :], axis=3) * live[:, None, None, :]
+        cells_k = np.empty((t_n, bt, r, k), dtype=cg.dtype)
+        for t in range(t_n):
+            np.take(cg[t], idx[t], axis=-1, out=cells_k[t])
+        if not live.all():
+            cells_k *= live[:, None, None, :]
+        scatter = np.zeros((t_n, k, n), dtype=f)  # bitline k -> its column, with its slice weight
+        scatter[np.arange(t_n)[:, None], np.arange(k)[None, :], idx % n] = sw[idx // n] * live
+        okw = (ok.reshape(t_n, sp, n) * sw[:, None]).astype(f)  # (from the cells: ``weights`` may differ where
+        held = np.einsum("tbrsn,tsn->tbrn", cg.reshape(t_n, bt, r, sp, n).astype(f, copy=False), okw)  # padded)
+        out += np.matmul(x.astype(np.float64), held.astype(np.float64, copy=False))
         lsb_k = lsb if not np.ndim(lsb) else np.take_along_axis(lsb.reshape(t_n, spn), idx, axis=1).reshape(
             t_n, 1, 1, 1, k)
         acc = _bit_serial(x, cells_k, hw, input_bits, lsb_k)  # (T, Bt, V, K)
-        scatter = np.zeros((t_n, k, n), dtype=np.float64)  # bitline k -> its column, with its slice weight
-        scatter[np.arange(t_n)[:, None], np.arange(k)[None, :], idx % n] = sw[idx // n] * live
         out += np.matmul(acc, scatter[:, None])
     else:
         acc = _bit_serial(x, cg, hw, input_bits, lsb).reshape(t_n, bt, v, sp, n)

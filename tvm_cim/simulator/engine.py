@@ -98,7 +98,8 @@ class Options:
         results).  ``"tile"`` (``--bitwise``): every read goes through the
         crossbar model, and only the bitlines of a tile whose conversions a
         bound proves unaltered are summed as an integer product
-        (:func:`tvm_cim.hardware.crossbar.mvm`).  ``False``: every conversion
+        (:func:`tvm_cim.hardware.crossbar.mvm`; on a chip whose ADC cannot
+        alter any conversion, every bitline).  ``False``: every conversion
         bit-serially (tests use it to exercise the bitwise path).
     measure_adc_error : bool
         When the ADC is lossy, also compute the ideal result and report the
@@ -660,35 +661,63 @@ class Chip:
         if not self._pending:
             return
         groups, self._pending = self._pending, {}
-        for (src, dst), all_items in groups.items():
-            for items in self._batches(all_items, env[src].shape[0]):
-                self._flush_group(src, dst, items, env, stats)
+        with X.one_blas_thread():
+            for (src, dst), all_items in groups.items():
+                if not all_items:
+                    continue
+                meta, tiles = self._read_table(all_items)
+                for i0, i1 in self._batches(meta, env[src].shape[0]):
+                    self._flush_group(src, dst, all_items[i0:i1], meta[i0:i1], tiles, env, stats)
 
     @staticmethod
-    def _batches(items: list, bt: int):
-        """Consecutive runs of queued reads whose input vectors (as float64) fit :data:`_FLUSH_BYTES`:
-        the peak memory of a flush stays bounded however many chunks a pass has.  (Integer results are
-        the same for any split; only a lossy ADC's summed error statistics may round differently.)"""
-        start, size = 0, 0
-        for i, (rows, _, _, v, _, _, _) in enumerate(items):
-            b = 8 * bt * v.size * rows.size
-            if size and size + b > _FLUSH_BYTES:
-                yield items[start:i]
-                start, size = i, 0
-            size += b
-        yield items[start:]
+    def _read_table(items: list) -> tuple[np.ndarray, list]:
+        """Queued reads as integer columns: ``meta`` of shape ``(N, 8)``, one row per read (rows start and stop,
+        the tile's first row ``base``, columns start and stop, vectors start and stop, tile index), and the
+        tiles ``[(weights, cells, ADC offsets)]`` the reads captured (one per distinct triple)."""
+        index: dict = {}
+        tiles: list = []
+        cols = []
+        for rows, c, base, v, w, cells, off in items:
+            k = (id(w), id(cells), id(off))
+            j = index.get(k)
+            if j is None:
+                j = index[k] = len(tiles)
+                tiles.append((w, cells, off))
+            cols.append((rows.start, rows.stop, base, c.start, c.stop, v.start, v.stop, j))
+        return np.array(cols, dtype=np.int64).reshape(len(items), 8), tiles
 
-    def _flush_group(self, src: str, dst: str, items: list, env, stats) -> None:
-        """Execute queued reads of one input and one accumulator, vectorised over tiles and vectors."""
+    @staticmethod
+    def _batches(meta: np.ndarray, bt: int):
+        """Consecutive runs ``(i0, i1)`` of queued reads (rows of :meth:`_read_table`'s ``meta``) whose input
+        vectors (as float64) fit :data:`_FLUSH_BYTES`: the peak memory of a flush stays bounded however many
+        chunks a pass has.  Greedy: a run ends before the read that would take it past the bound (a read
+        larger than the bound is a run of its own).  (Integer results are the same for any split; only a
+        lossy ADC's summed error statistics may round differently.)"""
+        n = len(meta)
+        cum = np.cumsum(8 * bt * (meta[:, 6] - meta[:, 5]) * (meta[:, 1] - meta[:, 0]))
+        start = 0
+        while start < n:
+            base = int(cum[start - 1]) if start else 0
+            over = int(np.searchsorted(cum, base + _FLUSH_BYTES, side="right"))  # first read past the bound
+            first = int(np.searchsorted(cum, base, side="right"))  # a run holds at least one read with vectors
+            end = min(n, max(over, first + 1, start + 1))
+            yield start, end
+            start = end
+
+    def _flush_group(self, src: str, dst: str, items: list, meta: np.ndarray, tiles: list, env, stats) -> None:
+        """Execute queued reads of one input and one accumulator, vectorised over tiles and vectors
+        (``meta``, ``tiles``: the reads as :meth:`_read_table` gives them)."""
         x, acc = env[src], env[dst]
         bt = x.shape[0]
         lsb0 = self.adc_lsb if "adclsb" not in env else env["adclsb"]
         ni = self.options.nonideal
-        if self.options.exact_shortcut is True and (ni is None or not ni.active) and X.exact(self.xhw, lsb0):
-            items = self._merge_rows(items)
+        sc0 = self.options.exact_shortcut
+        # a chip whose ADC cannot alter any conversion: "tile" proves every bitline of every tile (the bound of
+        # :func:`X._exact_bitlines` is at most the one of :func:`X.exact`), so both modes sum integer products
+        if (sc0 is True or sc0 == "tile") and (ni is None or not ni.active) and X.exact(self.xhw, lsb0):
             if (not self.signed_input or self.xhw.crossbar.input_encoding != "twos") and \
-                    all(it[4].shape[0] == 1 for it in items):
-                self._flush_exact(x, acc, items, stats)
+                    all(tiles[j][0].shape[0] == 1 for j in np.unique(meta[:, 7])):
+                self._flush_exact(x, acc, self._merge_rows(meta), tiles, stats)
                 return
         by_key: dict[tuple, list] = defaultdict(list)
         tile = {}  # key -> (weights, cells, ADC offsets) the reads captured
@@ -730,8 +759,10 @@ class Chip:
             # the exact integer product: only the cells' shape is used, not their values
             cells = np.broadcast_to(np.zeros((), np.float32), shape)
         else:
-            cells = np.stack([self._fit(self._cells(tile[k][1])[:, k[3] - k[5] : k[4] - k[5]], bt, r_max, n_max)
-                              for k in keys])
+            parts = [self._cells(tile[k][1])[:, k[3] - k[5] : k[4] - k[5]] for k in keys]
+            cells = np.zeros(shape, dtype=np.result_type(*parts))  # (one copy: no padded intermediates)
+            for t, c in enumerate(parts):
+                cells[t, :, : c.shape[1], ..., : c.shape[-1]] = c
         if self.signed_input:  # as the input encoding applies them (two unsigned phases by default)
             res = X.mvm_signed(xs, cells, hw, self.wbits, self.ibits, sc, weights=wts, lsb=lsb, offset=offset)
         else:
@@ -752,33 +783,34 @@ class Chip:
                 stats.macs += bt * v.size * (r1 - r0) * (c1 - c0)
 
     @staticmethod
-    def _flush_exact(x: np.ndarray, acc: np.ndarray, items: list, stats) -> None:
+    def _flush_exact(x: np.ndarray, acc: np.ndarray, meta: np.ndarray, tiles: list, stats) -> None:
         """Queued reads whose conversions the ADC cannot alter: each adds the integer product of its input
         slice and its tile's rows and columns to the accumulator (what :func:`X.mvm`'s exact shortcut computes,
         and, for unsigned, ``phases`` or ``offset`` inputs, what its signed passes recombine to).  Reads of one
-        shape are gathered and multiplied together, whatever their tiles, and added with one scatter."""
+        shape are gathered and multiplied together, whatever their tiles, and added with one scatter.
+        ``meta``, ``tiles``: the reads as :meth:`_read_table` gives them."""
         bt = x.shape[0]
-        classes: dict = defaultdict(list)
-        for rows, cols, base, v, w, _, _ in items:
-            classes[(rows.size, cols.size, v.size)].append((rows.start, rows.start - base, cols.start, v.start, w))
-        for (r, c, nv), its in classes.items():
+        sizes = np.stack([meta[:, 1] - meta[:, 0], meta[:, 4] - meta[:, 3], meta[:, 6] - meta[:, 5]], axis=1)
+        shapes, cls = np.unique(sizes, axis=0, return_inverse=True)
+        cls = cls.reshape(-1)
+        order = np.argsort(cls, kind="stable")
+        bounds = np.searchsorted(cls[order], np.arange(len(shapes) + 1))
+        for ci, (r, c, nv) in enumerate(shapes.tolist()):
+            its = meta[order[bounds[ci] : bounds[ci + 1]]]
             per = 8 * (bt * nv * r + r * c + bt * nv * c) * 3  # float64 gathers, product and scatter indices
             step = max(1, (_FLUSH_BYTES // 2) // max(1, per))
             ar_r, ar_c, ar_v = np.arange(r), np.arange(c), np.arange(nv)
             for i0 in range(0, len(its), step):
                 part = its[i0 : i0 + step]
-                ids: dict = {}
-                for it in part:
-                    ids.setdefault(id(it[4]), it[4])
-                tiles = list(ids.values())
-                pos = {k: j for j, k in enumerate(ids)}
-                rmax = max(t.shape[1] for t in tiles)
-                cmax = max(t.shape[2] for t in tiles)
-                wall = np.zeros((len(tiles), rmax, cmax), dtype=np.result_type(*tiles))
-                for j, t in enumerate(tiles):
+                used, ti = np.unique(part[:, 7], return_inverse=True)
+                ti = ti.reshape(-1)
+                ws = [tiles[j][0] for j in used.tolist()]
+                rmax = max(t.shape[1] for t in ws)
+                cmax = max(t.shape[2] for t in ws)
+                wall = np.zeros((len(ws), rmax, cmax), dtype=np.result_type(*ws))
+                for j, t in enumerate(ws):
                     wall[j, : t.shape[1], : t.shape[2]] = t[0]
-                meta = np.array([(pos[id(it[4])], it[0], it[1], it[2], it[3]) for it in part], dtype=np.int64)
-                ti, xr, wr, c0, v0 = (meta[:, k] for k in range(5))
+                xr, wr, c0, v0 = part[:, 0], part[:, 0] - part[:, 2], part[:, 3], part[:, 5]
                 wi = wall[ti[:, None, None], wr[:, None, None] + ar_r[None, :, None], ar_c[None, None, :]]
                 xi = x[:, v0[:, None, None] + ar_v[None, :, None], xr[:, None, None] + ar_r[None, None, :]]
                 res = np.rint(np.matmul(xi.astype(np.int32).astype(np.float64), wi.astype(np.float64)))
@@ -787,25 +819,24 @@ class Chip:
                 stats.macs += bt * nv * r * c * len(part)
 
     @staticmethod
-    def _merge_rows(items: list) -> list:
-        """Reads of adjacent row groups of one tile for the same vectors as one read of their rows (the exact
-        integer product sums over rows: the same result as the groups' products added)."""
-        merged: dict = {}
-        rest = []
-        for it in items:
-            rows, cols, base, v, w, c, off = it
-            k = (id(w), id(c), id(off), base, cols.start, cols.stop, v.start, v.stop)
-            m = merged.get(k)
-            if m is None:
-                merged[k] = [rows.start, rows.stop, it]
-            elif m[1] == rows.start:
-                m[1] = rows.stop
-            elif m[0] == rows.stop:
-                m[0] = rows.start
-            else:  # not adjacent (or read twice): its own read
-                rest.append(it)
-        out = [(Range(r0, r1), *it[1:]) for r0, r1, it in merged.values()]
-        return out + rest
+    def _merge_rows(meta: np.ndarray) -> np.ndarray:
+        """Reads of adjacent row groups of one tile for the same vectors and columns as one read of their rows
+        (the exact integer product sums over rows: the same result as the groups' products added).  ``meta``
+        as :meth:`_read_table` gives it; returns the merged reads in the same form.  A read of rows already
+        read (twice) stays a read of its own."""
+        if len(meta) < 2:
+            return meta
+        key = meta[:, 2:]  # base, columns, vectors, tile: what must match
+        order = np.lexsort((meta[:, 0],) + tuple(key[:, j] for j in range(key.shape[1] - 1, -1, -1)))
+        m = meta[order]
+        cont = np.ones(len(m), dtype=bool)  # read i continues read i - 1's rows
+        cont[0] = False
+        cont[1:] = (m[1:, 2:] == m[:-1, 2:]).all(axis=1) & (m[1:, 0] == m[:-1, 1])
+        starts = np.flatnonzero(~cont)
+        ends = np.append(starts[1:], len(m)) - 1
+        out = m[starts].copy()
+        out[:, 1] = m[ends, 1]
+        return out
 
     def _lsb(self, env, keys: list, shape: tuple):
         """The programmed ADC LSB of the tiles being read: the program's ``adc_lsb``, or its per-bitline
