@@ -150,18 +150,26 @@ def test_shortcut_and_bitwise_paths_agree():
     np.testing.assert_array_equal(a, b)
 
 
-def test_lossy_adc_error_is_measured():
+@pytest.mark.parametrize("preset,n", [("prime", 32), ("pimcomp-c", 160)])
+def test_lossy_adc_error_is_measured(preset, n):
+    """prime: 8-bit clipping ADC over 64 rows of 4-bit cells; pimcomp-c: offset-encoded 2-bit cells under an
+    8-bit clipping ADC, 160 columns = a tile of 128 and one of 32 read together (the narrow one padded to the
+    wide one's bitlines, whose zero cells do not decode to 0 with offset encoding). The rows fit one tile, so
+    each output is one tile's read: the measured error is the outputs' error against integer numpy."""
     rng = np.random.default_rng(4)
-    hw = tvm_cim.load("prime")  # 8-bit clipping ADC over 64 rows of 4-bit cells: lossy
+    hw = tvm_cim.load(preset)
     assert not crossbar.is_lossless(hw)
-    w = rng.integers(-127, 128, size=(256, 32)).astype(np.int8)
-    r = Region("mm", MATMUL, [(16, 256)], (16, 32), x_scale=1.0, w_int=w, w_scale=np.ones(32, np.float32))
+    w = rng.integers(-127, 128, size=(256, n)).astype(np.int8)
+    r = Region("mm", MATMUL, [(16, 256)], (16, n), x_scale=1.0, w_int=w, w_scale=np.ones(n, np.float32))
     x = rng.integers(128, 256, size=(16, 256)).astype(np.float32)  # dense high bits saturate the ADC
     env, stats, _, _ = run(r, hw, "none", x)
     exact = x.astype(np.int64) @ w.astype(np.int64)
+    err = env["acc"][0] - exact
     assert not np.array_equal(env["acc"][0], exact)
     assert stats.adc_error["max_abs"] > 0
-    assert stats.adc_error["max_abs"] == pytest.approx(np.abs(env["acc"][0] - exact).max())
+    assert stats.adc_error["max_abs"] == pytest.approx(np.abs(err).max())
+    assert stats.adc_error["sum_sq_err"] == pytest.approx(float((err.astype(np.float64) ** 2).sum()))
+    assert stats.adc_error["sum_sq_ref"] == pytest.approx(float((exact.astype(np.float64) ** 2).sum()))
 
 
 def test_weights_stay_resident_across_runs():

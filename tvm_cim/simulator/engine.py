@@ -769,7 +769,10 @@ class Chip:
             res = X.mvm(xs, cells, hw, self.wbits, self.ibits, sc, weights=wts, lsb=lsb, offset=offset)
         if self.options.measure_adc_error and (offset is not None or not X.exact(hw, lsb, r_max)):
             ideal = np.matmul(xs.astype(np.float64), wts.astype(np.float64))
-            err = np.abs(res - ideal)
+            # only the tiles' own bitlines: a padded column holds no weight (with offset encoding its zero
+            # cells decode to -2^(b-1), so the chip's result there is not 0, and no output reads it)
+            cols = np.arange(n_max) < np.array([k[7] - k[6] for k in keys])[:, None]
+            err = np.abs(res - ideal) * cols[:, None, None, :]
             e = stats.adc_error
             e["max_abs"] = max(e.get("max_abs", 0.0), float(err.max(initial=0)))
             e["sum_sq_err"] = e.get("sum_sq_err", 0.0) + float((err.astype(np.float64) ** 2).sum())
