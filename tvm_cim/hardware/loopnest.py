@@ -633,6 +633,9 @@ def latency(layer: Layer, hier: Hierarchy, m: Mapping) -> float:
         occ = {k: n * v for k, v in occ.items()}
     # a double-buffered stream prefetches across loop boundaries: only its first tile is exposed
     prologue = sum(t.cycles for t in trs if t.double and t.slot >= 0)
+    # so does a single-buffered pass-through input or weight level: its first tile has no body before it to hide
+    # behind (the later ones arrive while the one before is computed on)
+    prologue += sum(t.cycles for t in trs if id(t) in passing and not t.double and t.operand != "O" and t.slot >= 0)
     total = lat + prologue + sum(t.times * t.cycles for t in trs if t.slot == -1)
     # no port moves more than its bandwidth allows over the whole layer (refills and MVM feeds together)
     load: dict = {}

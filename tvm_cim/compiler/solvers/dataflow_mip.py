@@ -432,6 +432,10 @@ def solve(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, objective: str = 
                 for r, mis in slowed.get(key, ()):  # ... and slowed while the macros compute
                     _add(mdl, crit >= Teff[key] + Teff[kid] + (1 - r) * cmp_next - (big + Tmax[kid]) * (1 - pv)
                          - (big * D[key] if D[key] is not None else 0.0) - big * mis)
+                if key[0] != "O":  # its first tile has no body before it to hide behind (a prologue)
+                    tq = mdl.var(f"TQ{key}{kid}{i}")
+                    _add(mdl, tq >= Tb[key] - mt * (1 - pv) - dm)
+                    pro.append(tq)
             ot = mdl.var(f"OT{key}{i}")  # the refill at this loop, whole duration
             _add(mdl, ot >= Teff[key] - mt * (1 - z))
             for pn, c, w in occ_terms[key]:
