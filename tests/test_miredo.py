@@ -210,6 +210,21 @@ def test_the_latency_ladder_bounds_the_enumerated_best_edp(hier):
     assert min(found) == pytest.approx(best.edp, rel=0.02)  # the sweep's points contain a near-optimal mapping
 
 
+@pytest.mark.parametrize("shape,stride", [((16, 8, 4, 4, 3, 3), (1, 1)), ((16, 32, 4, 4, 1, 1), (2, 2))])
+def test_the_analytic_edp_floor_is_below_every_enumerated_mapping(hier, shape, stride):
+    """dataflow.edp_floor (MVM steps, each operand once over DRAM and through the global buffer, leakage) bounds
+    the least latency, energy and EDP of the enumerated mappings of a spatial unrolling from below (on layers
+    this small the loads and the write-back are not overlapped, so it is loose in latency)."""
+    k, c, p, q, r, s = shape
+    layer = LN.Layer.conv("floor", 1, k, c, p, q, r, s, stride=stride)
+    sp = DF.spatial_candidates(layer, hier, 1)[0]
+    fl = DF.edp_floor(layer, hier, sp)
+    for what, key in (("cycles", lambda c: c.cycles), ("energy_pj", lambda c: c.energy_pj), ("edp", lambda c: c.edp)):
+        _, best, n_valid = DF.exhaustive(layer, hier, sp, key=key)
+        assert n_valid > 100
+        assert 0 < fl[what] <= key(best) * (1 + 1e-9)
+
+
 def test_weight_stationary_loads_every_weight_once(hier):
     layer = LN.Layer.conv("ws", 1, 64, 64, 8, 8, 3, 3)
     res = DF.optimise(layer, hier, "ws", node_limit=20, spatial_top=1, starts=1, max_orders=100)
