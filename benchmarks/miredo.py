@@ -220,6 +220,11 @@ def sweep_layer(layer: LN.Layer, hier: LN.Hierarchy, nodes: int, ratio: float, s
                     "cycles_lower": b["cycles"]["lower"], "energy_lower": b["energy_pj"]["lower"],
                     "caps": len(b.get("ladder", [])), "best_edp_found": min(pts)[0] if pts else math.nan,
                     "points": pts, "cpu_s": time.process_time() - c0})
+    # both are lower bounds of every spatial candidate's space: the tighter (larger) of the MIP's and the
+    # analytic floor's (dataflow.edp_floor) per candidate, then the least over the candidates
+    for p_, sp in zip(per, DF.spatial_candidates(layer, hier, top=spatial_top)):
+        p_["edp_floor"] = DF.edp_floor(layer, hier, sp)["edp"]
+        p_["edp_lower"] = max(p_["edp_lower"], p_["edp_floor"])
     low = min(p["edp_lower"] for p in per)
     pol = DF.polish(layer, hier, best[0], _edp, 2000) if best[0] is not None else (None, None)
     return {"layer": layer.name, "bounds": layer.bounds, "stride": list(layer.stride),
@@ -229,6 +234,18 @@ def sweep_layer(layer: LN.Layer, hier: LN.Hierarchy, nodes: int, ratio: float, s
             "best_found_mapping": pol[0].text() if pol[0] else None,
             "max_gain_vs_zigzag": zc.edp / low, "miredo_gain_vs_zigzag": zc.edp / mi.cost.edp,
             "left_vs_miredo": mi.cost.edp / low, "per_spatial": per}
+
+
+def floor_layer(layer: LN.Layer, hier: LN.Hierarchy, settings: dict, spatial_top: int = 6) -> dict:
+    """The analytic EDP floor (:func:`tvm_cim.compiler.dataflow.edp_floor`) over the six spatial candidates,
+    against zigzag's and miredo's model EDP: no mapping of that space beats zigzag by more than ``max_gain``."""
+    _, zc = DF.zigzag(layer, hier, "edp", seed=settings["seed"], max_orders=settings["max_orders"], spatial_top=6)
+    mi = DF.optimise(layer, hier, "miredo", "edp", **settings)
+    fl = [DF.edp_floor(layer, hier, sp) for sp in DF.spatial_candidates(layer, hier, top=spatial_top)]
+    low = min(f["edp"] for f in fl)
+    return {"layer": layer.name, "bounds": layer.bounds, "stride": list(layer.stride), "zigzag_edp": zc.edp,
+            "miredo_edp": mi.cost.edp, "edp_floor": low, "max_gain_vs_zigzag": zc.edp / low,
+            "miredo_gain_vs_zigzag": zc.edp / mi.cost.edp, "per_spatial": fl}
 
 
 def print_network(name: str, res: dict) -> None:
@@ -312,6 +329,10 @@ def main() -> int:
                     help="instead of the mappers: on one layer per class (SWEEP_LAYERS: 1x1, 3x3 stride 1 and 2, fc, "
                     "depthwise), the least energy under a ladder of latency caps in NODES nodes per solve, over the six "
                     "spatial candidates: the EDP lower bound of the mapping space against zigzag and miredo")
+    ap.add_argument("--floor", action="store_true",
+                    help="instead of the mappers: on one layer per class (as --sweep), the analytic EDP floor of the "
+                    "six spatial candidates (dataflow.edp_floor: MVM steps, every operand once over DRAM and through "
+                    "the global buffer) against zigzag and miredo (seconds, not hours)")
     ap.add_argument("--ratio", type=float, default=1.25, help="latency ladder step of --sweep (default 1.25)")
     ap.add_argument("--classes", nargs="*", help=f"--sweep only these classes (of {', '.join(SWEEP_LAYERS)})")
     ap.add_argument("--json", help="write all figures to this file")
@@ -334,7 +355,7 @@ def main() -> int:
                     starts=1, max_orders=60 if a.quick else 100, seed=a.seed, ws_point=a.ws_point)
     results = {}
     t0 = time.perf_counter()
-    if a.sweep:
+    if a.sweep or a.floor:
         return sweep_main(a, hier, image, settings)
     out = {"hw": hw.name, "image": image, "objective": a.objective, "settings": settings, "paper": PAPER,
            "networks": results}
@@ -363,19 +384,28 @@ def main() -> int:
 
 
 def sweep_main(a, hier: LN.Hierarchy, image: int, settings: dict) -> int:
-    """``--sweep``: one layer per class, JSON written after every layer."""
+    """``--sweep`` (or ``--floor``): one layer per class, JSON written after every layer."""
     classes = a.classes or list(SWEEP_LAYERS)
     bad = [c for c in classes if c not in SWEEP_LAYERS]
     if bad:
         print(f"error: unknown class(es) {bad}; choose from {list(SWEEP_LAYERS)}", file=sys.stderr)
         return 2
-    out = {"image": image, "nodes": a.sweep, "ratio": a.ratio, "settings": settings, "classes": {}}
+    out = {"image": image, "nodes": a.sweep, "ratio": a.ratio, "floor_only": not a.sweep, "settings": settings,
+           "classes": {}}
     nets: dict = {}
     for cls in classes:
         net, lname = SWEEP_LAYERS[cls]
         if net not in nets:
             nets[net] = layers_of(zoo.build_model(net, image_size=image))
         layer = next(x for x in nets[net] if x.name.split(":", 1)[1] == lname)
+        if not a.sweep:
+            r = out["classes"][cls] = floor_layer(layer, hier, settings)
+            print(f"{cls:<10} {lname:<24} zigzag {r['zigzag_edp']:.3e}  miredo {r['miredo_edp']:.3e}  floor "
+                  f"{r['edp_floor']:.3e}  -> no mapping beats zigzag by more than {r['max_gain_vs_zigzag']:.2f}x "
+                  f"(miredo {r['miredo_gain_vs_zigzag']:.2f}x)", flush=True)
+            if a.json:
+                Path(a.json).write_text(json.dumps(out, indent=1, default=str))
+            continue
         r = sweep_layer(layer, hier, a.sweep, a.ratio, settings)
         out["classes"][cls] = r
         print(f"{cls:<10} {lname:<24} zigzag {r['zigzag_edp']:.3e}  miredo {r['miredo_edp']:.3e}  best found "

@@ -79,6 +79,14 @@ def test_miredo_quick_full_network(tmp_path):
     assert len(res["networks"]["resnet18"]["layers"]) == 21
 
 
+def test_miredo_floor_bounds_what_miredo_reaches(tmp_path):
+    res, out = bench("miredo.py", "--quick", "--floor", "--classes", "depthwise", "fc", tmp=tmp_path)
+    assert set(res["classes"]) == {"depthwise", "fc"} and "no mapping beats zigzag by more than" in out
+    for r in res["classes"].values():  # the floor is below every mapping of the space, miredo's among them
+        assert 0 < r["edp_floor"] <= r["miredo_edp"] <= r["zigzag_edp"] * (1 + 1e-9)
+        assert r["max_gain_vs_zigzag"] >= r["miredo_gain_vs_zigzag"]
+
+
 def test_miredo_rejects_a_chip_without_a_dataflow_table(tmp_path):
     p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "miredo.py"), "--quick", "--hw", "isaac"],
                        capture_output=True, text=True, cwd=tmp_path)

@@ -95,6 +95,42 @@ def spatial_candidates(layer: LN.Layer, hier: LN.Hierarchy, top: int = 4) -> lis
     return ranked[:top]
 
 
+def edp_floor(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple) -> dict:
+    """An analytic lower bound of the model's latency, energy and EDP over every mapping of one spatial unrolling.
+
+    Independent of the MIP: latency is at least the MVM steps times one MVM
+    and every operand's bits once over the outermost level's port; energy is
+    at least the MVMs, every operand once out of (inputs, weights) or into
+    (outputs) the outermost level and once into the next (not bypassable)
+    level, the weights (and the inputs, unless a stride skips some) once out
+    of it, and leakage over that latency.  The terms are those
+    :func:`tvm_cim.hardware.loopnest.evaluate` charges at least once for any
+    loop order, tiling, level choice and buffering.
+
+    Returns
+    -------
+    dict
+        ``cycles``, ``energy_pj``, ``edp`` (pJ x ns).
+    """
+    m = LN.Mapping(spatial, (), ())
+    par = math.prod(f for _, fs in spatial for _, f in fs)
+    steps = layer.macs / par
+    active = math.prod(m.spatial_of(hier.axes[0].name).values())
+    bits = {o: layer.elems(o, layer.bounds) * hier.bits[o] for o in "IWO"}
+    top = hier.levels[0]
+    nxt = [lv for lv in hier.levels[1:] if not lv.bypass and set("IWO") <= lv.operands]
+    cycles = max(steps * hier.mvm_cycles, sum(bits.values()) / top.bandwidth_bits)
+    e = steps * active * hier.mvm_energy_pj + sum(bits.values()) * top.read_pj  # the model charges a parent read
+    if nxt:
+        lv = nxt[0]
+        e += sum(bits.values()) * lv.write_pj + bits["W"] * lv.read_pj
+        dense = all(s <= (k - 1) * d + 1 for s, k, d in zip(layer.stride, (layer.bounds["R"], layer.bounds["S"]),
+                                                             layer.dilation))
+        e += bits["I"] * lv.read_pj if dense else 0.0
+    e += hier.leakage_mw * cycles * hier.cycle_ns
+    return {"cycles": cycles, "energy_pj": e, "edp": e * cycles * hier.cycle_ns}
+
+
 # ============================================================================ enumeration (tests, heuristic)
 def level_choices(hier: LN.Hierarchy, operand: str, n_slots: int):
     """Every assignment of cuts to the operand's inner levels (monotone; bypassable levels may be skipped)."""

@@ -515,16 +515,20 @@ def holds(share: float) -> bool:
 def blocking(hier: Hierarchy, m: Mapping, trs: list, passing: dict, i: int) -> dict:
     """Overlapped refills at loop ``i`` that hold a port the inner loops' serial refills need: ``{port: cycles}``.
 
-    A refill that overlaps the body of loop ``i`` (double-buffered, or a
-    pass-through level, :func:`pass_through`) and takes all of a port
-    (:func:`holds`) is issued when the iteration starts (an output write-back
-    when its tile is complete, an input or weight prefetch when its buffer
-    is free), before the inner loops issue theirs; every refill of an inner
-    loop (slot ``> i``) using that port waits for it (a double-buffered one
-    is only one tile ahead), and so do the macros waiting for that refill:
-    its duration adds to the iteration instead of overlapping it.  Output
-    write-backs go first at an iteration boundary, so the input and weight
-    refills of loop ``i`` itself wait for them too.
+    A refill that overlaps the body of loop ``i`` (a double-buffered output
+    write-back, or a single-buffered pass-through level, :func:`pass_through`) and takes all
+    of a port (:func:`holds`) is issued when the iteration starts (an output
+    write-back when its tile is complete, a pass-through refill when the
+    child has copied the tile before), before the inner loops issue theirs;
+    every refill of an inner loop (slot ``> i``) using that port waits for it
+    (a double-buffered one is only one tile ahead), and so do the macros
+    waiting for that refill: its duration adds to the iteration instead of
+    overlapping it.  Output write-backs go first at an iteration boundary, so
+    the input and weight refills of loop ``i`` itself wait for them too.  A
+    double-buffered input or weight prefetch does not block: it is requested
+    when its buffer frees, during the iteration before, and moves in the room
+    the inner refills leave (the port-occupancy bound of :func:`latency`
+    covers it).
     """
     inner_ports, here_ports = set(), set()
     for t in trs:
@@ -534,7 +538,7 @@ def blocking(hier: Hierarchy, m: Mapping, trs: list, passing: dict, i: int) -> d
             here_ports |= set(port_cycles(hier, m, t))
     out: dict = {}
     for t in trs:
-        if t.slot != i or not (t.double or id(t) in passing):
+        if t.slot != i or not (t.operand == "O" and t.double or id(t) in passing and not t.double):
             continue
         waiting = inner_ports | here_ports if t.operand == "O" else inner_ports
         for p, x in port_shares(hier, m, t).items():
@@ -543,7 +547,24 @@ def blocking(hier: Hierarchy, m: Mapping, trs: list, passing: dict, i: int) -> d
     return out
 
 
-def _exposed(t: Transfer, trs: list, body: dict) -> float:
+def yield_rate(hier: Hierarchy, m: Mapping, t: Transfer, mvm_share: dict) -> float:
+    """Pace (fraction of full) at which a refill of ``t`` moves while the macros compute.
+
+    The MVMs' input feed and partial-sum drain have priority on their ports
+    (``mvm_share``, :func:`mvm_port_share`); a transfer moves in the room they
+    leave, at the pace of the port with the least room for it: ``min(1, (1 -
+    u_p) / s_p)`` over its ports ``p`` (``s_p``: its share of ``p`` at full
+    pace, :func:`port_shares`).  0 when the MVMs use all of one of its ports.
+    """
+    r = 1.0
+    for p, x in port_shares(hier, m, t).items():
+        u = mvm_share.get(p, 0.0)
+        if u > 0 and x > 0:
+            r = min(r, max(0.0, 1.0 - u) / x)
+    return r
+
+
+def _exposed(t: Transfer, trs: list, body: dict, rate: float = 1.0) -> float:
     """Cycles a single-buffered refill adds to its iteration.
 
     An input or weight level read only by one single-buffered child level
@@ -560,7 +581,7 @@ def _exposed(t: Transfer, trs: list, body: dict) -> float:
     if len(kids) != 1 or kids[0].slot <= t.slot or kids[0].double \
             or any(o.operand == "O" and t.slot < o.slot <= kids[0].slot for o in trs):
         return full  # a double-buffered child copies ahead; an output write-back in between takes the ports first
-    return max(0.0, full - body[kids[0].slot])
+    return max(0.0, full - rate * body[kids[0].slot])
 
 
 def latency(layer: Layer, hier: Hierarchy, m: Mapping) -> float:
@@ -575,6 +596,8 @@ def latency(layer: Layer, hier: Hierarchy, m: Mapping) -> float:
     * every double-buffered refill (``T``: it overlaps the body);
     * every single-buffered level that only feeds a child refilled at the same
       loop: its refill plus the child's (:func:`pass_through`);
+      both overlapped refills move only at :func:`yield_rate` while the macros
+      compute (``C`` cycles per iteration): ``T + (1 - rate) C``;
     * every port's occupancy (:func:`occupancy_terms`): the inner loops'
       occupancy (with the MVMs' input and partial-sum traffic) plus that of
       every refill at ``i``.
@@ -585,26 +608,34 @@ def latency(layer: Layer, hier: Hierarchy, m: Mapping) -> float:
     occ = {c: 0.0 for c in occupancy_classes(hier, m, trs)}
     for p, u in mvm_port_share(layer, hier, m).items():  # the MVMs' inputs and partial sums, per step
         occ[(p, None)] = occ.get((p, None), 0.0) + u * lat
+    mvm_share = mvm_port_share(layer, hier, m)
+    rate = {id(t): yield_rate(hier, m, t, mvm_share) for t in trs}
+    computing = lat  # cycles the macros compute in one iteration of the inner loops
     body: dict = {}  # loop index -> duration of one iteration's inner loops (without its own refills)
     for i in range(len(m.loops) - 1, -1, -1):
         n = m.loops[i][1]
         body[i] = lat
         here = [t for t in trs if t.slot == i]
-        serial = lat + sum(_exposed(t, trs, body) for t in here if not t.double and id(t) not in passing)
+        serial = lat + sum(_exposed(t, trs, body, rate[id(t)]) for t in here
+                           if not t.double and id(t) not in passing)
         crit = serial + max(blocking(hier, m, trs, passing, i).values(), default=0.0)
         for t in here:
             if t.double:
-                crit = max(crit, t.times * t.cycles)
+                crit = max(crit, t.times * t.cycles + (1 - rate[id(t)]) * computing)
             elif id(t) in passing:
                 c = passing[id(t)]
-                crit = max(crit, t.times * t.cycles + c.times * c.cycles)
+                crit = max(crit, t.times * t.cycles + c.times * c.cycles + (1 - rate[id(t)]) * computing)
             for p, c, w in occupancy_terms(hier, m, t):
                 _occupy(occ, p, c, w * t.times * t.cycles)
         crit = max(crit, max(occ.values(), default=0.0))
         lat = n * crit
+        computing *= n
         occ = {k: n * v for k, v in occ.items()}
     # a double-buffered stream prefetches across loop boundaries: only its first tile is exposed
     prologue = sum(t.cycles for t in trs if t.double and t.slot >= 0)
+    # so does a single-buffered pass-through input or weight level: its first tile has no body before it to hide
+    # behind (the later ones arrive while the one before is computed on)
+    prologue += sum(t.cycles for t in trs if id(t) in passing and not t.double and t.operand != "O" and t.slot >= 0)
     total = lat + prologue + sum(t.times * t.cycles for t in trs if t.slot == -1)
     # no port moves more than its bandwidth allows over the whole layer (refills and MVM feeds together)
     load: dict = {}

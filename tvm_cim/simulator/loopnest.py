@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..hardware import loopnest as LN
 
@@ -81,6 +81,9 @@ class _Port:
         if end <= start or share <= 0:
             return
         self.iv.append((start, end, share))
+
+    def trim(self) -> None:
+        """Keep at most :attr:`KEEP` bookings (between iterations: one iteration's bookings can be undone)."""
         if len(self.iv) > self.KEEP:
             self.iv.sort(key=lambda x: x[1])
             drop = len(self.iv) - self.KEEP // 2
@@ -147,6 +150,10 @@ class SimResult:
     energy_pj : dict
         pJ by component of what was executed: ``mvm``, every level's reads and
         writes (refills, write-backs, read-backs actually done, MVM feeds), ``leakage``.
+    arbitration : dict
+        ``rebooked``: compute blocks whose port needs the transfers booked before them
+        would have exceeded, so the transfers were booked again around them;
+        ``unsettled``: of those, blocks whose start did not settle (they run on top).
     """
 
     cycles: float
@@ -154,6 +161,7 @@ class SimResult:
     stall_cycles: float
     transfers: dict
     energy_pj: dict
+    arbitration: dict = field(default_factory=dict)
 
     @property
     def total_energy_pj(self) -> float:
@@ -225,22 +233,24 @@ def simulate(layer: LN.Layer, hier: LN.Hierarchy, m: LN.Mapping, max_events: int
     outs_inner_first = [s for s in reversed(order) if s.t.operand == "O"]
     innermost = [max((s for s in order if s.t.operand == o), key=lambda s: hier.level(s.t.level).order)
                  for o in "IWO" if any(s.t.operand == o for s in order)]
-    ranges = [range(f) for _, f in loops[:depth]]
-    for idx in itertools.product(*ranges) if depth else [()]:
+    block = block_steps * step
+    shares: dict = {}  # the MVMs' inputs and partial sums use these ports while computing
+    for lvn, t in ((i_lv, feed), (o_lv, drain)):
+        if t > 0:
+            shares[lvn] = shares.get(lvn, 0.0) + min(1.0, t / step)
+    port_list = list(ports.values())
+
+    def transfers_of(idx: tuple, mf: float, moves: list, seen_now: list) -> tuple:
+        """Book the write-backs and refills of iteration ``idx``; returns the macro's free time (weights in
+        memory mode) and the earliest start of its compute block.  ``moves`` gets ``(stream, what)`` of every
+        tile changed (``None``), written back (``True``) or read (``False``); ``seen_now`` the output tiles
+        begun."""
         changed = {}
-        # every later request starts at or after the end of use of a stream's current tile (the one before
-        # it when double-buffered: slot_free, write-backs), so bookings ending before the earliest of them
-        # can be forgotten; a tile loaded once (slot -1) is not booked again but for its write-back after
-        # the last block; a tile not used yet (0.0) is used no earlier than it is ready
-        floor = min([min((x if x > 0 else s.ready) for x in s.uses[-(2 if s.t.double else 1):]) if s.uses else 0.0
-                     for s in order if s.t.slot >= 0 or not s.uses], default=macro_free)
-        for p in ports.values():
-            p.forget(floor)
         for s in order:
             key = tuple(idx[j] for j in s.key_slots)
             if key != s.key:
                 changed[id(s)] = key
-                counts[f"{s.t.operand}/{s.t.level}"] += 1
+                moves.append((s, None))
         # ---- finished output tiles go back, innermost level first (a parent waits for its children)
         child_done = 0.0
         for s in outs_inner_first:
@@ -251,7 +261,7 @@ def simulate(layer: LN.Layer, hier: LN.Hierarchy, m: LN.Mapping, max_events: int
                 child_done = s.uses[-1] = s.ready  # the buffer is free once written back
                 if s.parent_stream is not None:  # the parent's tile is in use until its children are back
                     s.parent_stream.uses[-1] = max(s.parent_stream.uses[-1], s.ready)
-                moved(s, back=True)
+                moves.append((s, True))
         # ---- refills, outer levels first (a child reads what its parent holds)
         for s in order:
             if id(s) not in changed:
@@ -264,30 +274,102 @@ def simulate(layer: LN.Layer, hier: LN.Hierarchy, m: LN.Mapping, max_events: int
                     room = max(room, s.ready)  # one buffer: the write-back must finish first
                 if key in s.seen:
                     s.ready = book(s, max(room, par_ready))
-                    moved(s, back=False)
+                    moves.append((s, False))
                 else:
                     s.ready = room
-                s.seen.add(key)
+                seen_now.append((s, key))
             else:
                 earliest = max(room, par_ready)
                 blocks = s.t.operand == "W" and s.t.level == macro and w_blocks
                 if blocks:
-                    earliest = max(earliest, macro_free)
+                    earliest = max(earliest, mf)
                 s.ready = book(s, earliest)
-                moved(s, back=False)
+                moves.append((s, False))
                 if blocks:
-                    macro_free = s.ready  # memory mode: the macro cannot compute meanwhile
+                    mf = s.ready  # memory mode: the macro cannot compute meanwhile
             s.key = key
             s.uses.append(0.0)
             if s.parent_stream is not None:  # the parent's tile is in use until its children have copied it
                 s.parent_stream.uses[-1] = max(s.parent_stream.uses[-1], s.ready)
-        # ---- the compute block
         # the MVMs need the tiles of the innermost levels (an outer output level may still be writing back)
-        start = max([macro_free] + [s.ready for s in innermost])
-        end = start + block_steps * step
-        for lvn, t in ((i_lv, feed), (o_lv, drain)):  # the MVMs' inputs and partial sums use these ports
-            if t > 0:
-                ports[lvn].add(start, end, min(1.0, t / step))
+        return mf, max([mf] + [s.ready for s in innermost])
+
+    def snapshot() -> tuple:
+        return ([len(p.iv) for p in port_list],
+                [(s.key, len(s.uses), s.uses[-1] if s.uses else None, s.ready) for s in order])
+
+    def restore(snap: tuple) -> None:
+        for p, n in zip(port_list, snap[0]):
+            del p.iv[n:]
+        for s, (key, n, last, ready) in zip(order, snap[1]):
+            s.key, s.ready = key, ready
+            del s.uses[n:]
+            if n:
+                s.uses[-1] = last
+
+    def oversubscribed(start: float, n0: list) -> bool:
+        """The compute block from ``start`` would need more of a port than bookings made since ``n0`` leave."""
+        end = start + block
+        for lvn, u in shares.items():
+            p = ports[lvn]
+            k = port_list.index(p)
+            if not any(a < end and b > start for a, b, _ in p.iv[n0[k]:]):
+                continue  # only this iteration's transfers can yield to the compute block
+            pts = sorted({start} | {x for a, b, _ in p.iv for x in (a, b) if start < x < end})
+            if any(p.load(t) + u > 1.0 + 1e-9 for t in pts):
+                return True
+        return False
+
+    stats = {"rebooked": 0, "unsettled": 0}
+    ranges = [range(f) for _, f in loops[:depth]]
+    for idx in itertools.product(*ranges) if depth else [()]:
+        # every later request starts at or after the end of use of a stream's current tile (the one before
+        # it when double-buffered: slot_free, write-backs), so bookings ending before the earliest of them
+        # can be forgotten; a tile loaded once (slot -1) is not booked again but for its write-back after
+        # the last block; a tile not used yet (0.0) is used no earlier than it is ready
+        floor = min([min((x if x > 0 else s.ready) for x in s.uses[-(2 if s.t.double else 1):]) if s.uses else 0.0
+                     for s in order if s.t.slot >= 0 or not s.uses], default=macro_free)
+        for p in port_list:
+            p.forget(floor)
+            p.trim()
+        snap = snapshot()
+        moves: list = []
+        seen_now: list = []
+        mf, start = transfers_of(idx, macro_free, moves, seen_now)
+        if shares and oversubscribed(start, snap[0]):
+            # port arbitration: the MVMs' feed has priority, transfers move in the room it leaves.  Book the
+            # compute block first at the start found and the transfers around it again, until the start
+            # they give is the one reserved
+            stats["rebooked"] += 1
+            at = start
+            for _ in range(8):
+                restore(snap)
+                moves, seen_now = [], []
+                for lvn, u in shares.items():
+                    ports[lvn].add(at, at + block, u)
+                mf, start = transfers_of(idx, macro_free, moves, seen_now)
+                if abs(start - at) <= 1e-9:
+                    break
+                at = start
+            else:  # not settled: the block runs when its tiles are there, on top of what the ports hold
+                stats["unsettled"] += 1
+                for lvn in shares:
+                    k = port_list.index(ports[lvn])
+                    del ports[lvn].iv[snap[0][k]]  # the reservation, the first booking after the snapshot
+                for lvn, u in shares.items():
+                    ports[lvn].add(start, start + block, u)
+        else:
+            for lvn, u in shares.items():
+                ports[lvn].add(start, start + block, u)
+        for s, key in seen_now:
+            s.seen.add(key)
+        for s, back in moves:
+            if back is None:
+                counts[f"{s.t.operand}/{s.t.level}"] += 1
+            else:
+                moved(s, back)
+        # ---- the compute block
+        end = start + block
         macro_free = end
         busy += end - start
         for s in innermost:  # the MVMs read (and the partial sums go to) the innermost levels
@@ -311,4 +393,4 @@ def simulate(layer: LN.Layer, hier: LN.Hierarchy, m: LN.Mapping, max_events: int
     charge(o_lv, mvms * layer.elems("O", t) * hier.bits["O"] * hier.level(o_lv).write_pj)
     charge("mvm", mvms * hier.mvm_energy_pj)
     charge("leakage", hier.leakage_mw * finish * hier.cycle_ns)
-    return SimResult(finish, busy, finish - busy, counts, energy)
+    return SimResult(finish, busy, finish - busy, counts, energy, stats)

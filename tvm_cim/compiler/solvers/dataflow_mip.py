@@ -29,6 +29,11 @@ child refilled at an inner loop ``j`` refills during the child's last block
 (:func:`tvm_cim.hardware.loopnest._exposed`): a credit ``CR[i, j] <=
 Lat[j + 1]``, allowed only when the child's cut is at ``j + 1``, the child
 is single-buffered and no output level is refilled at a loop in ``(i, j]``.
+Overlapped refills move at their yield rate ``r`` while the macros compute
+(:func:`tvm_cim.hardware.loopnest.yield_rate`, constant per stream and
+feed scenario): ``Crit[i] >= T + (1 - r) Cmp[i + 1]`` with ``Cmp`` the
+compute cycles of the inner loops (``N_i x Cmp`` linearised like
+``N_i x Crit``), and the credit is at most ``r Lat[j + 1]``.
 
 The transfer is charged at the loop just outside a cut, and a cut may only
 sit below a loop the operand depends on (a cut below a loop it does not
@@ -338,6 +343,19 @@ def solve(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, objective: str = 
             scen[(li.name, lo_.name)] = (share, mis)
             if li.name == lo_.name:  # inputs and partial sums through one port
                 _add(mdl, leaf >= (fi + fo) * tsc - (fi + fo) * tsc * mis)
+    # overlapped refills move at loopnest.yield_rate while the macros compute: per stream, the scenarios whose
+    # MVM feed leaves it less than its full pace, (rate, mis)
+    slowed = {}
+    for key in E:
+        for share, mis in scen.values():
+            r = 1.0
+            for pn, x in frac[key].items():
+                u = share.get(pn, 0.0)
+                if u > 0 and x > 0:
+                    r = min(r, max(0.0, 1.0 - u) / x)
+            if r < 1.0 - 1e-12:
+                slowed.setdefault(key, []).append((r, mis))
+    cmp_next = leaf  # cycles the macros compute in one iteration of the inner loops
     lat_next = leaf
     prologues = []  # first tile of every double-buffered stream (it prefetches across loop boundaries)
     # a level whose only reader is a child refilled at the same loop (pass-through, loopnest.pass_through)
@@ -401,13 +419,23 @@ def solve(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, objective: str = 
                     for ok in o_keys:
                         for c in range(i + 2, j + 2):
                             _add(mdl, cr <= mc * (1 - Z[ok][c]))
+                    for r, mis in slowed.get(key, ()):  # it moves at its yield rate while the child computes
+                        _add(mdl, cr <= r * body_of[j] + mc * mis)
                     credit.append(cr)
             _add(mdl, ts >= Teff[key] - mt * (1 - z) - (mt * D[key] if D[key] is not None else 0.0) - mt * pas
                  - _qsum(credit))
             serial.append(ts)
+            big = mt + mc
             for kid, pv in passing.get(key, []):  # the level is busy for its refill and the child's
                 dm = mt * D[key] if D[key] is not None else 0.0
                 _add(mdl, crit >= Teff[key] + Teff[kid] - (mt + Tmax[kid]) * (1 - pv) - dm)
+                for r, mis in slowed.get(key, ()):  # ... and slowed while the macros compute
+                    _add(mdl, crit >= Teff[key] + Teff[kid] + (1 - r) * cmp_next - (big + Tmax[kid]) * (1 - pv)
+                         - (big * D[key] if D[key] is not None else 0.0) - big * mis)
+                if key[0] != "O":  # its first tile has no body before it to hide behind (a prologue)
+                    tq = mdl.var(f"TQ{key}{kid}{i}")
+                    _add(mdl, tq >= Tb[key] - mt * (1 - pv) - dm)
+                    pro.append(tq)
             ot = mdl.var(f"OT{key}{i}")  # the refill at this loop, whole duration
             _add(mdl, ot >= Teff[key] - mt * (1 - z))
             for pn, c, w in occ_terms[key]:
@@ -418,6 +446,8 @@ def solve(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, objective: str = 
                 td = mdl.var(f"TD{key}{i}")
                 _add(mdl, td >= Teff[key] - mt * (1 - z) - mt * (1 - D[key]))
                 _add(mdl, crit >= td)
+                for r, mis in slowed.get(key, ()):
+                    _add(mdl, crit >= Teff[key] + (1 - r) * cmp_next - big * (2 - z - D[key]) - big * mis)
                 tp = mdl.var(f"TP{key}{i}")
                 _add(mdl, tp >= Tb[key] - mt * (1 - z) - mt * (1 - D[key]))
                 pro.append(tp)
@@ -439,7 +469,11 @@ def solve(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, objective: str = 
                     _add(mdl, inner_on_o[pn] >= psi[key] - C[key][i + 1])
         held = {}
         for key in E:
-            ovs = ([D[key]] if D[key] is not None else []) + [pv for _, pv in passing.get(key, [])]
+            # a double-buffered output write-back or a pass-through refill (an input or weight prefetch moves
+            # in the room the inner refills leave)
+            dk = D[key] if D[key] is not None else 0.0
+            ovs = ([D[key]] if D[key] is not None and key[0] == "O" else []) \
+                + [pv - (0.0 if key[0] == "O" else dk) for _, pv in passing.get(key, [])]
             if not ovs:
                 continue
             ov = mdl.var(f"OV{key}{i}", lb=0.0, ub=1.0)  # the refill overlaps the body
@@ -472,6 +506,10 @@ def solve(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, objective: str = 
 
         lat = mdl.var(f"lat{i}")
         _add(mdl, lat >= n_times(crit, "W"))
+        if slowed:
+            cmp = mdl.var(f"cmp{i}")
+            _add(mdl, cmp >= n_times(cmp_next, "WC"))
+            cmp_next = cmp
         for pn, oc in occ_here.items():  # N_i x occupancy, linearised like N_i x crit
             nxt = mdl.var(f"occN{pn}{i}")
             _add(mdl, nxt >= n_times(oc, f"WO{pn}"))
