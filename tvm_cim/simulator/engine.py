@@ -195,6 +195,7 @@ class Chip:
     """
 
     together = True
+    grouped_reads = 0  # reads recorded together so far (on this chip)
 
     def __init__(self, hw: CIMHardware, options: Options | None = None):
         self.hw = hw
@@ -484,6 +485,7 @@ class Chip:
             if functional:
                 self._queue_read(o, env, stats)
         self._record_reads(body, ev)
+        self.grouped_reads += len(body)
         return True
 
     def _check_compute_mode(self, o: Op) -> None:
