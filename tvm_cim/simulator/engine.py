@@ -294,13 +294,15 @@ class Chip:
         self._pending_tiles: dict = {}  # id -> tile weights the queued reads captured (bounded: _FLUSH_BYTES)
         self._pending_tile_bytes = 0
         self._cross = self._cross_pass()
-        self._entries_memo: dict = {}  # id(op) -> _entries (the program is alive while it runs)
+        self._entries_memo: dict = {}  # (opcode, vxb or its shapes, block, group) -> _entries
         self._blocks: dict = {}  # vxb -> row-block start -> its crossbars (in binding order)
         self._vxb_shapes: dict = {}  # vxb -> its crossbars and tile shapes (_vxb_shape)
         self._read_tags: dict = {}  # (vxb, block) -> a read's resource and input key
         self._write_cost: dict = {}  # (xb, tile shape) -> (ns, pJ) of programming it, its key and resources
         self._read_memo: dict = {}  # aggregated cost of a read of one crossbar set
         self._xb_key_sets: dict = {}  # crossbar keys of a read -> the one tuple of them (_read_cost)
+        self._cores: dict = {}  # id(_entries list) -> the cores of its crossbars (a scatter's destination)
+        self._dmov_cost: dict = {}  # (scatter | fetch, bytes) -> (ns, pJ)
         self._shape_memo: dict = {}  # (rows, cols, vectors, groups) -> cost.read of this program's mapping
         self._done_full: set[str] = set()
         self._write_memo: dict = {}
@@ -376,18 +378,16 @@ class Chip:
         computed once (``_read_memo``).
         """
         shape_only = shape_only or not self.options.functional
-        mkey = (id(o), shape_only)
-        hit = self._entries_memo.get(mkey)
-        if hit is None:  # operations that activate the same crossbars share one list (every chunk's reads)
-            blk = o.get("block")
-            v = o.get("vxb")
-            if blk is None and shape_only:
-                v = self._vxb_shape(v)
-            key = (o.opcode, v, None if blk is None else blk.start, o.get("group"))
-            hit = self._entries_memo.get(key)
-            if hit is None:
-                hit = self._entries_memo[key] = self._entries_of(o)
-            self._entries_memo[mkey] = hit
+        a = o._index
+        blk = a.get("block")
+        v = a.get("vxb")
+        if blk is None and shape_only:
+            v = self._vxb_shape(v)
+        # operations that activate the same crossbars share one list (every chunk's reads)
+        key = (o.opcode, v, None if blk is None else blk.start, a.get("group"))
+        hit = self._entries_memo.get(key)
+        if hit is None:
+            hit = self._entries_memo[key] = self._entries_of(o)
         return hit
 
     def _vxb_shape(self, v) -> tuple:
@@ -1123,8 +1123,17 @@ class Chip:
         sub = o.get("op")
         src = o["src"].name
         if sub == "scatter":
-            cores = sorted({xb // hw.core.crossbars for xb, _, _, _ in self._entries(o, True)}) if "vxb" in dict(o.args) else [0]
-            dur, e = cost.scatter(hw, nbytes)
+            if "vxb" in o._index:
+                ents = self._entries(o, True)
+                cores = self._cores.get(id(ents))
+                if cores is None:
+                    cores = self._cores[id(ents)] = sorted({xb // hw.core.crossbars for xb, _, _, _ in ents})
+            else:
+                cores = [0]
+            hit = self._dmov_cost.get(("scatter", nbytes))
+            if hit is None:  # a pure function of the bytes
+                hit = self._dmov_cost[("scatter", nbytes)] = cost.scatter(hw, nbytes)
+            dur, e = hit
             res = tuple(f"link:{c}" for c in cores[:1])
             deps = self._deps(src, v, False)
             blk = o.get("block")
@@ -1159,7 +1168,10 @@ class Chip:
                 self._mark(f"xb:{x}", Range(0, 1), i, True)
             return
         if sub == "fetch":  # constant weights from off-chip memory into the global buffer
-            dur, e = cost.fetch(hw, nbytes)
+            hit = self._dmov_cost.get(("fetch", nbytes))
+            if hit is None:
+                hit = self._dmov_cost[("fetch", nbytes)] = cost.fetch(hw, nbytes)
+            dur, e = hit
             self._energy["offchip"] += e
             i = ev.add(dur, ("offchip",), [], e, False, "DMOV.fetch")
             self._mark(src, Range(0, self.M), i, True)
