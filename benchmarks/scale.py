@@ -5,7 +5,8 @@ resident memory is that of one model on one chip.  Per model x preset it
 prints compile and simulation time (wall and CPU: other processes share the
 cores, so wall time is noisy), the peak RSS, the time of the ``--timing-only``
 simulation and its ratio to the full one, and the size of the work (meta-
-operators executed, passes of layers larger than the chip).  Then: the
+operators executed, passes of layers larger than the chip), with the machine's
+load average before and after the point (CPU seconds rise with it).  Then: the
 bit-accurate ResNet-18 (``--bitwise``) per preset, and compile time against
 the number of layers (ResNet-18/34/50/101, ``cim-mlc``, calibration included)
 with the pass that dominates.  The goals of the issue are printed next to the
@@ -58,10 +59,13 @@ def _cli(verb: str, spec: str, hw: str, strategy: str | None, *flags: str) -> tu
 
 
 def run_point(spec: str, hw: str, strategy: str | None = None, *flags: str) -> dict:
-    """One ``python -m tvm_cim run`` in its own process; the report's figures."""
+    """One ``python -m tvm_cim run`` in its own process; the report's figures, and the machine's 1-minute load
+    average before and after it (other processes share the cores: CPU seconds rise with the load)."""
+    load0 = os.getloadavg()[0]
     rep, wall, err = _cli("run", spec, hw, strategy, *flags)
+    load = (load0, os.getloadavg()[0])
     if rep is None:
-        return {"error": err, "process_wall_s": wall}
+        return {"error": err, "process_wall_s": wall, "load_avg": load}
     regions = rep["regions"]
     phases = rep.get("compile_phases_s", {})
     return {
@@ -79,6 +83,7 @@ def run_point(spec: str, hw: str, strategy: str | None = None, *flags: str) -> d
         "max_passes": int(max((r["passes"] for r in regions), default=0)),
         "segments": rep["schedule"]["segments"],
         "phases": phases,
+        "load_avg": load,
     }
 
 
@@ -182,11 +187,16 @@ def main() -> int:
                 row["timing_only_ratio_cpu"] = row["simulate_cpu_s"] / t["simulate_cpu_s"]
             if "error" in t:
                 row["timing_only_error"] = t["error"]
+            row["timing_only_load_avg"] = t.get("load_avg")
         out["runs"].append(row)
+        if args.json:  # one point at a time: a killed run loses little
+            Path(args.json).write_text(json.dumps(out, indent=1))
     if not args.no_bitwise:
         for h in tqdm(presets, desc="ResNet-18 --bitwise"):
             r = run_point(f"zoo:resnet18?image_size={image}", h, None, "--bitwise")
             out["bitwise"].append({"hw": h, **r})
+            if args.json:
+                Path(args.json).write_text(json.dumps(out, indent=1))
     if args.quick and not args.no_compile:  # the compile phases of the run above
         out["compile_growth"] = [{**r} for r in out["runs"] if "error" not in r]
     elif not args.no_compile:
@@ -201,7 +211,7 @@ def main() -> int:
     print(f"\nCompile + simulation at {image}x{image} (python -m tvm_cim run; wall / CPU seconds; "
           f"goals: total < {GOAL_TOTAL_S} s, RSS < {GOAL_RSS_MB} MB, timing-only >= {GOAL_RATIO}x faster)")
     print(f"{'model':9s} {'preset':11s} {'compile':>13s} {'simulate':>15s} {'total':>7s} {'RSS MB':>7s} "
-          f"{'t-only':>13s} {'ratio':>6s} {'metaops':>9s} {'passes':>7s} {'us/op':>6s}  goals")
+          f"{'t-only':>13s} {'ratio':>6s} {'metaops':>9s} {'passes':>7s} {'us/op':>6s} {'load':>9s}  goals")
     for r in out["runs"]:
         if "error" in r:
             print(f"{r['model']:9s} {r['hw']:11s} ERROR {r['error']}")
@@ -216,7 +226,8 @@ def main() -> int:
         us_op = 1e6 * r["simulate_cpu_s"] / max(1, r["metaops"])
         print(f"{r['model']:9s} {r['hw']:11s} {r['compile_s']:6.1f}/{r['compile_cpu_s']:6.1f} "
               f"{r['simulate_s']:7.1f}/{r['simulate_cpu_s']:7.1f} {tot:7.1f} {r['peak_rss_mb']:7.0f} {t_only:>13s} "
-              f"{(f'{ratio:6.1f}' if ratio else '     -')} {r['metaops']:9d} {r['passes']:7d} {us_op:6.1f}  "
+              f"{(f'{ratio:6.1f}' if ratio else '     -')} {r['metaops']:9d} {r['passes']:7d} {us_op:6.1f} "
+              f"{r['load_avg'][0]:4.1f}-{r['load_avg'][1]:<4.1f}  "
               f"{'met' if all(ok) else 'NOT met'} (CPU total {tot_cpu:.1f} s)")
     ok_runs = [r for r in out["runs"] if "error" not in r and r["metaops"]]
     if len(ok_runs) > 1:  # how the simulation cost grows: CPU seconds per executed meta-operator

@@ -1,12 +1,17 @@
 """The resource timeline: dependencies respected, resources never double-booked."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 import tvm_cim
 from tvm_cim.common import zoo
 from tvm_cim.common.onnx_io import import_onnx
+from tvm_cim.program import Op, Parallel, Ref
 from tvm_cim.report import simulate_timing
+from tvm_cim.simulator.engine import Chip, timing_inputs
+from tvm_cim.simulator.engine import Options as SimOptions
 from tvm_cim.simulator.timeline import Events, _Resource, schedule_graph
 
 
@@ -238,3 +243,53 @@ def test_isolated_region_placed_from_its_schedule_alone(integer, pipeline):
     assert np.array_equal(fast.start, slow.start) and np.array_equal(fast.finish, slow.finish)
     assert fast.latency_ns == slow.latency_ns and fast.utilisation == slow.utilisation
     assert fast.region_span == slow.region_span and fast.peak_power_mw == slow.peak_power_mw
+
+
+def _timing_run(progs, hw, together):
+    """Timing-only runs of ``progs`` on a fresh chip, recording grouped reads or every operation alone."""
+    chip = Chip(hw, SimOptions(functional=False))
+    chip.together = together
+    stats = [chip.run(p, timing_inputs(p))[1] for p in progs]
+    return chip, stats
+
+
+def _same_recording(a, b):
+    for x, y in zip(a, b, strict=True):
+        ex, ey = x.events, y.events
+        for f in ("dur", "res", "energy", "analog", "kind", "inputs", "outputs"):
+            assert getattr(ex, f) == getattr(ey, f), (x.name, f)
+        assert [tuple(d) for d in ex.deps] == [tuple(d) for d in ey.deps], x.name
+        assert dict(x.energy_pj) == dict(y.energy_pj) and dict(x.metaop_counts) == dict(y.metaop_counts)
+        assert x.latency_ns == y.latency_ns and x.weight_writes == y.weight_writes
+
+
+def test_grouped_reads_record_and_schedule_what_each_operation_alone_does():
+    """The row-group reads of a parallel block recorded together (one dependency look-up, a shared stored list)
+    give the rows, energy and schedule of recording every operation alone, event by event; a block whose reads
+    differ in anything but their row group (another accumulator here) falls back to the per-operation path."""
+    mod = import_onnx(zoo.build_model("vgg16", image_size=32), "v16")[0]
+    hw = tvm_cim.load("jain21")
+    _, info = tvm_cim.offload(mod, hw, strategy="cim-mlc")
+    progs = [p for p in info.programs if int(p.attr("passes", 1)) > 8][:3]  # layers rewritten in many passes
+    assert progs
+    alone, a = _timing_run(progs, hw, False)
+    grouped, b = _timing_run(progs, hw, True)
+    assert alone.grouped_reads == 0 and grouped.grouped_reads > 0.9 * sum(
+        1 for p in progs for o in p.ops("run") if o.opcode.startswith("CIM.read"))
+    _same_recording(a, b)
+    names = [p.name for p in progs]
+    ta = schedule_graph([(n, s.events, 0) for n, s in zip(names, a)], {}, pipeline=True)
+    tb = schedule_graph([(n, s.events, 0) for n, s in zip(names, b)], {}, pipeline=True)
+    assert np.array_equal(ta.start, tb.start) and np.array_equal(ta.finish, tb.finish)
+
+    # one block's second read into another accumulator: not a block of row groups
+    p = progs[0]
+    k = next(i for i, s in enumerate(p.run) if isinstance(s, Parallel) and len(s.body) > 1)
+    body = list(p.run[k].body)
+    body[1] = Op(body[1].opcode, tuple((n, Ref("acc2") if n == "dst" else v) for n, v in body[1].args))
+    bad = dataclasses.replace(p, run=p.run[:k] + (Parallel(tuple(body)),) + p.run[k + 1:])
+    alone, a = _timing_run([bad], hw, False)
+    grouped, b = _timing_run([bad], hw, True)
+    n_reads = sum(1 for o in bad.ops("run") if o.opcode.startswith("CIM.read"))
+    assert grouped.grouped_reads == n_reads - len(body)  # every block but the altered one
+    _same_recording(a, b)

@@ -16,6 +16,7 @@ from . import report as R
 from . import runtime
 from .common.onnx_io import host_onnx_ops, import_onnx, load_onnx, model_inputs, without_weights
 from .common.report import compare, reference_outputs, run_vm
+from .common.runtime import gc_paused
 from .common.target import register_hardware
 from .compiler.transform import (
     accuracy_budget,
@@ -99,7 +100,8 @@ def evaluate(spec: str, hw, strategy: str, *, seed: int = 0, calib_samples: int 
     else:
         runtime.reset()
         runtime.set_options(exact_shortcut=_SHORTCUT[bitwise], nonideal=nonideal)
-        with runtime.collect() as stats, runtime.progress(len(info.programs)):
+        # one collector pause over all regions (each region's run pauses it too; its scan then runs once)
+        with runtime.collect() as stats, runtime.progress(len(info.programs)), gc_paused():
             outs = run_vm(ex, inputs, order)
     t3, c3 = time.perf_counter(), time.process_time()
     if not timing_only:

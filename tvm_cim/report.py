@@ -9,6 +9,7 @@ from tqdm import tqdm
 
 from .common.report import compare  # noqa: F401  (compare is part of this module's API)
 from .common.report import si as _si
+from .common.runtime import gc_paused
 from .compiler.mapping import precision
 from .compiler.transform import CompileInfo
 from .hardware import crossbar as xbar
@@ -55,10 +56,12 @@ def simulate_timing(info: CompileInfo, power_cap_mw: float | None = None, schedu
     """
     chip = Chip(info.hw, SimOptions(functional=False))
     stats = []
-    for p in tqdm(info.programs, desc="simulating regions (timing only)", unit="region", disable=None, leave=False):
-        # no values are computed: every input and constant is a zero-stride placeholder of its declared
-        # shape (nothing the size of the weights or of attention's score matrices is allocated)
-        stats.append(chip.run(p, timing_inputs(p))[1])
+    with gc_paused():  # one pause over all regions: the collector's scan runs once after them, not per region
+        for p in tqdm(info.programs, desc="simulating regions (timing only)", unit="region", disable=None,
+                      leave=False):
+            # no values are computed: every input and constant is a zero-stride placeholder of its declared
+            # shape (nothing the size of the weights or of attention's score matrices is allocated)
+            stats.append(chip.run(p, timing_inputs(p))[1])
     return stats, timeline(info, stats, power_cap_mw) if schedule else None
 
 

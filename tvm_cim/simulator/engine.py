@@ -48,7 +48,7 @@ from ..common.runtime import gc_paused
 from ..hardware import cost, loopnest
 from ..hardware import crossbar as X
 from ..hardware.schema import CIMHardware
-from ..program import OPS, Op, Parallel, Program, Range, Ref
+from ..program import OPS, Op, Parallel, Program, Range, Ref, walk
 from .localmem import LocalMemory, buffer_bytes
 from .loopnest import simulate as simulate_loopnest
 from .timeline import LONG_DEPS, Events, Prefix, schedule_graph
@@ -192,7 +192,14 @@ def heap_peak(hw: CIMHardware, prog: Program) -> int:
 
 
 class Chip:
-    """A simulated chip: crossbar contents plus the programs already set up."""
+    """A simulated chip: crossbar contents plus the programs already set up.
+
+    ``together`` (default True): the row-group reads of a parallel block are recorded together
+    (:meth:`_record_reads`); False records every operation on its own (tests compare the two).
+    """
+
+    together = True
+    grouped_reads = 0  # reads recorded together so far (on this chip)
 
     def __init__(self, hw: CIMHardware, options: Options | None = None):
         self.hw = hw
@@ -279,8 +286,7 @@ class Chip:
             self.xb_stored.clear()
             self.xb_kept.clear()
         self._stored_now = set()
-        self.vxbs = self._bindings(prog)
-        self._loopnest = any(o.opcode == "CIM.loopnest" for o in prog.ops("run"))
+        self.vxbs, self._loopnest, setup_xbs, written = self._structure(prog)
         self.M = int(prog.attr("M", 1)) * int(prog.attr("batch", 1))
         self._batch = int(prog.attr("batch", 1))
         self._pending: dict = {}  # (input, accumulator) -> queued reads, in program order
@@ -292,12 +298,15 @@ class Chip:
         self._pending_tiles: dict = {}  # id -> tile weights the queued reads captured (bounded: _FLUSH_BYTES)
         self._pending_tile_bytes = 0
         self._cross = self._cross_pass()
-        self._entries_memo: dict = {}  # id(op) -> _entries (the program is alive while it runs)
+        self._entries_memo: dict = {}  # (opcode, vxb or its shapes, block, group) -> _entries
         self._blocks: dict = {}  # vxb -> row-block start -> its crossbars (in binding order)
         self._vxb_shapes: dict = {}  # vxb -> its crossbars and tile shapes (_vxb_shape)
         self._read_tags: dict = {}  # (vxb, block) -> a read's resource and input key
-        self._write_cost: dict = {}  # tile shape -> (ns, pJ) of programming it
+        self._write_cost: dict = {}  # (xb, tile shape) -> (ns, pJ) of programming it, its key and resources
         self._read_memo: dict = {}  # aggregated cost of a read of one crossbar set
+        self._xb_key_sets: dict = {}  # crossbar keys of a read -> the one tuple of them (_read_cost)
+        self._cores: dict = {}  # id(_entries list) -> the cores of its crossbars (a scatter's destination)
+        self._dmov_cost: dict = {}  # (scatter | fetch, bytes) -> (ns, pJ)
         self._shape_memo: dict = {}  # (rows, cols, vectors, groups) -> cost.read of this program's mapping
         self._done_full: set[str] = set()
         self._write_memo: dict = {}
@@ -305,9 +314,7 @@ class Chip:
         self._identity = None
         cap = int(prog.attr("local_bytes", 0))
         self._lmem = None
-        if prog.name not in self._setup_done or any(
-            self.xb_owner.get(o["xb"]) != (prog.name,) for o in prog.ops("setup") if o.opcode == "CIM.write_xb"
-        ):
+        if prog.name not in self._setup_done or any(self.xb_owner.get(x) != (prog.name,) for x in setup_xbs):
             ev = Events()
             self._reset_board()
             self._energy = defaultdict(float)
@@ -341,7 +348,7 @@ class Chip:
             stats.energy_pj[k] += e
         stats.energy_pj["leakage"] += self._leak_mw * tl.latency_ns  # mW x ns = pJ
         xbs = {xb for ent in self.vxbs.values() for xb, _, _ in ent}
-        xbs |= {o["xb"] for o in prog.ops() if o.opcode == "CIM.write_xb"}
+        xbs |= written
         stats.crossbars = len(xbs)
         # the region's working set in the global buffer: quantised inputs, 8-bit stored output
         ins = [int(np.prod(d.shape)) for d in prog.decls if d.role == "input"]
@@ -354,13 +361,23 @@ class Chip:
 
     # ------------------------------------------------------------------ structure
     @staticmethod
-    def _bindings(prog: Program) -> dict[int, list]:
-        """Virtual crossbars: vxb id -> [(xb, rows Range, cols Range)] from ``CIM.bind_vxb``."""
-        out = {}
-        for o in prog.ops():
-            if o.opcode == "CIM.bind_vxb":
-                out[o["vxb"]] = list(zip(o["xbs"], o["rows"], o["cols"]))
-        return out
+    def _structure(prog: Program) -> tuple[dict[int, list], bool, list, set]:
+        """One walk over the program: its virtual crossbars (vxb id -> [(xb, rows Range, cols Range)] from
+        ``CIM.bind_vxb``), whether its run section has a ``CIM.loopnest``, the crossbars its setup section
+        writes (in order) and every crossbar it writes."""
+        out, setup_xbs, written, loop = {}, [], set(), False
+        for section, stmts in (("setup", prog.setup), ("run", prog.run)):
+            for o in walk(stmts):
+                opc = o.opcode
+                if opc == "CIM.bind_vxb":
+                    out[o["vxb"]] = list(zip(o["xbs"], o["rows"], o["cols"]))
+                elif opc == "CIM.write_xb":
+                    written.add(o["xb"])
+                    if section == "setup":
+                        setup_xbs.append(o["xb"])
+                elif opc == "CIM.loopnest" and section == "run":
+                    loop = True
+        return out, loop, setup_xbs, written
 
     def _entries(self, o: Op, shape_only: bool = False) -> list:
         """(xb, rows, cols, base row) of the crossbars a read activates (memoised per operation of the program).
@@ -371,18 +388,16 @@ class Chip:
         computed once (``_read_memo``).
         """
         shape_only = shape_only or not self.options.functional
-        mkey = (id(o), shape_only)
-        hit = self._entries_memo.get(mkey)
-        if hit is None:  # operations that activate the same crossbars share one list (every chunk's reads)
-            blk = o.get("block")
-            v = o.get("vxb")
-            if blk is None and shape_only:
-                v = self._vxb_shape(v)
-            key = (o.opcode, v, None if blk is None else blk.start, o.get("group"))
-            hit = self._entries_memo.get(key)
-            if hit is None:
-                hit = self._entries_memo[key] = self._entries_of(o)
-            self._entries_memo[mkey] = hit
+        a = o._index
+        blk = a.get("block")
+        v = a.get("vxb")
+        if blk is None and shape_only:
+            v = self._vxb_shape(v)
+        # operations that activate the same crossbars share one list (every chunk's reads)
+        key = (o.opcode, v, None if blk is None else blk.start, a.get("group"))
+        hit = self._entries_memo.get(key)
+        if hit is None:
+            hit = self._entries_memo[key] = self._entries_of(o)
         return hit
 
     def _vxb_shape(self, v) -> tuple:
@@ -420,29 +435,68 @@ class Chip:
 
     # ------------------------------------------------------------------ execution
     def _block(self, stmts, env, stats, ev: Events) -> None:
+        counts, functional, record = stats.metaop_counts, self.options.functional, self._RECORD
+        owner = (self.prog.name,)
         for s in stmts:
-            if isinstance(s, Parallel):
-                self._block(s.body, env, stats, ev)
+            if type(s) is Parallel:
+                if not self._reads_together(s.body, env, stats, ev):
+                    self._block(s.body, env, stats, ev)
                 continue
-            stats.metaop_counts[s.kind] += 1
-            if s.opcode == "CIM.bind_vxb":
+            opc, kind = s.opcode, s.kind
+            counts[kind] += 1
+            if opc == "CIM.bind_vxb":
                 continue
-            if s.kind not in OPS:
-                raise SimulationError(f"program '{self.prog.name}': unknown meta-operator {s.kind}")
-            if s.opcode == "CM.switch" or (s.opcode == "DMOV" and (s.get("level") == "xbmem"
-                                                                    or s.get("op") == "writeback")):
+            if kind not in OPS:
+                raise SimulationError(f"program '{self.prog.name}': unknown meta-operator {kind}")
+            if opc == "CM.switch" or (opc == "DMOV" and (s.get("level") == "xbmem" or s.get("op") == "writeback")):
                 self._dual_mode(s)
-            elif s.opcode.startswith("CIM.") and s.opcode not in ("CIM.bind_vxb", "CIM.loopnest"):
+            elif opc.startswith("CIM.") and opc != "CIM.loopnest":
                 self._check_compute_mode(s)
-            if not self.options.functional:
-                if s.opcode == "CIM.write_xb":
+            if not functional:
+                if opc == "CIM.write_xb":
                     stats.weight_writes += 1
-                    self.xb_owner[s["xb"]] = (self.prog.name,)
-            elif s.opcode.startswith("CIM.read"):
+                    self.xb_owner[s["xb"]] = owner
+            elif opc.startswith("CIM.read"):
                 self._queue_read(s, env, stats)
             else:
                 self._exec(s, env, stats)
-            self._record(s, env, ev)
+            if self._loopnest and opc != "CIM.loopnest":  # what _record does
+                continue
+            handler = record.get(opc)
+            if handler is None:
+                raise SimulationError(f"program '{self.prog.name}': no cost for meta-operator {kind}")
+            handler(self, s, ev)
+
+    def _reads_together(self, body, env, stats, ev: Events) -> bool:
+        """A parallel block of reads of one virtual crossbar (its row groups), one input slice and one
+        accumulator: executed as :meth:`_block` executes them, their rows recorded together
+        (:meth:`_record_reads`).  False (nothing done) for any other block."""
+        if not self.together or len(body) < 2 or self._loopnest or self._lmem is not None:
+            return False
+        o0 = body[0]
+        if type(o0) is not Op or not o0.opcode.startswith("CIM.read"):
+            return False
+        opc, a0 = o0.opcode, o0._index
+        key = (a0.get("vxb"), a0.get("src"), a0.get("dst"), a0.get("vecs"), a0.get("block"))
+        if not isinstance(key[1], Ref) or not isinstance(key[2], Ref) or key[1].name == key[2].name:
+            return False
+        for o in body:
+            if type(o) is not Op or o.opcode != opc:
+                return False
+            a = o._index
+            if (a.get("vxb"), a.get("src"), a.get("dst"), a.get("vecs"), a.get("block")) != key:
+                return False
+        counts, functional = stats.metaop_counts, self.options.functional
+        for o in body:  # what _block does per operation, in program order (checks, values)
+            counts[o.kind] += 1
+            if o.kind not in OPS:
+                raise SimulationError(f"program '{self.prog.name}': unknown meta-operator {o.kind}")
+            self._check_compute_mode(o)
+            if functional:
+                self._queue_read(o, env, stats)
+        self._record_reads(body, ev)
+        self.grouped_reads += len(body)
+        return True
 
     def _check_compute_mode(self, o: Op) -> None:
         """A crossbar read or write needs its arrays in compute mode (an in-place write, the tile's data)."""
@@ -945,29 +999,34 @@ class Chip:
         handler(self, o, ev)
 
     def _record_write(self, o: Op, ev: Events) -> None:
-        xb = o["xb"]
-        shape = (o["rows"].size, o["cols"].size, int(o.get("batch", 1)), bool(o.get("inplace")))
-        hit = self._write_cost.get(shape)
+        a = o._index
+        xb = a["xb"]
+        wkey = (xb, a["rows"].size, a["cols"].size, a.get("batch", 1), a.get("inplace"))
+        hit = self._write_cost.get(wkey)
         if hit is None:  # tiles of one shape cost the same (every pass rewrites the same shapes)
+            shape = (wkey[1], wkey[2], int(wkey[3]), bool(wkey[4]))
             dur, e = cost.write(self.phw, shape[0], shape[1], shape[2], self.wbits)
             if shape[3]:  # its data was charged when it was stored in memory mode
                 dur, e = 0.0, 0.0
-            hit = self._write_cost[shape] = (dur, e)
-        dur, e = hit
-        key = f"xb:{xb}"
-        table = self._ranges.get(o["src"].name)
+            key = f"xb:{xb}"
+            ports = self.hw.dual_mode.write_ports  # arrays programmed at once share the write ports
+            res = (key, f"wport:{xb % ports}") if ports else (key,)
+            hit = self._write_cost[wkey] = (dur, e, key, res)
+        dur, e, key, res = hit
+        src = a["src"].name
+        table = self._ranges.get(src)
         shared = None
         if table and len(table) == 1 and (0, self.M) in table:  # every weight fetch so far: a shared list
             shared = table[(0, self.M)]
             deps = self._write_deps_of(key)
         else:
             deps = self._deps(key, Range(0, 1), write=True)
-            deps += self._deps(o["src"].name, Range(0, self.M), write=False)
+            deps += self._deps(src, Range(0, self.M), write=False)
         self._energy["write"] += e
-        ports = self.hw.dual_mode.write_ports  # arrays programmed at once share the write ports
-        res = (key, f"wport:{xb % ports}") if ports else (key,)
         i = ev.add(dur, res, deps, e, False, "CIM.write_xb", shared)
-        self._mark(key, Range(0, 1), i, True)
+        self._xb_epoch += 1  # _mark(key, ..., write=True)
+        self._xb_write[key] = i
+        self._xb_readers[key] = []
 
     def _write_deps_of(self, key: str):
         """A crossbar write's dependencies: its last write, then the reads of it since (in that order).
@@ -1019,6 +1078,54 @@ class Chip:
             readers[k].append(i)
         self._mark(o["dst"].name, v, i, True)
 
+    def _record_reads(self, body, ev: Events) -> None:
+        """:meth:`_record_read` of reads of one virtual crossbar, input slice and accumulator (the row groups
+        of a parallel block), in order: the same rows, energy sums and scoreboard.  A read marks only its
+        accumulator and its crossbars' reader lists, which no other read of the block consults, so their
+        input dependencies are looked up once; reads of the same crossbars share one stored dependency list."""
+        o0 = body[0]
+        v = _vecs(o0, self.M)
+        vectors = v.size * self._batch
+        src = o0["src"].name
+        blk = o0.get("block")
+        tag_key = (o0["vxb"], src, None if blk is None else blk.start)
+        tags = self._read_tags.get(tag_key)
+        if tags is None:
+            tags = self._read_tags[tag_key] = self._read_tag(o0)
+        tag, src_key = tags
+        base = self._deps(src_key, v, False) + self._deps(src, v, False)
+        memo, wdeps, xb_write, epoch = self._read_memo, self._write_deps, self._xb_write, self._xb_epoch
+        acc_e, readers = self._energy, self._xb_readers
+        stored = {}  # id(crossbar keys) -> the stored dependency list of reads of those crossbars
+        idx = []
+        run_keys, run = None, []  # consecutive reads of the same crossbars: reader lists extended once
+        for o in body:
+            ents = self._entries(o, True)
+            agg_key = (id(ents), vectors, o.opcode)
+            agg = memo.get(agg_key)
+            if agg is None:
+                agg = memo[agg_key] = self._read_cost(o, ents, vectors)
+            dur, energy, total, xb_keys = agg
+            d = stored.get(id(xb_keys))
+            if d is None:
+                wd = wdeps.get(id(xb_keys))
+                if wd is None or wd[0] != epoch:
+                    wd = wdeps[id(xb_keys)] = (epoch, [xb_write[k] for k in xb_keys if k in xb_write])
+                d = stored[id(xb_keys)] = ev.stored(base + wd[1])
+            for k2, val in energy.items():
+                acc_e[k2] += val
+            i = ev.add_stored(dur, tag, d, total, True, o.opcode)
+            idx.append(i)
+            if xb_keys is not run_keys:
+                if run:
+                    for k in run_keys:
+                        readers[k].extend(run)
+                run_keys, run = xb_keys, []
+            run.append(i)
+        for k in run_keys:
+            readers[k].extend(run)
+        self._ranges[o0["dst"].name].setdefault((v.start, v.stop), []).extend(idx)
+
     def _read_cost(self, o: Op, ents: list, vectors: int) -> tuple:
         """Duration, energy by component, total energy and crossbar keys of a read."""
         row = o.opcode == "CIM.read_row"
@@ -1041,7 +1148,8 @@ class Chip:
                 for k2, val in e.items():
                     energy[k2] += val
             hit = self._shape_memo[sig] = (max(durs, default=0.0), dict(energy), float(sum(energy.values())))
-        return (*hit, tuple(f"xb:{xb}" for xb, _, _, _ in ents))
+        keys = tuple(f"xb:{xb}" for xb, _, _, _ in ents)
+        return (*hit, self._xb_key_sets.setdefault(keys, keys))  # one tuple per crossbar set (cached by id)
 
     def _read_tag(self, o: Op) -> tuple[tuple, str]:
         """The resources a read occupies (one tuple shared by its reads) and the key of the input slice it reads (the scatter that sent it)."""
@@ -1058,8 +1166,17 @@ class Chip:
         sub = o.get("op")
         src = o["src"].name
         if sub == "scatter":
-            cores = sorted({xb // hw.core.crossbars for xb, _, _, _ in self._entries(o, True)}) if "vxb" in dict(o.args) else [0]
-            dur, e = cost.scatter(hw, nbytes)
+            if "vxb" in o._index:
+                ents = self._entries(o, True)
+                cores = self._cores.get(id(ents))
+                if cores is None:
+                    cores = self._cores[id(ents)] = sorted({xb // hw.core.crossbars for xb, _, _, _ in ents})
+            else:
+                cores = [0]
+            hit = self._dmov_cost.get(("scatter", nbytes))
+            if hit is None:  # a pure function of the bytes
+                hit = self._dmov_cost[("scatter", nbytes)] = cost.scatter(hw, nbytes)
+            dur, e = hit
             res = tuple(f"link:{c}" for c in cores[:1])
             deps = self._deps(src, v, False)
             blk = o.get("block")
@@ -1097,7 +1214,10 @@ class Chip:
                 self._mark(f"xb:{x}", Range(0, 1), i, True)
             return
         if sub == "fetch":  # constant weights from off-chip memory into the global buffer
-            dur, e = cost.fetch(hw, nbytes)
+            hit = self._dmov_cost.get(("fetch", nbytes))
+            if hit is None:
+                hit = self._dmov_cost[("fetch", nbytes)] = cost.fetch(hw, nbytes)
+            dur, e = hit
             self._energy["offchip"] += e
             i = ev.add(dur, ("offchip",), [], e, False, "DMOV.fetch")
             self._mark(src, Range(0, self.M), i, True)

@@ -31,6 +31,7 @@ from ..common.runtime import gc_paused
 
 LONG_DEPS = 16  # dependency lists longer than this are stored as compact int64 arrays
 _BLOCK = 32  # busy intervals of a resource are kept in blocks of _BLOCK to 2 * _BLOCK
+_NONE = float("-inf")  # the latest finish of no dependencies
 _GAP_MARGIN = 1e-3  # ns: a block is skipped only if its largest gap is this much shorter than needed
 
 
@@ -92,6 +93,30 @@ class Events:
         else:
             d = array("q", deps)
         self.deps.append(d if shared is None else Prefix(shared, len(shared), d))
+        self.energy.append(float(energy))
+        self.analog.append(bool(analog))
+        self.kind.append(kind)
+        return len(self.dur) - 1
+
+    def stored(self, deps):
+        """The stored form of a dependency list (what :meth:`add` keeps): a tuple (the previous short one
+        when equal), an int64 array when longer than ``LONG_DEPS``; a :class:`Prefix` as it is."""
+        if type(deps) is Prefix:
+            return deps
+        if len(deps) <= LONG_DEPS:
+            d = tuple(deps)
+            if d == self._last:
+                d = self._last
+            self._last = d
+            return d
+        return array("q", deps)
+
+    def add_stored(self, dur: float, res: tuple, deps, energy: float, analog: bool, kind: str) -> int:
+        """Append an operation whose dependencies are already in stored form (:meth:`stored`; several rows
+        may share one) and whose resources are a tuple."""
+        self.dur.append(float(dur))
+        self.res.append(res)
+        self.deps.append(deps)
         self.energy.append(float(energy))
         self.analog.append(bool(analog))
         self.kind.append(kind)
@@ -427,25 +452,34 @@ def _place(ev: Events, st: list, fin: list, floor: float, ext_ready: dict, res: 
     ready = ext_ready.get  # an input load's time is never below the floor (it starts from it)
     fin_at = fin.__getitem__
     run_max: dict = {}  # id(shared list) -> running maxima of its members' finish times
+    prev_deps, prev_t = None, 0.0  # rows sharing one stored dependency list (reads of a parallel block)
     for i in range(n_ev):
         t = ready(i, floor)
         deps = ev_deps[i]
-        while type(deps) is Prefix:  # (its rest may be a Prefix too)
-            rm = run_max.setdefault(id(deps.members), [])
-            while len(rm) < deps.count:
-                f = fin[deps.members[len(rm)]]
-                rm.append(f if not rm or f > rm[-1] else rm[-1])
-            if deps.count and rm[deps.count - 1] > t:
-                t = rm[deps.count - 1]
-            deps = deps.rest
-        if len(deps) > LONG_DEPS:
-            f = max(map(fin_at, deps))
-            if f > t:
-                t = f
+        if deps is prev_deps:  # the same operations, already finished: the same latest finish
+            if prev_t > t:
+                t = prev_t
         else:
-            for d in deps:
-                if fin[d] > t:
-                    t = fin[d]
+            prev_deps, td, t = deps, t, _NONE
+            while type(deps) is Prefix:  # (its rest may be a Prefix too)
+                rm = run_max.setdefault(id(deps.members), [])
+                while len(rm) < deps.count:
+                    f = fin[deps.members[len(rm)]]
+                    rm.append(f if not rm or f > rm[-1] else rm[-1])
+                if deps.count and rm[deps.count - 1] > t:
+                    t = rm[deps.count - 1]
+                deps = deps.rest
+            if len(deps) > LONG_DEPS:
+                f = max(map(fin_at, deps))
+                if f > t:
+                    t = f
+            else:
+                for d in deps:
+                    if fin[d] > t:
+                        t = fin[d]
+            prev_t = t  # the dependencies' latest finish (-inf: none)
+            if td > t:
+                t = td
         dur = ev_dur[i]
         if dur > 0:
             names = ev_res[i]
