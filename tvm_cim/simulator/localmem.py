@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 from ..common.runtime import gc_paused
 from ..program import Op, Range
-from .timeline import Timeline, _Power, _Resource, _summary
+from .timeline import Timeline, _book_one, _Power, _Resource, _summary
 
 
 @dataclass
@@ -457,26 +457,6 @@ def _release(w: list, readers: list, blocked: dict, queue: list) -> None:
     if q:
         for x in q:
             heapq.heappush(queue, x)
-
-
-def _book_one(t: float, d: float, names: tuple, res: dict, power, analog: bool, energy: float) -> float:
-    """Earliest start >= t at which every resource is free for ``d`` (and the power cap allows it); booked."""
-    capped = power is not None and analog
-    rl = [res[r] for r in names]
-    while True:
-        t2 = t
-        for r in rl:
-            t2 = r.earliest(t2, d)
-        if capped:
-            t2 = power.earliest(t2, d, energy / d)
-        if t2 == t:
-            break
-        t = t2
-    for r in rl:
-        r.reserve(t, d)
-    if capped:
-        power.add(t, d, energy / d)
-    return t
 
 
 def _check_bounds(held: list, st: list, fin: list, capacity: int) -> None:

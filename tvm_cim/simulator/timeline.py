@@ -490,21 +490,28 @@ def _place(ev: Events, st: list, fin: list, floor: float, ext_ready: dict, res: 
                 r.reserve(t, dur)
                 st[i], fin[i] = t, t + dur
                 continue
-            rs = [res[r] for r in names]
-            while True:  # earliest time every resource is free (and, capped, the power allows it)
-                t2 = t
-                for r in rs:
-                    t2 = r.earliest(t2, dur)
-                if capped:
-                    t2 = power.earliest(t2, dur, ev.energy[i] / dur)
-                if t2 == t:
-                    break
-                t = t2
-            for r in rs:
-                r.reserve(t, dur)
-            if capped:
-                power.add(t, dur, ev.energy[i] / dur)
+            t = _book_one(t, dur, names, res, power, ev.analog[i], ev.energy[i])
         st[i], fin[i] = t, t + dur
+
+
+def _book_one(t: float, d: float, names: tuple, res: dict, power, analog: bool, energy: float) -> float:
+    """Earliest start >= t at which every resource is free for ``d`` (and the power cap allows it); booked."""
+    capped = power is not None and analog
+    rl = [res[r] for r in names]
+    while True:
+        t2 = t
+        for r in rl:
+            t2 = r.earliest(t2, d)
+        if capped:
+            t2 = power.earliest(t2, d, energy / d)
+        if t2 == t:
+            break
+        t = t2
+    for r in rl:
+        r.reserve(t, d)
+    if capped:
+        power.add(t, d, energy / d)
+    return t
 
 
 def _summary(regions, res, starts, finishes, analog, energy, durs, span, busy) -> Timeline:
