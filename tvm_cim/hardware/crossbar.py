@@ -431,8 +431,12 @@ def _bit_serial_lsbs(x: np.ndarray, cg: np.ndarray, hw: CIMHardware, input_bits:
         for lsb, out in zip(lsbs, outs):
             if not np.ndim(lsb) and lsb == 1:
                 part = np.minimum(analog, top, out=analog if len(lsbs) == 1 else None)
-            else:
-                part = np.floor(analog / lsb + 0.5)
+            else:  # floor(analog / lsb + 0.5) in the dtype that expression has, without its temporaries
+                dt = np.result_type(analog, lsb)
+                part = np.divide(analog, lsb, dtype=dt,
+                                 out=analog if len(lsbs) == 1 and dt == analog.dtype else None)
+                part += 0.5
+                np.floor(part, out=part)
                 np.minimum(part, top, out=part)
                 part *= lsb
             conv = part.sum(axis=2, dtype=np.float64).reshape(t_n, bt, steps, v1 - v0, k)
