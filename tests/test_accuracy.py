@@ -194,6 +194,33 @@ def test_simulator_follows_the_programs_encodings():
     assert results[("twos", "offset")][1] < results[(None, None)][1]
 
 
+@pytest.mark.parametrize("encoding", ["differential", "offset", "twos"])
+def test_several_adc_settings_at_once_match_the_reference(encoding):
+    """``mvm_lsbs`` (the analogue sums computed once, converted under each ADC setting) gives every setting's
+    per-bitline reference: the fixed rule, one unit, programmed LSBs per array and per bitline."""
+    rng = np.random.default_rng(3)
+    hw = tvm_cim.load("prime")
+    hw = R(hw, crossbar=R(hw.crossbar, weight_encoding=encoding, adc_range="column")).driving(16)
+    x = rng.integers(0, 256, size=(2, 1, 4, 40))
+    x[0, 0, 0] = 255  # dense inputs saturate
+    w = rng.integers(-127, 128, size=(2, 1, 40, 6))
+    cells = crossbar.encode(w, hw, 8)
+    per = 1 << rng.integers(0, 4, size=(2,) + cells.shape[-3:])
+    lsbs = [None, 1, 4, 2, per]
+    got = crossbar.mvm_lsbs(x, cells, hw, 8, 8, lsbs)
+    assert len(got) == len(lsbs)
+    for lsb, g in zip(lsbs, got):
+        for t in range(2):
+            if lsb is None:
+                ref_lsb = crossbar.adc_lsb(hw, 40)
+            elif np.ndim(lsb):
+                ref_lsb = (lambda t: lambda s, p, j: int(per[t, s, p, j]))(t)
+            else:
+                ref_lsb = lsb
+            np.testing.assert_array_equal(g[t, 0], reference_mvm(x[t, 0], w[t, 0], hw, 8, 8, 16, ref_lsb))
+    assert not np.array_equal(got[2][0, 0], x[0, 0] @ w[0, 0])  # the ADC alters these conversions
+
+
 def test_programmed_lsb_is_the_smallest_power_of_two_covering_the_peak():
     hw = tvm_cim.load("prime")  # 8-bit ADC: 255 levels
     assert crossbar.programmed_lsb(0, hw) == 1 and crossbar.programmed_lsb(255, hw) == 1

@@ -54,7 +54,6 @@ import zlib
 from dataclasses import dataclass, field
 
 import numpy as np
-from threadpoolctl import threadpool_limits
 
 from ..common.layout import dequantize, im2col, quantize_codes
 from ..hardware import crossbar as X
@@ -319,23 +318,38 @@ class LayerProbe:
 
     def error(self, m: Mapping) -> float:
         """``1 - cosine`` of the layer's output read with mapping ``m`` against its exact int8 output."""
-        xhw = self.view(m)
-        lsb = m.lsb if m.adc == "array" else None
-        if m.adc == "column":
-            s_n = xhw.weight_slices(self.wbits)
-            lsb = m.lsb_cols[:, self.cols].reshape(s_n, -1, len(self.cols))[None]
-        if X.exact(xhw, lsb, min(self.w.shape[1], self.hw.crossbar.rows)):
-            return 0.0
-        acc = np.zeros((len(self.xq), len(self.cols)))
-        for b in np.unique(self.which):
+        return self.errors([m])[0]
+
+    def errors(self, ms: list[Mapping]) -> list[float]:
+        """:meth:`error` of mappings ``ms`` that differ only in their ADC setting (the same rows per step
+        and encodings): the crossbars' analogue sums are computed once for all of them."""
+        if len({(m.rows_per_step, m.weight_encoding, m.input_encoding) for m in ms}) > 1:
+            raise ValueError("errors(): the mappings must share rows per step and encodings")
+        xhw = self.view(ms[0])
+        out: list[float] = [0.0] * len(ms)
+        todo, lsbs = [], []
+        for i, m in enumerate(ms):
+            lsb = m.lsb if m.adc == "array" else None
+            if m.adc == "column":
+                s_n = xhw.weight_slices(self.wbits)
+                lsb = m.lsb_cols[:, self.cols].reshape(s_n, -1, len(self.cols))[None]
+            if not X.exact(xhw, lsb, min(self.w.shape[1], self.hw.crossbar.rows)):
+                todo.append(i)
+                lsbs.append(lsb)
+        accs = [np.zeros((len(self.xq), len(self.cols))) for _ in todo]
+        for b in np.unique(self.which) if todo else ():
             xs, cells, sel = self._tiles(int(b), self.cols, xhw, sampled=True)
-            t_lsb = np.broadcast_to(lsb, (len(xs),) + cells.shape[-3:]) if np.ndim(lsb) else lsb
+            t_lsbs = [np.broadcast_to(lsb, (len(xs),) + cells.shape[-3:]) if np.ndim(lsb) else lsb for lsb in lsbs]
             if self.r.x_signed:
-                res = X.mvm_signed(xs, cells, xhw, self.wbits, self.ibits, exact_shortcut=True, lsb=t_lsb)
+                res = [X.mvm_signed(xs, cells, xhw, self.wbits, self.ibits, exact_shortcut=True, lsb=t_lsb)
+                       for t_lsb in t_lsbs]
             else:
-                res = X.mvm(xs, cells, xhw, self.wbits, self.ibits, exact_shortcut=True, lsb=t_lsb)
-            acc[sel] += res.sum(axis=0)[0]
-        return cosine_error(self._output(acc, self.cols), self.exact)
+                res = X.mvm_lsbs(xs, cells, xhw, self.wbits, self.ibits, t_lsbs)
+            for acc, r in zip(accs, res):
+                acc[sel] += r.sum(axis=0)[0]
+        for i, acc in zip(todo, accs):
+            out[i] = cosine_error(self._output(acc, self.cols), self.exact)
+        return out
 
 
 def cosine_error(a: np.ndarray, b: np.ndarray) -> float:
@@ -417,7 +431,7 @@ class Front:
                                                                if lsb > 1 else [])
             if hw.crossbar.adc_range == "column":
                 opts.append(Mapping(adc="column", lsb_cols=np.asarray(X.programmed_lsb(peak, hw)), **same))
-        found = [Candidate(m, ns, self.probe.error(m)) for m in opts]
+        found = [Candidate(m, ns, e) for m, e in zip(opts, self.probe.errors(opts))]
         self.tried += len(found)
         best = min(found, key=lambda c: c.error)
         if not self.items or best.error < self.items[-1].error:
@@ -499,7 +513,7 @@ def map_layers(regions: list[Region], obs: Observation, hw: CIMHardware, wbits: 
     """
     # The measurement is many small matrix products: BLAS threads only add synchronisation, and on a
     # busy machine spinning threads slow it several times over (same numbers: the sums are exact integers).
-    with threadpool_limits(limits=1, user_api="blas"):
+    with X.one_blas_thread():
         return _map_layers(regions, obs, hw, wbits, ibits, max_error, int8_error)
 
 

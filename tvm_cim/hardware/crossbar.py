@@ -398,6 +398,12 @@ def _bit_serial(x: np.ndarray, cg: np.ndarray, hw: CIMHardware, input_bits: int,
     one value or ``(T, 1, 1, 1, K)``.  Returns float64 ``(T, Bt, V, K)``
     (integers).
     """
+    return _bit_serial_lsbs(x, cg, hw, input_bits, [lsb])[0]
+
+
+def _bit_serial_lsbs(x: np.ndarray, cg: np.ndarray, hw: CIMHardware, input_bits: int, lsbs: list) -> list:
+    """:func:`_bit_serial` for several ADC settings ``lsbs`` of the same bitlines: the analogue sums are
+    computed once and converted with each setting (the same values as one call per setting)."""
     xb = hw.crossbar
     t_n, bt, v, r = x.shape
     k = cg.shape[-1]
@@ -413,25 +419,29 @@ def _bit_serial(x: np.ndarray, cg: np.ndarray, hw: CIMHardware, input_bits: int,
     shifts = (d * np.arange(steps, dtype=np.int32))[:, None, None]  # (B, 1, 1)
     step_w = 2.0 ** (d * np.arange(steps, dtype=np.float64))
     mask = (1 << d) - 1
-    scalar = not np.ndim(lsb)
     top = float(2**xb.adc_bits - 1)
-    out = np.empty((t_n, bt, v, k), dtype=np.float64)
+    outs = [np.empty((t_n, bt, v, k), dtype=np.float64) for _ in lsbs]
     per_vec = t_n * bt * g_n * steps * (k + ra) * 8
     chunk = max(1, _CHUNK_BYTES // max(1, per_vec))
     for v0 in range(0, v, chunk):
         v1 = min(v, v0 + chunk)
         xv = xi[:, :, v0:v1].reshape(t_n, bt, v1 - v0, g_n, ra).transpose(0, 1, 3, 2, 4)  # (T, Bt, G, V, ra)
         xs = ((xv[:, :, :, None] >> shifts) & mask).astype(np.float32)  # (T, Bt, G, B, V, ra)
-        part = np.matmul(xs.reshape(t_n, bt, g_n, steps * (v1 - v0), ra), cg)  # one conversion per element
-        if scalar and lsb == 1:
-            np.minimum(part, top, out=part)
-        else:
-            part = np.floor(part / lsb + 0.5)
-            np.minimum(part, top, out=part)
-            part *= lsb
-        conv = part.sum(axis=2, dtype=np.float64).reshape(t_n, bt, steps, v1 - v0, k)
-        out[:, :, v0:v1] = np.einsum("tbsvk,s->tbvk", conv, step_w)
-    return out
+        analog = np.matmul(xs.reshape(t_n, bt, g_n, steps * (v1 - v0), ra), cg)  # one conversion per element
+        for lsb, out in zip(lsbs, outs):
+            if not np.ndim(lsb) and lsb == 1:
+                part = np.minimum(analog, top, out=analog if len(lsbs) == 1 else None)
+            else:  # floor(analog / lsb + 0.5) in the dtype that expression has, without its temporaries
+                dt = np.result_type(analog, lsb)
+                part = np.divide(analog, lsb, dtype=dt,
+                                 out=analog if len(lsbs) == 1 and dt == analog.dtype else None)
+                part += 0.5
+                np.floor(part, out=part)
+                np.minimum(part, top, out=part)
+                part *= lsb
+            conv = part.sum(axis=2, dtype=np.float64).reshape(t_n, bt, steps, v1 - v0, k)
+            out[:, :, v0:v1] = np.einsum("tbsvk,s->tbvk", conv, step_w)
+    return outs
 
 
 def mvm(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, weight_bits: int, input_bits: int,
@@ -524,6 +534,37 @@ def mvm(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, weight_bits: int, inp
     if xb.weight_encoding == "offset":
         out -= float(2 ** (weight_bits - 1)) * x.astype(np.float64).sum(axis=-1, keepdims=True)
     return np.rint(out).astype(np.int64)
+
+
+def mvm_lsbs(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, weight_bits: int, input_bits: int,
+             lsbs: list) -> list[np.ndarray]:
+    """:func:`mvm` (``exact_shortcut=True``) of the same inputs and cells under several ADC settings.
+
+    Returns ``[mvm(x, cells, hw, weight_bits, input_bits, lsb=l) for l in lsbs]``, identical values:
+    the settings with one LSB above one (where :func:`mvm` proves no bitline and converts every one
+    bit-serially) share one analogue product; the others go through :func:`mvm`.
+    """
+    t_n, bt, v, r = x.shape
+    s_n, p_n, n = cells.shape[-3:]
+    out: list = [None] * len(lsbs)
+    shared = []
+    for i, lsb in enumerate(lsbs):
+        one = adc_lsb(hw, r) if lsb is None else lsb
+        if np.ndim(one) or one == 1 or t_n * s_n * p_n * n == 0:
+            out[i] = mvm(x, cells, hw, weight_bits, input_bits, True, lsb=lsb)
+        else:
+            shared.append((i, one))
+    if shared:
+        sp = s_n * p_n
+        sw = _slice_weights(hw, weight_bits).reshape(sp)
+        accs = _bit_serial_lsbs(x, cells.reshape(t_n, bt, r, sp * n), hw, input_bits, [one for _, one in shared])
+        for (i, _), acc in zip(shared, accs):
+            res = np.zeros((t_n, bt, v, n), dtype=np.float64)
+            res += np.einsum("tbvsn,s->tbvn", acc.reshape(t_n, bt, v, sp, n), sw)
+            if hw.crossbar.weight_encoding == "offset":
+                res -= float(2 ** (weight_bits - 1)) * x.astype(np.float64).sum(axis=-1, keepdims=True)
+            out[i] = np.rint(res).astype(np.int64)
+    return out
 
 
 def _mvm_nonideal(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, weight_bits: int, input_bits: int,
