@@ -225,6 +225,21 @@ def test_the_analytic_edp_floor_is_below_every_enumerated_mapping(hier, shape, s
         assert 0 < fl[what] <= key(best) * (1 + 1e-9)
 
 
+def test_the_edp_floor_counts_only_the_inputs_a_strided_layer_reads(hier):
+    """ResNet-18 layer2.0.downsample.0 (1x1, stride 2): a mapping whose input tiles follow the output rows moves
+    fewer input bits than the strided input's bounding box; the floor stays below that mapping's model cost."""
+    layer = LN.Layer.conv("ds", 1, 128, 64, 28, 28, 1, 1, stride=(2, 2))
+    sp = (("cores", (("K", 4), ("Q", 2))), ("rows", (("C", 32),)), ("cols", (("K", 16),)))
+    loops = (("P", 7), ("Q", 2), ("Q", 7), ("P", 2), ("P", 2), ("C", 2), ("K", 2))
+    cuts = (("W", "gbuf", 0), ("W", "macro", 0), ("O", "gbuf", 3), ("I", "gbuf", 6), ("I", "ibuf", 6))
+    m = LN.Mapping(sp, loops, cuts, frozenset({("I", "gbuf")}))
+    assert not LN.check(layer, hier, m)
+    moved = sum(t.count * t.bits for t in LN.transfers(layer, hier, m) if (t.operand, t.level) == ("I", "gbuf"))
+    assert 28 * 28 * 64 * 8 <= moved < layer.elems("I", layer.bounds) * 8  # read pixels <= moved < bounding box
+    c, fl = LN.evaluate(layer, hier, m), DF.edp_floor(layer, hier, sp)
+    assert fl["cycles"] <= c.cycles and fl["energy_pj"] <= c.energy_pj and fl["edp"] <= c.edp
+
+
 def test_weight_stationary_loads_every_weight_once(hier):
     layer = LN.Layer.conv("ws", 1, 64, 64, 8, 8, 3, 3)
     res = DF.optimise(layer, hier, "ws", node_limit=20, spatial_top=1, starts=1, max_orders=100)

@@ -117,6 +117,13 @@ def edp_floor(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple) -> dict:
     steps = layer.macs / par
     active = math.prod(m.spatial_of(hier.axes[0].name).values())
     bits = {o: layer.elems(o, layer.bounds) * hier.bits[o] for o in "IWO"}
+    # inputs: only the elements some window reads (a stride larger than the window skips the others, and a
+    # mapping whose input tiles follow the output rows moves only those; the bounding box overcounts them)
+    b = layer.bounds
+    rows, cols = ({p * s + r * d for p in range(b[pd]) for r in range(b[rd])}
+                  for pd, rd, s, d in (("P", "R", layer.stride[0], layer.dilation[0]),
+                                       ("Q", "S", layer.stride[1], layer.dilation[1])))
+    bits["I"] = min(bits["I"], b["N"] * b["G"] * b["C"] * len(rows) * len(cols) * hier.bits["I"])
     top = hier.levels[0]
     nxt = [lv for lv in hier.levels[1:] if not lv.bypass and set("IWO") <= lv.operands]
     cycles = max(steps * hier.mvm_cycles, sum(bits.values()) / top.bandwidth_bits)
