@@ -84,25 +84,24 @@ def _fmt_tuple(v: tuple) -> str:
     for x in v:  # only tuples of ints and ranges are remembered: (1, True) and (1.0,) equal (1, 1) and (1,)
         if x.__class__ is not int and x.__class__ is not Range:
             return _fmt(v)
-    t = _TUPLES.get(v)
-    if t is None:
-        t = _fmt(v)
-        if len(_TUPLES) > 65536:
-            _TUPLES.clear()
-        _TUPLES[v] = t
-    return t
+    return _remembered(_TUPLES, v)
 
 
 _STRS: dict = {}  # string value -> its quoted text (opcodes' sub-operations, levels, tensor layouts repeat)
 
 
 def _fmt_str(v: str) -> str:
-    t = _STRS.get(v)
+    return _remembered(_STRS, v)
+
+
+def _remembered(cache: dict, v) -> str:
+    """``_fmt(v)``, remembered in ``cache`` (emptied when it passes 65,536 values)."""
+    t = cache.get(v)
     if t is None:
         t = _fmt(v)
-        if len(_STRS) > 65536:
-            _STRS.clear()
-        _STRS[v] = t
+        if len(cache) > 65536:
+            cache.clear()
+        cache[v] = t
     return t
 
 
