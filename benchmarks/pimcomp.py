@@ -51,6 +51,7 @@ from tvm_cim.common import zoo  # noqa: E402
 from tvm_cim.common.onnx_io import import_onnx  # noqa: E402
 from tvm_cim.compiler import strategies  # noqa: E402
 from tvm_cim.compiler.transform import last_compile_phases, offload  # noqa: E402
+from tvm_cim.hardware import cost  # noqa: E402
 from tvm_cim.report import build_report, simulate_timing  # noqa: E402
 
 R = dataclasses.replace
@@ -111,6 +112,10 @@ def run_point(mod, hw, strategy: str, batch: int, ga_time: float | None) -> tupl
            "crossbar_fraction": rep["utilisation"]["crossbar_fraction"],
            "segments": rep["schedule"]["segments"], "compile_s": t1 - t0, "compile_cpu_s": c1 - c0, "simulate_s": t2 - t1,
            "phases_s": {k: v["wall_s"] for k, v in phases.items()}}
+    # the energy of one input by term (static power x latency in "leakage") and the chip's static power, so the
+    # HT energy per input (static power x makespan / batch) splits the same way: --energy-terms
+    row["energy_terms_pj"] = dict(rep["energy_breakdown_pj"])
+    row["leakage_terms_mw"] = cost.leakage_terms_mw(hw)
     if rep.get("local_memory"):
         row["local_memory"] = {k: v for k, v in rep["local_memory"].items() if k != "per_region"}
     ga = {}
@@ -159,6 +164,8 @@ def main(argv=None) -> int:
                     help="also pimcomp-ht with im2col unfolding, pimcomp-ll without the heap and sending each result")
     ap.add_argument("--only", nargs="+", default=None,
                     help="run only these strategies now (e.g. the baselines first; --resume adds the rest later)")
+    ap.add_argument("--energy-terms", action="store_true",
+                    help="print (and save) every point's energy by term: dynamic terms, static power x time")
     ap.add_argument("--json", help="write every figure here")
     ap.add_argument("--plots", help="directory for plots")
     args = ap.parse_args(argv)
@@ -236,6 +243,15 @@ def main(argv=None) -> int:
         ht[base] = {"throughput_geomean": geomean(th), "energy_geomean": geomean(en), "per_point": th}
         print(f"  vs {LABEL[base]:11s} throughput x{geomean(th):7.2f} (min {min(th):.2f}, max {max(th):.2f})   "
               f"energy x{geomean(en):6.2f}")
+    # SongC runs one sample at a time, layer by layer (paper sec. II): no input overlaps another, so its
+    # throughput is 1 / latency and its energy per input that of one input.  Our none at --batch N lets inputs
+    # overlap wherever its crossbars are free (a sample pipeline, which SongC does not have).
+    th = [p["strategies"]["pimcomp-ht"]["throughput_per_s"] * p["strategies"]["none"]["latency_ns"] / 1e9
+          for p in pts]
+    en = [p["strategies"]["none"]["energy_pj"] / p["strategies"]["pimcomp-ht"]["energy_per_input_pj"] for p in pts]
+    ht["none-sequential"] = {"throughput_geomean": geomean(th), "energy_geomean": geomean(en), "per_point": th}
+    print(f"  vs {'none, inputs in sequence (SongC: one sample at a time)':11s}\n     {'':11s} throughput "
+          f"x{geomean(th):7.2f} (min {min(th):.2f}, max {max(th):.2f})   energy x{geomean(en):6.2f}")
     print(f"  paper: x{PAPER['ht_vs_songc']} over SongC, x{PAPER['ht_vs_polyhedral']} over Polyhedral")
     print("\n[2] Low latency (one input): pimcomp-ll latency and energy gain over each baseline")
     ll = {}
@@ -275,10 +291,64 @@ def main(argv=None) -> int:
     if comp:
         print(f"  pimcomp-ht / pimcomp-ll mean {sum(comp) / len(comp):.1f} CPU s over {len(comp)} compilations")
     res["summary"] = {"ht": ht, "ll": ll}
+    if args.energy_terms:
+        res["energy_terms"] = energy_terms(order, bases)
     if args.plots:
         res["plots"] = plots(res, Path(args.plots))
     save(res, args.json)
     return 0
+
+
+# the paper's energy ratios with its time ratios, if both strategies spend the same dynamic energy (as the paper
+# says of HT: "the computational workload ... remains constant"): (T_b x + 1) / (x + 1) = E_b with x the PIMCOMP
+# run's static energy over its dynamic energy, T_b and E_b the time and energy ratios over baseline b
+PAPER_X = {"pimcomp-ht vs SongC": (PAPER["ht_vs_songc"], 9.0), "pimcomp-ll vs SongC": (PAPER["ll_vs_songc"], 5.6),
+           "pimcomp-ll vs PUMA": (PAPER["ll_vs_puma"], 2.0), "pimcomp-ll vs Polyhedral": (PAPER["ll_vs_polyhedral"], 2.3)}
+DYNAMIC = ("crossbar", "adc", "dac", "alu", "noc+buffer")  # the main dynamic terms; the rest are summed as "other"
+
+
+def energy_terms(order, bases) -> dict:
+    """Print every point's energy per input by term; return them (the JSON's ``energy_terms``).
+
+    One input for the low-latency run and the baselines' single input; per input of the batch for HT (the
+    dynamic energy of one input plus static power x makespan / batch, as the report's energy per input).
+    ``x``: static over dynamic energy, what decides how far a shorter run saves energy.
+    """
+    print("\n[7] Energy per input by term (uJ): dynamic terms, static power x time ('static'); x = static / dynamic")
+    for name, (t, e) in PAPER_X.items():
+        print(f"  paper, {name}: time x{t}, energy x{e} -> x = {(e - 1) / (t - e):.3f} for PIMCOMP's run "
+              "(same dynamic energy assumed)")
+    out = {}
+    for key, p in order:
+        rows = {}
+        for s in bases + ["pimcomp-ht", "pimcomp-ll"]:
+            r = p["strategies"].get(s)
+            if not r or "energy_terms_pj" not in r:
+                continue
+            terms = {k: v for k, v in r["energy_terms_pj"].items() if k != "leakage"}
+            dyn = sum(terms.values())
+            for mode, ns in (("one input", r["latency_ns"]),
+                             ("per input of the batch", r["makespan_ns"] / r["batch"])):
+                if mode != "one input" and (s == "pimcomp-ll" or r["batch"] == 1):
+                    continue
+                static = sum(r["leakage_terms_mw"].values()) * ns
+                row = {"time_ns": ns, **{k: terms.get(k, 0.0) for k in DYNAMIC},
+                       "other": dyn - sum(terms.get(k, 0.0) for k in DYNAMIC), "dynamic": dyn,
+                       "static": static, "static_crossbars": r["leakage_terms_mw"]["crossbars"] * ns,
+                       "total": dyn + static, "x": static / dyn if dyn else 0.0}
+                rows[f"{s} ({mode})"] = row
+        if not rows:
+            continue
+        out[key] = rows
+        leak = next(iter(p["strategies"].values())).get("leakage_terms_mw", {})
+        print(f"  {key}: static power " + ", ".join(f"{k} {v:.1f}" for k, v in leak.items()) + " mW")
+        print(f"    {'strategy':38s} {'time us':>10s} " + " ".join(f"{k:>10s}" for k in DYNAMIC)
+              + f" {'other':>8s} {'dynamic':>10s} {'static':>10s} {'total':>10s} {'x':>7s}")
+        for s, row in rows.items():
+            print(f"    {s:38s} {row['time_ns'] / 1e3:10.1f} " + " ".join(f"{row[k] / 1e6:10.1f}" for k in DYNAMIC)
+                  + f" {row['other'] / 1e6:8.1f} {row['dynamic'] / 1e6:10.1f} {row['static'] / 1e6:10.1f} "
+                  f"{row['total'] / 1e6:10.1f} {row['x']:7.3f}")
+    return out
 
 
 def plots(res: dict, out: Path) -> list[str]:

@@ -115,7 +115,7 @@ def test_scale_quick(tmp_path):
 
 def test_pimcomp_quick(tmp_path):
     res, out = bench("pimcomp.py", "--quick", "--models", "vgg8", "--batch", "2", "--ga-time", "1", "--plots", tmp_path,
-                     "--saturation", "2", "3", tmp=tmp_path)
+                     "--saturation", "2", "3", "--energy-terms", tmp=tmp_path)
     pt = res["points"]["vgg8@pimcomp-a"]
     ga = {"pimcomp-ht", "pimcomp-ll", "pimcomp-ht/ga-alone", "pimcomp-ll/ga-alone"}
     assert set(pt["strategies"]) == {"none", "puma", "greedy", "cim-mlc"} | ga
@@ -123,6 +123,15 @@ def test_pimcomp_quick(tmp_path):
     assert set(res["saturation"]["strategies"]["pimcomp-ht"]) == {"2", "3"}
     assert all(r["throughput_per_s"] > 0 and r["latency_ns"] > 0 for r in pt["strategies"].values())
     assert all(p.endswith(".png") for p in res["plots"])
+    # energy by term: the report's one-input terms; static power x time over the run (the batch's share for HT)
+    terms = res["energy_terms"]["vgg8@pimcomp-a"]
+    for s in ("none", "pimcomp-ll"):
+        r, t = pt["strategies"][s], terms[f"{s} (one input)"]
+        assert t["dynamic"] + t["static"] == pytest.approx(r["energy_pj"], rel=1e-9)
+    assert terms["none (one input)"]["static"] > terms["pimcomp-ll (one input)"]["static"]  # the longer run
+    ht = terms["pimcomp-ht (per input of the batch)"]
+    assert ht["total"] == pytest.approx(pt["strategies"]["pimcomp-ht"]["energy_per_input_pj"], rel=1e-9)
+    assert "none-sequential" in res["summary"]["ht"] and "[7] Energy per input by term" in out
 
 
 def test_cim_multilevel_critical_path(tmp_path):

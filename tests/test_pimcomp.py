@@ -19,6 +19,7 @@ from tvm_cim.compiler.estimate import Estimator
 from tvm_cim.compiler.mapping import tile_matrix
 from tvm_cim.compiler.region import CONV2D, Region
 from tvm_cim.compiler.strategies import replication as RP
+from tvm_cim.hardware import cost
 from tvm_cim.hardware import crossbar as X
 from tvm_cim.report import batch_summary, build_report, simulate_timing
 
@@ -718,3 +719,35 @@ def test_unseeded_ga_reaches_the_dp_on_stepped_curves(seed):
                       progress=False, report=p.cycle_ns)
     assert RP.legal(p, best)
     assert out.fitness <= dp.fitness * (1 + 1e-9)
+
+
+# --------------------------------------------------------------------------- static power (sec. VIII-B)
+@pytest.mark.parametrize("preset, per_chip", [("pimcomp-a", (168, 96, 42)), ("pimcomp-c", (4, 8, 1))])
+def test_static_power_counts_every_crossbar_used_or_idle(preset, per_chip):
+    """PIMCOMP's energy savings come from leakage over a shorter run: every crossbar's periphery (ADCs, DACs,
+    the rest), every core and every router draw static power for the whole run, used or idle.  A tiny network
+    uses a few crossbars; its report's leakage is still the whole accelerator's, summed here unit by unit from
+    the file's numbers (PUMA's leakage figures)."""
+    import tomllib
+
+    raw = tomllib.loads((pathlib.Path(tvm_cim.__file__).parents[1] / "targets" / f"{preset}.toml").read_text())
+    xb, core, chip = raw["crossbar"], raw["core"], raw["chip"]
+    chips = raw.get("system", {}).get("chips", 1)
+    cores, xbs, routers = per_chip
+    assert (chip["cores"], core["crossbars"]) == (cores, xbs)
+    assert chip["leakage_mw"] == pytest.approx(routers * 0.41)  # puma-simulator's 4-port router
+    one_xb = xb["adcs"] * 0.2 + xb["rows"] * 0.000390625 + xb["leakage_mw"]  # 8-bit ADC, 1-bit DAC (PUMA)
+    expect_mw = chips * (cores * xbs * one_xb + cores * (core["local_buffer"]["leakage_mw"] + core["alu"]["leakage_mw"])
+                         + chip["leakage_mw"] + chip["global_buffer"]["leakage_mw"] + chip["alu"]["leakage_mw"])
+    assert chips * cores * xbs * one_xb > 0.9 * expect_mw  # the crossbars' periphery dominates
+    mod = import_onnx(zoo.build_model("vgg8", image_size=8), "v8")[0]
+    hw = tvm_cim.load(preset)
+    _, info = tvm_cim.offload(mod, hw, strategy="none")
+    stats, _ = simulate_timing(info)
+    rep = build_report(info, stats, preset)
+    assert 0 < rep["utilisation"]["crossbars_used"] < chips * cores * xbs / 2  # most crossbars idle
+    assert rep["energy_breakdown_pj"]["leakage"] == pytest.approx(expect_mw * rep["latency_ns"], rel=1e-12)
+    # the keys are the model's: without them the crossbars draw nothing
+    bare = R(hw, crossbar=R(hw.crossbar, adc_leakage_mw=0.0, dac_leakage_mw=0.0, leakage_mw=0.0))
+    assert cost.leakage_terms_mw(bare)["crossbars"] == 0.0
+    assert cost.leakage_mw(hw) - cost.leakage_mw(bare) == pytest.approx(chips * cores * xbs * one_xb)

@@ -190,14 +190,36 @@ def fetch(hw: CIMHardware, nbytes):
 
 
 # --------------------------------------------------------------------------- static power
+def leakage_terms_mw(hw: CIMHardware) -> dict[str, float]:
+    """Static power of the whole accelerator, every chip, by part (mW; times ns gives pJ).
+
+    Static power is drawn over the whole run, by every unit whether it works
+    or idles (PUMA's and pimsim-nn's model, PIMCOMP's profiler: leakage power
+    times running time).
+
+    Returns
+    -------
+    dict
+        ``crossbars``: every crossbar's ADCs, DACs and the rest of its
+        periphery (``crossbar.adc_leakage_mw x adcs + dac_leakage_mw x rows +
+        leakage_mw``); ``cores``: every core's local buffer and ALU; ``chip``:
+        each chip's global buffer, ALU and everything else (``chip.leakage_mw``).
+    """
+    xb = hw.crossbar
+    per_xb = xb.adcs * xb.adc_leakage_mw + xb.rows * xb.dac_leakage_mw + xb.leakage_mw
+    n = hw.system.chips
+    return {
+        "crossbars": n * hw.chip.cores * hw.core.crossbars * per_xb,
+        "cores": n * hw.chip.cores * (hw.core.local_buffer.leakage_mw + hw.core.alu.leakage_mw),
+        "chip": n * (hw.chip.leakage_mw + hw.chip.global_buffer.leakage_mw + hw.chip.alu.leakage_mw),
+    }
+
+
 def leakage_mw(hw: CIMHardware) -> float:
-    """Static power of the whole accelerator, every chip (mW; times ns gives pJ)."""
-    return hw.system.chips * (
-        hw.chip.leakage_mw
-        + hw.chip.global_buffer.leakage_mw
-        + hw.chip.alu.leakage_mw
-        + hw.chip.cores * (hw.core.local_buffer.leakage_mw + hw.core.alu.leakage_mw)
-    )
+    """Static power of the whole accelerator, every chip (mW; times ns gives pJ): the sum of
+    :func:`leakage_terms_mw`."""
+    t = leakage_terms_mw(hw)
+    return t["chip"] + t["cores"] + t["crossbars"]
 
 
 # --------------------------------------------------------------------------- dual-mode arrays (CMSwitch)

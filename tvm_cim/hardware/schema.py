@@ -106,6 +106,13 @@ class Crossbar:
     adc_latency_ns: NonNegFloat = key(1.0, doc="one conversion", unit="ns")
     adc_energy_pj: NonNegFloat = key(0.0, doc="one conversion", unit="pJ")
     dac_energy_pj: NonNegFloat = key(0.0, doc="driving one row for one input slice", unit="pJ")
+    adc_leakage_mw: NonNegFloat = key(
+        0.0, doc="static power of one ADC (times adcs), whether or not it converts", unit="mW")
+    dac_leakage_mw: NonNegFloat = key(
+        0.0, doc="static power of one row's DAC (times rows), whether or not it drives", unit="mW")
+    leakage_mw: NonNegFloat = key(
+        0.0, doc="static power of the rest of one crossbar's periphery (sample-and-hold, shift-and-add, input and "
+        "output registers; the cells themselves when volatile), whether or not it computes", unit="mW")
     weight_bits: PositiveInt = key(8, doc="weight precision the chip supports")
     weight_storage_bits: Count = key(
         0,
