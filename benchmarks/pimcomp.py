@@ -6,7 +6,13 @@
    replication, sample pipeline) and ``cim-mlc``: inferences per second in
    the steady state of a batch (the simulator's timeline of ``--batch``
    inputs, :mod:`tvm_cim.simulator.batch`) and energy per input (paper:
-   149.5x over SongC, 3.3x over Polyhedral).
+   149.5x over SongC, 3.3x over Polyhedral).  SongC deploys one sample at a
+   time (paper sec. II); ``none`` at ``--batch`` lets a later input start a
+   layer whose crossbars the earlier input has left, a sample pipeline
+   bounded by its slowest layer, so the table also gives ``none`` one input
+   at a time (throughput 1 / latency, energy of one input: exact, as the
+   inputs share nothing).  Both keep their weights resident: SongC's
+   weight movement (storage-computation-disentangled) is not modelled.
 2. Low latency (Fig. 12-13): ``pimcomp-ll`` against the same, latency and
    energy of one input (paper: 21.8x / 9.8x / 5.4x over SongC / PUMA /
    Polyhedral).
