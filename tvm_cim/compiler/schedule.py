@@ -82,6 +82,9 @@ class RegionPlan:
         PIMCOMP's AG layout: per replica, the core of each of its AG units
         (:func:`~tvm_cim.compiler.strategies.replication.unit_cores`); ``Place``
         puts the crossbars there.  None: replicas packed.
+    compute_xbs : tuple of tuple of int
+        CMSwitch's spread layout (:func:`~tvm_cim.compiler.strategies.modes.compute_layout`): per replica,
+        the crossbar of every tile; empty: replicas packed from the segment's first crossbar.
     """
 
     replicas: int = 1
@@ -100,6 +103,7 @@ class RegionPlan:
     pass_xbs: int = 0
     inplace_xbs: tuple = ()
     ag_cores: list | None = None
+    compute_xbs: tuple = ()
 
 
 @dataclass
@@ -463,7 +467,8 @@ def allocate_segments(regions: list[Region], segment_of: list[int], resident: bo
 
 def make_plan(r: Region, est: Estimator, replicas: int, tile_rows: int, segment_idx: int, resident: bool,
               cores: int | None = None, latency: bool = True, mem_in: int = 0, mem_out: int = 0,
-              switch_ns: float = 0.0, mem_wb: int = 0, pass_xbs: int = 0, inplace_xbs: tuple = ()) -> RegionPlan:
+              switch_ns: float = 0.0, mem_wb: int = 0, pass_xbs: int = 0, inplace_xbs: tuple = (),
+              compute_xbs: tuple = ()) -> RegionPlan:
     """The plan of a region from its decisions, with the estimate's latency (if ``latency``) and write time."""
     tiles = est.tiles(r, tile_rows)
     passes = passes_of(tiles, pass_xbs or est.hw.total_crossbars)
@@ -476,7 +481,7 @@ def make_plan(r: Region, est: Estimator, replicas: int, tile_rows: int, segment_
         write_ns=(0.0 if (resident and r.kind != DMATMUL) or (inplace_xbs and r.kind == DMATMUL)
                   else est.write_ns(r, tile_rows) * passes),
         resident=resident, passes=passes, mem_in=mem_in, mem_out=mem_out, switch_ns=switch_ns, mem_wb=mem_wb,
-        pass_xbs=pass_xbs, inplace_xbs=tuple(inplace_xbs),
+        pass_xbs=pass_xbs, inplace_xbs=tuple(inplace_xbs), compute_xbs=tuple(tuple(x) for x in compute_xbs),
     )
 
 

@@ -75,6 +75,10 @@ REFINE_PASSES = 1  # sweeps of the cut refinement over every boundary (:func:`re
 # re-allocates its neighbours with their carries; MobileNetV2 at 224, 20 segments: estimate -0.6% for 4.5x
 # CIM-MLC's compile CPU instead of 2.8x; ResNet-18, 10 segments: -2.4% for about +0.6 s)
 REFINE_MAX_SEGMENTS = 12
+# spread layout (:func:`place`, :func:`compute_layout`): memory-mode arrays spread over the cores and every copy
+# on the core whose link and ALU are least loaded, instead of memory arrays at the top and copies packed from 0
+# (which leaves the links of the cores holding memory arrays idle while the others saturate)
+SPREAD = True
 
 
 @dataclass
@@ -107,6 +111,10 @@ class SegmentModes:
         segment reads from their memory-mode arrays (not written back).
     held : dict
         Physical arrays of the data carried in: producer index (in the network) -> arrays.
+    tiles : list of int
+        Spread layout (:data:`SPREAD`, :func:`spreads`): per operator, the tiles of one copy; empty: packed.
+    core_load : list of float
+        Spread layout: per operator, the time (ns) its copies keep the cores' links and ALUs busy in all.
     """
 
     first: int
@@ -119,6 +127,8 @@ class SegmentModes:
     carry_in: dict = field(default_factory=dict)
     carry_out: set = field(default_factory=set)
     held: dict = field(default_factory=dict)
+    tiles: list = field(default_factory=list)
+    core_load: list = field(default_factory=list)
 
     @property
     def reserved(self) -> int:
@@ -126,8 +136,9 @@ class SegmentModes:
         return sum(len(x) for x in self.held.values())
 
     def floor(self, top: int) -> int:
-        """Arrays from the switchable top down to the lowest one holding carried-in data."""
-        return top - min(min(x) for x in self.held.values()) if self.held else 0
+        """Arrays from the switchable top down to the lowest one holding carried-in data (0 in the spread
+        layout: its compute arrays take any free array)."""
+        return top - min(min(x) for x in self.held.values()) if self.held and not self.tiles else 0
 
 
 def _consumers(names: list[str], producers: dict[str, list[str]]) -> dict[str, list[str]]:
@@ -196,6 +207,7 @@ def _base_terms(r: Region, est: Estimator) -> dict:
             # a core's link and ALU serve every copy on it: d copies of t tiles span d * t / per_core cores
             core_ns=(max(float(np.sum(scatter)), float(np.sum(post))) * max(1.0, hw.core.crossbars / tiles)
                      if CORE_SHARED and hw.chip.computing_mode != "core" else 0.0),
+            core_load=max(float(np.sum(scatter)), float(np.sum(post))),
             max_replicas=duplication.max_replicas(r, n_arr, tiles) if tiles <= n_arr else 1,
             in_ns_mem=float(np.sum(cost.memory_access(hw, ch.load_bytes, 1, False)[0])) if dual else 0.0,
             out_ns_mem=float(np.sum(cost.memory_access(hw, out_bytes, 1, True)[0])) if dual else 0.0,
@@ -259,7 +271,8 @@ _NS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Estimator -> seg
 def _copy(sm: SegmentModes) -> SegmentModes:
     """A copy whose containers the callers may change (the allocation itself is replaced, never changed)."""
     return SegmentModes(sm.first, sm.last, sm.alloc, list(sm.producer), list(sm.live), sm.pass_xbs,
-                        dict(sm.inplace), dict(sm.carry_in), set(sm.carry_out), {k: tuple(v) for k, v in sm.held.items()})
+                        dict(sm.inplace), dict(sm.carry_in), set(sm.carry_out), {k: tuple(v) for k, v in sm.held.items()},
+                        list(sm.tiles), list(sm.core_load))
 
 
 def _content(regions: list[Region], sm: SegmentModes, resident: bool) -> tuple:
@@ -348,8 +361,19 @@ def allocate_segment_once(regions: list[Region], first: int, last: int, est: Est
     top = hw.dual_mode.switchable_arrays
     sm = SegmentModes(first, last, None, prod, live, carry_in=dict(carry_in), carry_out=set(carry_out),
                       held=dict(held))
+    if spreads(hw, regions[first:last + 1]):
+        sm.tiles = [t.tiles for t in terms]
+        sm.core_load = [_base_terms(r, est)["core_load"] for r in regions[first:last + 1]]
     sm.alloc = mip.allocate(terms, n, top, time_limit, seed, reserved=sm.reserved, floor=sm.floor(top))
     return sm
+
+
+def spreads(hw: CIMHardware, seg: list[Region]) -> bool:
+    """Whether a pipelined segment takes the spread layout (:data:`SPREAD`): every array switchable (memory
+    arrays anywhere), crossbar-level computing (a copy's link is its lowest core's), no ``dmatmul`` (keys in
+    place sit below the memory arrays)."""
+    return (SPREAD and hw.dual_mode.switchable_arrays >= hw.total_crossbars and hw.chip.computing_mode != "core"
+            and not any(r.kind == DMATMUL for r in seg))
 
 
 def serial_choices(hw: CIMHardware, terms: list[mip.OpTerms]) -> list[tuple[list[int], int]]:
@@ -469,11 +493,12 @@ def segment_plans(regions: list[Region], sm: SegmentModes, est: Estimator, seg_i
     for ci, g in sm.carry_in.items():  # loaded from the arrays the previous segment left it in (no store now)
         eff[seg[ci].name] = (float(len(sm.held[g])), eff[seg[ci].name][1])
     live = sm.live or [False] * len(seg)
+    spread = compute_layout(est.hw, sm) if sm.tiles and not sm.pass_xbs else [()] * len(seg)
     for i, r in enumerate(seg):
         out[r.name] = make_plan(r, est, 1 if i in sm.inplace else sm.alloc.replicas[i], rows, seg_idx, resident,
                                 latency=latency, mem_in=eff[r.name][0], mem_out=eff[r.name][1],
                                 switch_ns=switch if i == 0 else 0.0, mem_wb=sm.alloc.memory[i] if live[i] else 0,
-                                pass_xbs=sm.pass_xbs, inplace_xbs=xbs_of.get(i, ()))
+                                pass_xbs=sm.pass_xbs, inplace_xbs=xbs_of.get(i, ()), compute_xbs=spread[i])
     return out
 
 
@@ -592,6 +617,16 @@ def place(hw: CIMHardware, sm: SegmentModes) -> tuple[list[tuple], set, dict]:
     top = hw.dual_mode.switchable_arrays
     taken = {x for xs in sm.held.values() for x in xs}
     free = [x for x in range(top - 1, -1, -1) if x not in taken]
+    if sm.tiles and not sm.pass_xbs:  # spread: the k-th memory array on the core with the most free arrays
+        per = hw.core.crossbars
+        by_core: dict[int, list[int]] = {}
+        for x in free:
+            by_core.setdefault(x // per, []).append(x)  # highest first
+        order = []
+        for _ in range(min(sum(sm.alloc.memory), len(free))):
+            c = max(by_core, key=lambda c_: (len(by_core[c_]), c_))
+            order.append(by_core[c].pop(0))
+        free = order
     arrays: list[tuple] = [()] * len(sm.alloc.memory)
     k = 0
     for i in sorted(sm.carry_out) + [i for i in range(len(sm.alloc.memory)) if i not in sm.carry_out]:
@@ -604,6 +639,53 @@ def place(hw: CIMHardware, sm: SegmentModes) -> tuple[list[tuple], set, dict]:
         inplace[qi] = tuple(range(lo - t, lo))
         lo -= t
     return arrays, mine, inplace
+
+
+def compute_layout(hw: CIMHardware, sm: SegmentModes) -> list[tuple]:
+    """The spread layout's compute arrays (:data:`SPREAD`): per operator, per copy, the crossbar of every tile.
+
+    The arrays :func:`place` leaves free (neither held nor in memory mode)
+    take the copies, heaviest first (per copy, ``core_load`` split among the
+    copies): each goes to the core whose link and ALU carry the least so far
+    among those with room for all its tiles (its lowest free arrays), or,
+    when no core has room, starts on the least loaded core with any and
+    continues on the next ones.  A copy's scatters use the link of its lowest
+    core, as on the simulator.  Deterministic.
+    """
+    per = hw.core.crossbars
+    mine = place(hw, sm)[1]
+    free: dict[int, list[int]] = {}
+    for x in range(hw.total_crossbars):
+        if x not in mine:
+            free.setdefault(x // per, []).append(x)
+    load = {c: 0.0 for c in free}
+    reps = sm.alloc.replicas
+    copies = sorted(((-sm.core_load[i] / reps[i], i, q) for i in range(len(reps)) for q in range(reps[i])))
+    out: list[list] = [[None] * d for d in reps]
+    for w, i, q in copies:
+        t = sm.tiles[i]
+        room = [c for c in free if len(free[c]) >= t]
+        if room:
+            c = min(room, key=lambda c_: (load[c_], c_))
+            xs, free[c] = free[c][:t], free[c][t:]
+        else:
+            cores = sorted((c_ for c_ in free if free[c_]), key=lambda c_: (load[c_], c_))
+            if not cores:
+                raise ValueError(f"the spread layout has no free array for a copy of {t} tiles")
+            ring = sorted(free)
+            at = ring.index(cores[0])
+            xs = []
+            for c_ in ring[at:] + ring[:at]:
+                k = min(t - len(xs), len(free[c_]))
+                xs, free[c_] = xs + free[c_][:k], free[c_][k:]
+                if len(xs) == t:
+                    break
+            if len(xs) < t:
+                raise ValueError(f"the spread layout has {len(xs)} free arrays for a copy of {t} tiles")
+            c = min(xs) // per
+        load[c] -= w
+        out[i][q] = tuple(xs)
+    return [tuple(x) for x in out]
 
 
 def memory_layout(hw: CIMHardware, segs: list[SegmentModes]) -> list[dict]:
