@@ -280,7 +280,7 @@ def _content(regions: list[Region], sm: SegmentModes, resident: bool) -> tuple:
     a = sm.alloc
     return (tuple(r.name for r in regions[sm.first:sm.last + 1]), resident, tuple(a.replicas), tuple(a.memory),
             sm.pass_xbs, tuple(sm.live), tuple(sorted(sm.inplace.items())), tuple(sorted(sm.carry_in.items())),
-            tuple(sorted((k, tuple(v)) for k, v in sm.held.items())))
+            tuple(sorted((k, tuple(v)) for k, v in sm.held.items())), bool(sm.tiles))
 
 
 _HANDED: list = []  # the Segment pass's estimator with what it was built for, until the mode allocation takes it
@@ -361,10 +361,19 @@ def allocate_segment_once(regions: list[Region], first: int, last: int, est: Est
     top = hw.dual_mode.switchable_arrays
     sm = SegmentModes(first, last, None, prod, live, carry_in=dict(carry_in), carry_out=set(carry_out),
                       held=dict(held))
-    if spreads(hw, regions[first:last + 1]):
+    spread = spreads(hw, regions[first:last + 1])
+    if spread:
         sm.tiles = [t.tiles for t in terms]
         sm.core_load = [_base_terms(r, est)["core_load"] for r in regions[first:last + 1]]
     sm.alloc = mip.allocate(terms, n, top, time_limit, seed, reserved=sm.reserved, floor=sm.floor(top))
+    if spread and make_plan is not None:  # the spread layout where the shared estimate finds it faster
+        packed = _copy(sm)
+        packed.tiles, packed.core_load = [], []
+        # packed, the compute arrays are 0 .. compute_arrays - 1: none may be held or in memory mode
+        fits = not any(x < sm.alloc.compute_arrays for x in place(hw, packed)[1])
+        if fits and segment_ns(regions, packed, est, producers, make_plan) <= segment_ns(regions, sm, est, producers,
+                                                                                          make_plan):
+            return packed
     return sm
 
 
@@ -580,8 +589,7 @@ def segment_dp(regions: list[Region], est: Estimator, producers: dict[str, list[
         sm = modes(i, j)
         if sm.alloc.status == "passes" and math.isfinite(sm.alloc.latency_ns):  # serial_allocation costed it
             return sm.alloc.latency_ns
-        plans = segment_plans(regions, sm, est, 0, False, make_plan)
-        return est.graph_ns(regions[i:j + 1], plans, True, producers)[0]
+        return segment_ns(regions, sm, est, producers, make_plan)
 
     def inter(prev, seg):
         before = modes(*prev).alloc.memory_arrays if prev is not None else 0
