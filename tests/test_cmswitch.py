@@ -201,6 +201,26 @@ def test_allocation_mip_equals_enumeration(seed):
 
 
 @pytest.mark.parametrize("seed", range(20))
+def test_allocation_mip_equals_enumeration_on_spread_cores(seed):
+    """The spread layout's MIP: every operator's core work over ``cores`` cores together (and over its own
+    copies alone) equals enumeration; the cores' total is a bound the allocation meets (hand-computed)."""
+    from tvm_cim.compiler.solvers import arrays
+
+    rng = np.random.default_rng(300 + seed)
+    ops = [R(o, core_ns=float(rng.uniform(0, 300))) for o in _random_ops(rng, int(rng.integers(1, 4)))]
+    cores = int(rng.integers(1, 4))
+    n = int(rng.integers(sum(o.tiles for o in ops), 12))
+    s = int(rng.integers(0, n + 1))
+    best, _, _ = arrays.enumerate_best(ops, n, s, cores=cores)
+    got = arrays.allocate(ops, n, s, time_limit=5.0, cores=cores)
+    assert got.status == "Optimal"
+    assert arrays.feasible(ops, got.replicas, got.memory, n, s)
+    assert got.latency_ns == pytest.approx(best, rel=1e-6)
+    assert got.latency_ns >= sum(o.core_ns for o in ops) / cores - 1e-9
+    assert got.latency_ns >= max(o.core_ns / d for o, d in zip(ops, got.replicas)) - 1e-9
+
+
+@pytest.mark.parametrize("seed", range(20))
 def test_allocation_mip_equals_enumeration_with_data_carried_across_segments(seed):
     """Data a previous segment left in memory-mode arrays (reserved arrays, compute below the lowest of them,
     a consumer loading through them) and an output the next segment reads (kept): the MIP equals enumeration."""

@@ -154,7 +154,8 @@ def segment(regions: list[Region], hw: CIMHardware, opts: Options, est: Estimato
         if opts.modes == "dual" and not fits and 1 < len(segs_dp) <= modes.REFINE_MAX_SEGMENTS:  # with carries
 
             def cost(so):
-                segs = allocate_segments(regions, so, fits, est, producers or {}, per_copy=False)[0]
+                segs = allocate_segments(regions, so, fits, est, producers or {}, per_copy=False,
+                                         packed=modes.DP_PACKED)[0]
                 return sum(modes.segment_ns(regions, sm, est, producers or {}, make_plan, fits) for sm in segs) + sum(
                     modes.switch_ns(hw, *modes.switch_counts(a.alloc.memory_arrays, b.alloc.memory_arrays))
                     for a, b in zip(segs, segs[1:]))
@@ -409,11 +410,12 @@ _ALL_COMPUTE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Estimat
 
 def allocate_segments(regions: list[Region], segment_of: list[int], resident: bool, est: Estimator,
                       producers: dict[str, list[str]], time_limit: float = modes.TIME_LIMIT_S,
-                      seed: int = 0, per_copy: bool = True) -> tuple[list, list]:
+                      seed: int = 0, per_copy: bool = True, packed: bool = False) -> tuple[list, list]:
     """Every segment's allocation before keys in place (:func:`allocate_modes`): the MIP's or CIM-MLC's
     duplication, whichever the shared estimate finds faster, then the carries (:func:`modes.carry`).
 
     ``per_copy``: also try the per-copy MIP per segment (not while the cut is refined: compile time).
+    ``packed``: no spread layout (:func:`modes.allocate_segment`; while the cut is refined, as the DP).
 
     Returns
     -------
@@ -425,7 +427,8 @@ def allocate_segments(regions: list[Region], segment_of: list[int], resident: bo
     bounds: dict[int, list[int]] = {}
     for i, s_idx in enumerate(segment_of):
         bounds.setdefault(s_idx, []).append(i)
-    segs = [modes.allocate_segment(regions, idx[0], idx[-1], est, producers, time_limit, seed, make_plan)
+    segs = [modes.allocate_segment(regions, idx[0], idx[-1], est, producers, time_limit, seed, make_plan,
+                                   packed=packed)
             for _, idx in sorted(bounds.items())]
     # every array computing is one of the allocations CMSwitch chooses from: keep CIM-MLC's duplication
     # of the segment (all arrays computing) when the shared estimate says it is faster than the MIP's
@@ -459,7 +462,7 @@ def allocate_segments(regions: list[Region], segment_of: list[int], resident: bo
             chosen.append(("all-compute", t_mine, t_theirs))
         else:
             chosen.append((label, t_mine, t_theirs))
-    for s_idx in modes.carry(regions, segs, est, producers, make_plan, resident, time_limit, seed):
+    for s_idx in modes.carry(regions, segs, est, producers, make_plan, resident, time_limit, seed, packed):
         for k in (s_idx, s_idx + 1):  # re-allocated with data kept across the boundary
             chosen[k] = ("mip+carry",) + chosen[k][1:]
     return segs, chosen

@@ -79,6 +79,11 @@ REFINE_MAX_SEGMENTS = 12
 # on the core whose link and ALU are least loaded, instead of memory arrays at the top and copies packed from 0
 # (which leaves the links of the cores holding memory arrays idle while the others saturate)
 SPREAD = True
+SPREAD_MIP = True  # the MIP sees the spread layout's cores (copies on different cores share none's link)
+# the DP costs its candidate segments in the packed layout; the chosen ones are allocated again with the spread
+# layout where it pays (a compile-time bound: each spread candidate is costed twice, +25% of cmswitch's compile
+# CPU on MobileNetV2 at 224)
+DP_PACKED = True
 
 
 @dataclass
@@ -221,11 +226,13 @@ def _base_terms(r: Region, est: Estimator) -> dict:
 
 def op_terms(regions: list[Region], first: int, last: int, est: Estimator,
              producers: dict[str, list[str]], carry_in: dict | None = None,
-             carry_out: set | None = None, per_copy: bool = False) -> tuple[list[mip.OpTerms], list]:
+             carry_out: set | None = None, per_copy: bool = False, spread: bool = False) -> tuple[list[mip.OpTerms], list]:
     """The MIP terms of operators ``first .. last`` (and each one's producer inside the segment).
 
     ``per_copy``: scatters and post-processing split among copies like crossbar reads (no per-core term),
-    the model before :data:`CORE_SHARED`.
+    the model before :data:`CORE_SHARED`.  ``spread`` (the spread layout, :func:`spreads`): the per-core
+    term of one copy is not scaled by the copies packed on its core (copies go to different cores; the MIP
+    then bounds the cores' total, ``cores`` of :func:`tvm_cim.compiler.solvers.arrays.allocate`).
 
     An operator may keep its output in memory mode when a consumer in the
     segment loads it (:func:`sources`); it is live (written back, T^wb) when
@@ -255,7 +262,8 @@ def op_terms(regions: list[Region], first: int, last: int, est: Estimator,
         need = math.ceil((b["out_bytes"] + chunks_max) / cap) if (keep and cap and b["dual"]) else 0
         terms.append(mip.OpTerms(
             tiles=b["tiles"], compute_ns=b["compute_all_ns"] if per_copy else b["compute_ns"],
-            core_ns=0.0 if per_copy else b["core_ns"], max_replicas=b["max_replicas"],
+            core_ns=0.0 if per_copy else (b["core_load"] if spread and CORE_SHARED else b["core_ns"]),
+            max_replicas=b["max_replicas"],
             in_ns_mem=b["in_ns_mem"], out_ns_mem=b["out_ns_mem"], in_ns_port=b["in_ns_port"],
             out_ns_port=b["out_ns_port"], prep_ns=b["prep_ns"], memory_need=need, producer=p, live=live,
             wb_ns_mem=b["wb_ns_mem"] if live else 0.0, carried_in=float(carry_in.get(i, 0)),
@@ -319,17 +327,18 @@ def segment_ns(regions: list[Region], sm: SegmentModes, est: Estimator, producer
 def allocate_segment(regions: list[Region], first: int, last: int, est: Estimator,
                      producers: dict[str, list[str]], time_limit: float = TIME_LIMIT_S,
                      seed: int = 0, make_plan=None, carry_in: dict | None = None, carry_out: set | None = None,
-                     held: dict | None = None, per_copy: bool = False) -> SegmentModes:
+                     held: dict | None = None, per_copy: bool = False, packed: bool = False) -> SegmentModes:
     """:func:`allocate_segment_once`, memoised per estimator (the DP, the carry pass and the cut refinement
     ask for the same segments again); each call gets its own copy."""
     key = (tuple(r.name for r in regions[first:last + 1]), first, time_limit, seed, make_plan is not None, per_copy,
+           packed,
            tuple(sorted((carry_in or {}).items())), tuple(sorted(carry_out or ())),
            tuple(sorted((k, tuple(v)) for k, v in (held or {}).items())))
     cache = _SEGS.setdefault(est, {})
     if key not in cache:
         try:
             cache[key] = allocate_segment_once(regions, first, last, est, producers, time_limit, seed, make_plan,
-                                               carry_in, carry_out, held, per_copy)
+                                               carry_in, carry_out, held, per_copy, packed)
         except (ValueError, RuntimeError) as e:  # infeasible: remembered too
             cache[key] = e
     hit = cache[key]
@@ -341,7 +350,7 @@ def allocate_segment(regions: list[Region], first: int, last: int, est: Estimato
 def allocate_segment_once(regions: list[Region], first: int, last: int, est: Estimator,
                           producers: dict[str, list[str]], time_limit: float = TIME_LIMIT_S,
                           seed: int = 0, make_plan=None, carry_in: dict | None = None, carry_out: set | None = None,
-                          held: dict | None = None, per_copy: bool = False) -> SegmentModes:
+                          held: dict | None = None, per_copy: bool = False, packed: bool = False) -> SegmentModes:
     """Allocate operators ``first .. last``: the MIP when one copy of each fits the chip, otherwise a
     serial segment (:func:`serial_allocation`; ``make_plan`` -- :func:`schedule.make_plan` -- costs its
     memory choices; without it, no memory array).
@@ -349,11 +358,17 @@ def allocate_segment_once(regions: list[Region], first: int, last: int, est: Est
     ``carry_in`` (consumer index in the segment -> producer index in the network), ``held`` (producer
     index -> its physical arrays) and ``carry_out`` (indices in the segment): data kept in memory-mode
     arrays across the segment's boundaries (:func:`carry`; pipelined segments only).
+
+    The spread layout (:func:`spreads`; the MIP then sees the cores' total, :func:`op_terms`) is kept where
+    the shared estimate finds the segment faster than the packed layout with its own MIP allocation;
+    ``packed``: packed only (the DP's candidates, :data:`DP_PACKED`).
     """
     hw = est.hw
     carry_in, held, carry_out = carry_in or {}, held or {}, carry_out or set()
     arrays_in = {i: len(held[g]) for i, g in carry_in.items()}
-    terms, prod = op_terms(regions, first, last, est, producers, arrays_in, carry_out, per_copy)
+    spread = spreads(hw, regions[first:last + 1]) and not packed
+    terms, prod = op_terms(regions, first, last, est, producers, arrays_in, carry_out, per_copy,
+                           spread and SPREAD_MIP)
     n = hw.total_crossbars
     live = [t.live for t in terms]
     if sum(t.tiles for t in terms) > n:
@@ -361,19 +376,20 @@ def allocate_segment_once(regions: list[Region], first: int, last: int, est: Est
     top = hw.dual_mode.switchable_arrays
     sm = SegmentModes(first, last, None, prod, live, carry_in=dict(carry_in), carry_out=set(carry_out),
                       held=dict(held))
-    spread = spreads(hw, regions[first:last + 1])
     if spread:
         sm.tiles = [t.tiles for t in terms]
         sm.core_load = [_base_terms(r, est)["core_load"] for r in regions[first:last + 1]]
-    sm.alloc = mip.allocate(terms, n, top, time_limit, seed, reserved=sm.reserved, floor=sm.floor(top))
+    cores = hw.cores if spread and SPREAD_MIP and CORE_SHARED and not per_copy else 0
+    sm.alloc = mip.allocate(terms, n, top, time_limit, seed, reserved=sm.reserved, floor=sm.floor(top),
+                            cores=cores)
     if spread and make_plan is not None:  # the spread layout where the shared estimate finds it faster
-        packed = _copy(sm)
-        packed.tiles, packed.core_load = [], []
-        # packed, the compute arrays are 0 .. compute_arrays - 1: none may be held or in memory mode
-        fits = not any(x < sm.alloc.compute_arrays for x in place(hw, packed)[1])
-        if fits and segment_ns(regions, packed, est, producers, make_plan) <= segment_ns(regions, sm, est, producers,
-                                                                                          make_plan):
-            return packed
+        try:  # than the packed one with its own allocation (the DP's, memoised)
+            alt = allocate_segment(regions, first, last, est, producers, time_limit, seed, make_plan, carry_in,
+                                   carry_out, held, per_copy, packed=True)
+        except (ValueError, RuntimeError):  # packed, it does not fit beside the held arrays
+            return sm
+        if segment_ns(regions, alt, est, producers, make_plan) <= segment_ns(regions, sm, est, producers, make_plan):
+            return alt
     return sm
 
 
@@ -580,7 +596,8 @@ def segment_dp(regions: list[Region], est: Estimator, producers: dict[str, list[
 
     def modes(i, j):
         if (i, j) not in cache:
-            cache[(i, j)] = allocate_segment(regions, i, j, est, producers, time_limit, seed, make_plan)
+            cache[(i, j)] = allocate_segment(regions, i, j, est, producers, time_limit, seed, make_plan,
+                                             packed=DP_PACKED)
         return cache[(i, j)]
 
     def intra(i, j):
@@ -720,7 +737,8 @@ def memory_layout(hw: CIMHardware, segs: list[SegmentModes]) -> list[dict]:
 
 
 def carry(regions: list[Region], segs: list[SegmentModes], est: Estimator, producers: dict[str, list[str]],
-          make_plan, resident: bool = False, time_limit: float = TIME_LIMIT_S, seed: int = 0) -> list[int]:
+          make_plan, resident: bool = False, time_limit: float = TIME_LIMIT_S, seed: int = 0,
+          packed: bool = False) -> list[int]:
     """Keep live outputs in memory-mode arrays across segment boundaries (paper sec. 4: memory-mode arrays
     as on-chip buffers for intermediate data), where the shared estimate finds it faster.
 
@@ -775,7 +793,7 @@ def carry(regions: list[Region], segs: list[SegmentModes], est: Estimator, produ
                     continue
                 try:
                     a2 = allocate_segment(regions, a.first, a.last, est, producers, time_limit, seed, make_plan,
-                                          a.carry_in, keep, a.held)
+                                          a.carry_in, keep, a.held, packed=packed)
                     if not a2.alloc.memory[g - a.first]:
                         continue
                     out_xbs = place(hw, a2)[0]
@@ -786,7 +804,7 @@ def carry(regions: list[Region], segs: list[SegmentModes], est: Estimator, produ
                             held[g] = out_xbs[g - a.first]
                         cin = x.carry_in | {c - x.first: g for c in readers if x.first <= c <= x.last}
                         x2 = allocate_segment(regions, x.first, x.last, est, producers, time_limit, seed, make_plan,
-                                              cin, x.carry_out, held)
+                                              cin, x.carry_out, held, packed=packed)
                         if x2.pass_xbs:
                             raise ValueError("serial")
                         new.append(x2)
