@@ -201,6 +201,26 @@ def test_allocation_mip_equals_enumeration(seed):
 
 
 @pytest.mark.parametrize("seed", range(20))
+def test_allocation_mip_equals_enumeration_on_spread_cores(seed):
+    """The spread layout's MIP: every operator's core work over ``cores`` cores together (and over its own
+    copies alone) equals enumeration; the cores' total is a bound the allocation meets (hand-computed)."""
+    from tvm_cim.compiler.solvers import arrays
+
+    rng = np.random.default_rng(300 + seed)
+    ops = [R(o, core_ns=float(rng.uniform(0, 300))) for o in _random_ops(rng, int(rng.integers(1, 4)))]
+    cores = int(rng.integers(1, 4))
+    n = int(rng.integers(sum(o.tiles for o in ops), 12))
+    s = int(rng.integers(0, n + 1))
+    best, _, _ = arrays.enumerate_best(ops, n, s, cores=cores)
+    got = arrays.allocate(ops, n, s, time_limit=5.0, cores=cores)
+    assert got.status == "Optimal"
+    assert arrays.feasible(ops, got.replicas, got.memory, n, s)
+    assert got.latency_ns == pytest.approx(best, rel=1e-6)
+    assert got.latency_ns >= sum(o.core_ns for o in ops) / cores - 1e-9
+    assert got.latency_ns >= max(o.core_ns / d for o, d in zip(ops, got.replicas)) - 1e-9
+
+
+@pytest.mark.parametrize("seed", range(20))
 def test_allocation_mip_equals_enumeration_with_data_carried_across_segments(seed):
     """Data a previous segment left in memory-mode arrays (reserved arrays, compute below the lowest of them,
     a consumer loading through them) and an output the next segment reads (kept): the MIP equals enumeration."""
@@ -400,17 +420,21 @@ def test_cmswitch_bit_identical_to_cim_mlc_with_integer_reference(small):
     assert rep["latency_ns"] > 0 and dm["memory_mode_energy_pj"] > 0
 
 
-def test_segmented_network_switches_at_run_time_and_stays_exact():
+def test_segmented_network_switches_at_run_time_and_stays_exact(monkeypatch):
     """MobileNetV2 (32x32) does not fit Dynaplasia's 96 arrays: segments rewrite weights and switch modes
     every inference; outputs equal cim-mlc's, and the estimate follows the simulator.  (ResNet-18 at 32
     keeps no array in memory mode since quantisation moved to the producing cores: its first segment's
     memory-mode allocation is 0.1% slower by the estimate than all-compute, so MobileNetV2, where memory
-    mode pays clearly, exercises the switches.)"""
+    mode pays clearly, exercises the switches.)  In the packed layout (memory arrays at the top, copies from
+    0), where keeping data across a boundary pays on this model; the spread layout has its own test."""
     from tvm import relax
 
     from tvm_cim.common import zoo
     from tvm_cim.common.onnx_io import import_onnx
+    from tvm_cim.compiler.strategies import modes
     from tvm_cim.report import build_report
+
+    monkeypatch.setattr(modes, "SPREAD", False)
 
     mod = import_onnx(zoo.build_model("mobilenetv2", image_size=32), "mnv2")[0]
     x = np.random.default_rng(1).standard_normal((1, 3, 32, 32)).astype("float32")
@@ -436,6 +460,82 @@ def test_segmented_network_switches_at_run_time_and_stays_exact():
     assert dm["switches"] > 0 and dm["switch_energy_pj"] > 0
     assert 0 < dm["time_share"]["switch"] < dm["time_share"]["rewrite"] <= 1
     assert abs(info.schedule.estimate_ns / rep["latency_ns"] - 1) < 0.05
+
+
+def _spread_segment(hw, held=None):
+    """A segment of two operators: A (1 tile, 16 copies, 48 memory arrays for its output) feeding B (3 tiles,
+    2 copies)."""
+    from tvm_cim.compiler.solvers import arrays
+    from tvm_cim.compiler.strategies import modes
+
+    alloc = arrays.Allocation([16, 2], [48, 0], 1.0, compute_arrays=22)
+    return modes.SegmentModes(0, 1, alloc, [None, 0], [False, False], held=held or {}, tiles=[1, 3],
+                              core_load=[16.0, 4.0])
+
+
+def test_spread_layout_balances_the_cores_links():
+    """Dynaplasia, 8 cores of 12 arrays: the spread layout puts 6 of the 48 memory arrays on every core and
+    the 16 one-tile copies of A two per core (each core's link carries 2 of A's 16 ns), where packing puts
+    them on cores 0 and 1 (12 and 4 copies); no compute array is a memory array, none is used twice."""
+    from tvm_cim.compiler.strategies import modes
+
+    hw = _dyn()
+    per = hw.core.crossbars
+    sm = _spread_segment(hw)
+    mem, mine, _ = modes.place(hw, sm)
+    assert len(mem[0]) == 48 and set(mem[0]) == mine
+    assert [sum(1 for x in mine if x // per == c) for c in range(8)] == [6] * 8
+    lay = modes.compute_layout(hw, sm)
+    assert [len(x) for x in lay[0]] == [1] * 16 and [len(x) for x in lay[1]] == [3, 3]
+    used = [x for op_ in lay for copy in op_ for x in copy]
+    assert len(used) == len(set(used)) == 22 and not set(used) & mine
+    link = [0.0] * 8  # a copy's scatters use its lowest core's link
+    for i, op_ in enumerate(lay):
+        for copy in op_:
+            link[min(copy) // per] += sm.core_load[i] / len(op_)
+    assert max(link) == pytest.approx(3.0)  # 2 copies of A (1 ns each) + one of B (2 ns) at most
+    packed_a = [min(16, per) * 1.0, 4.0]  # packed: 12 copies of A on core 0's link
+    assert max(link) < max(packed_a)
+    # data carried in from the previous segment stays where it is, and no copy lands on it
+    held = {7: tuple(range(0, 12))}  # all of core 0
+    sm2 = _spread_segment(hw, held)
+    sm2.carry_in = {0: 7}
+    mem2, mine2, _ = modes.place(hw, sm2)
+    assert set(range(12)) <= mine2 and not set(mem2[0]) & set(range(12))
+    used2 = [x for op_ in modes.compute_layout(hw, sm2) for copy in op_ for x in copy]
+    assert len(used2) == len(set(used2)) == 22 and not set(used2) & mine2
+
+
+def test_spread_layout_network_stays_exact():
+    """MobileNetV2 (32x32) with the spread layout: outputs equal cim-mlc's; in every segment no copy
+    computes on an array its segment holds in memory mode, some copies sit above the packed range, and the
+    estimate follows the simulator."""
+    from tvm import relax
+
+    from tvm_cim.common import zoo
+    from tvm_cim.common.onnx_io import import_onnx
+    from tvm_cim.report import build_report
+
+    mod = import_onnx(zoo.build_model("mobilenetv2", image_size=32), "mnv2")[0]
+    x = np.random.default_rng(1).standard_normal((1, 3, 32, 32)).astype("float32")
+    hw = _dyn()
+    outs = {}
+    for s in ("cim-mlc", "cmswitch"):
+        lowered, info = tvm_cim.offload(mod, hw, strategy=s)
+        outs[s], stats = _run_vm(relax, lowered, x)
+    np.testing.assert_array_equal(outs["cmswitch"], outs["cim-mlc"])
+    dm = build_report(info, stats, hw.name)["dual_mode"]
+    spread = False
+    for seg in dm["segments"]:
+        if seg["serial_xbs"] or any(info.schedule.plans[n].passes > 1 for n in seg["regions"]):
+            continue  # operators one after another on the same arrays (larger than the chip: passes)
+        memory = {x for xs in seg["memory_xbs"].values() for x in xs} | {
+            x for xs in seg["carried_in"].values() for x in xs}
+        xbs = [x for n in seg["regions"] for rep in info.chip_map.placements[n].replicas for x in rep]
+        assert len(xbs) == len(set(xbs)) == seg["compute_arrays"] and not set(xbs) & memory
+        spread |= max(xbs) >= seg["compute_arrays"]
+    assert spread
+    assert abs(info.schedule.estimate_ns / build_report(info, stats, hw.name)["latency_ns"] - 1) < 0.05
 
 
 def test_allocation_is_visible_as_function_attributes(small):
@@ -759,7 +859,7 @@ def test_latency_lower_bound_holds_for_every_enumerated_allocation(bw, mkn):
         sched = schedule.schedule([r], hw, strat)
         base = sched.plans["mm"]
         for reps, resident in itertools.product(range(1, 9), (True, False)):
-            pl = R(base, replicas=reps, resident=resident)
+            pl = R(base, replicas=reps, resident=resident, compute_xbs=())  # other copies: packed
             if reps * pl.tiles > hw.total_crossbars and (pl.passes == 1 or reps > 1):
                 continue
             plans = {"mm": pl}

@@ -709,6 +709,9 @@ class Estimator:
         fixed = getattr(p, "inplace_xbs", ())
         if fixed and r.kind == DMATMUL:
             return [np.asarray(fixed)]
+        spread = getattr(p, "compute_xbs", ())
+        if spread:  # CMSwitch's spread layout: the crossbars it names
+            return [np.asarray(x) for x in spread]
         serial = getattr(p, "pass_xbs", 0)
         if serial or n_t > cap:
             return [np.arange(n_t)] if p.passes == 1 and n_t <= (serial or cap) else None
@@ -768,7 +771,8 @@ class Estimator:
                 cur_seg, seg_start = p.segment, end + getattr(p, "switch_ns", 0.0)
                 off_free, nxt = seg_start, 0
             xbs = self._placement(r, p, nxt) if self.shared_units else None
-            if xbs is not None and not (getattr(p, "inplace_xbs", ()) or getattr(p, "pass_xbs", 0)):
+            if xbs is not None and not (getattr(p, "inplace_xbs", ()) or getattr(p, "pass_xbs", 0)
+                                        or getattr(p, "compute_xbs", ())):
                 nxt = int(xbs[-1][-1]) + 1
             ch = self.chunks(r, p.replicas)
             starts, stops = ch.starts, ch.stops

@@ -264,6 +264,14 @@ def allocate(regions: list[Region], hw: CIMHardware, plans: dict | None = None) 
             cmap.placements[r.name] = Placement(ts, [list(fixed)], [list(range(len(ts)))], resident=False,
                                                 segment=seg_of[r.name])
             continue
+        spread = plans[r.name].compute_xbs if r.name in plans else ()
+        if spread:  # CMSwitch's spread layout: every replica on the crossbars it names
+            if len(spread) != reps[r.name] or any(len(x) != len(ts) for x in spread):
+                raise PlacementError(f"region {r.name}: the layout names {[len(x) for x in spread]} crossbars per "
+                                     f"replica, the plan has {reps[r.name]} replicas of {len(ts)} tiles")
+            cmap.placements[r.name] = Placement(ts, [list(x) for x in spread], [list(range(len(ts)))],
+                                                resident=stationary and r.kind != DMATMUL, segment=seg_of[r.name])
+            continue
         serial = plans[r.name].pass_xbs if r.name in plans else 0  # CMSwitch: alone on crossbars 0 .. serial-1
         if len(ts) > (serial or cap) or serial:  # one copy larger than the chip: passes over reused crossbars
             c = serial or cap

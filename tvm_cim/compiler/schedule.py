@@ -82,6 +82,9 @@ class RegionPlan:
         PIMCOMP's AG layout: per replica, the core of each of its AG units
         (:func:`~tvm_cim.compiler.strategies.replication.unit_cores`); ``Place``
         puts the crossbars there.  None: replicas packed.
+    compute_xbs : tuple of tuple of int
+        CMSwitch's spread layout (:func:`~tvm_cim.compiler.strategies.modes.compute_layout`): per replica,
+        the crossbar of every tile; empty: replicas packed from the segment's first crossbar.
     """
 
     replicas: int = 1
@@ -100,6 +103,7 @@ class RegionPlan:
     pass_xbs: int = 0
     inplace_xbs: tuple = ()
     ag_cores: list | None = None
+    compute_xbs: tuple = ()
 
 
 @dataclass
@@ -150,7 +154,8 @@ def segment(regions: list[Region], hw: CIMHardware, opts: Options, est: Estimato
         if opts.modes == "dual" and not fits and 1 < len(segs_dp) <= modes.REFINE_MAX_SEGMENTS:  # with carries
 
             def cost(so):
-                segs = allocate_segments(regions, so, fits, est, producers or {}, per_copy=False)[0]
+                segs = allocate_segments(regions, so, fits, est, producers or {}, per_copy=False,
+                                         packed=modes.DP_PACKED)[0]
                 return sum(modes.segment_ns(regions, sm, est, producers or {}, make_plan, fits) for sm in segs) + sum(
                     modes.switch_ns(hw, *modes.switch_counts(a.alloc.memory_arrays, b.alloc.memory_arrays))
                     for a, b in zip(segs, segs[1:]))
@@ -405,11 +410,12 @@ _ALL_COMPUTE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Estimat
 
 def allocate_segments(regions: list[Region], segment_of: list[int], resident: bool, est: Estimator,
                       producers: dict[str, list[str]], time_limit: float = modes.TIME_LIMIT_S,
-                      seed: int = 0, per_copy: bool = True) -> tuple[list, list]:
+                      seed: int = 0, per_copy: bool = True, packed: bool = False) -> tuple[list, list]:
     """Every segment's allocation before keys in place (:func:`allocate_modes`): the MIP's or CIM-MLC's
     duplication, whichever the shared estimate finds faster, then the carries (:func:`modes.carry`).
 
     ``per_copy``: also try the per-copy MIP per segment (not while the cut is refined: compile time).
+    ``packed``: no spread layout (:func:`modes.allocate_segment`; while the cut is refined, as the DP).
 
     Returns
     -------
@@ -421,7 +427,8 @@ def allocate_segments(regions: list[Region], segment_of: list[int], resident: bo
     bounds: dict[int, list[int]] = {}
     for i, s_idx in enumerate(segment_of):
         bounds.setdefault(s_idx, []).append(i)
-    segs = [modes.allocate_segment(regions, idx[0], idx[-1], est, producers, time_limit, seed, make_plan)
+    segs = [modes.allocate_segment(regions, idx[0], idx[-1], est, producers, time_limit, seed, make_plan,
+                                   packed=packed)
             for _, idx in sorted(bounds.items())]
     # every array computing is one of the allocations CMSwitch chooses from: keep CIM-MLC's duplication
     # of the segment (all arrays computing) when the shared estimate says it is faster than the MIP's
@@ -455,7 +462,7 @@ def allocate_segments(regions: list[Region], segment_of: list[int], resident: bo
             chosen.append(("all-compute", t_mine, t_theirs))
         else:
             chosen.append((label, t_mine, t_theirs))
-    for s_idx in modes.carry(regions, segs, est, producers, make_plan, resident, time_limit, seed):
+    for s_idx in modes.carry(regions, segs, est, producers, make_plan, resident, time_limit, seed, packed):
         for k in (s_idx, s_idx + 1):  # re-allocated with data kept across the boundary
             chosen[k] = ("mip+carry",) + chosen[k][1:]
     return segs, chosen
@@ -463,7 +470,8 @@ def allocate_segments(regions: list[Region], segment_of: list[int], resident: bo
 
 def make_plan(r: Region, est: Estimator, replicas: int, tile_rows: int, segment_idx: int, resident: bool,
               cores: int | None = None, latency: bool = True, mem_in: int = 0, mem_out: int = 0,
-              switch_ns: float = 0.0, mem_wb: int = 0, pass_xbs: int = 0, inplace_xbs: tuple = ()) -> RegionPlan:
+              switch_ns: float = 0.0, mem_wb: int = 0, pass_xbs: int = 0, inplace_xbs: tuple = (),
+              compute_xbs: tuple = ()) -> RegionPlan:
     """The plan of a region from its decisions, with the estimate's latency (if ``latency``) and write time."""
     tiles = est.tiles(r, tile_rows)
     passes = passes_of(tiles, pass_xbs or est.hw.total_crossbars)
@@ -476,7 +484,7 @@ def make_plan(r: Region, est: Estimator, replicas: int, tile_rows: int, segment_
         write_ns=(0.0 if (resident and r.kind != DMATMUL) or (inplace_xbs and r.kind == DMATMUL)
                   else est.write_ns(r, tile_rows) * passes),
         resident=resident, passes=passes, mem_in=mem_in, mem_out=mem_out, switch_ns=switch_ns, mem_wb=mem_wb,
-        pass_xbs=pass_xbs, inplace_xbs=tuple(inplace_xbs),
+        pass_xbs=pass_xbs, inplace_xbs=tuple(inplace_xbs), compute_xbs=tuple(tuple(x) for x in compute_xbs),
     )
 
 

@@ -485,7 +485,9 @@ def plans_of(mod: tvm.IRModule, hw: CIMHardware, est: Estimator, latency: bool =
             switch_ns=modes.switch_ns(hw, *sw) if _attr(f, "switch_in_run", False) else 0.0,
             mem_wb=memory[r.name] if _attr(f, "mem_writeback", False) else 0,
             pass_xbs=int(_attr(f, "pass_xbs", 0) or 0),
-            inplace_xbs=tuple(_xbs_parse(str(_attr(f, "inplace_xbs")))[0]) if _attr(f, "inplace_xbs") else ())
+            inplace_xbs=tuple(_xbs_parse(str(_attr(f, "inplace_xbs")))[0]) if _attr(f, "inplace_xbs") else (),
+            compute_xbs=tuple(tuple(x) for x in _xbs_parse(str(_attr(f, "compute_xbs"))))
+            if _attr(f, "compute_xbs") else ())
     return plans
 
 
@@ -844,7 +846,8 @@ class AllocateArrayModes:
                   "inplace_xbs": _xbs_text([p.inplace_xbs]) if p.inplace_xbs else "",
                   "mem_tom_run": bool(p.inplace_xbs) and r.kind != DMATMUL,
                   "mem_xbs": _xbs_text([out_xbs[r.name]]) if r.name in out_xbs else "",
-                  "mem_writeback": bool(p.mem_wb)}
+                  "mem_writeback": bool(p.mem_wb),
+                  "compute_xbs": _xbs_text([list(x) for x in p.compute_xbs]) if p.compute_xbs else ""}
             seg = summary[p.segment]
             src = seg["allocation"][r.name]["input_from"]
             kv["mem_in_xbs"] = _xbs_text([out_xbs[src]]) if src else ""

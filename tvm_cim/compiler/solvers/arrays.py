@@ -141,9 +141,13 @@ def array_traffic_ns(ops: list[OpTerms]) -> list[float]:
     return t
 
 
-def latency_of(ops: list[OpTerms], replicas, memory) -> float:
-    """The slowest bound of an allocation (what the MIP minimises), by direct evaluation."""
-    t = 0.0
+def latency_of(ops: list[OpTerms], replicas, memory, cores: int = 0) -> float:
+    """The slowest bound of an allocation (what the MIP minimises), by direct evaluation.
+
+    ``cores`` (the spread layout): the operators' copies spread over this many cores, whose links and ALUs
+    carry every operator's ``core_ns`` together.
+    """
+    t = sum(o.core_ns for o in ops) / cores if cores else 0.0
     port = prep = 0.0
     traffic = array_traffic_ns(ops)
     for i, o in enumerate(ops):
@@ -185,7 +189,8 @@ NODE_LIMIT = 10_000  # branch-and-bound nodes per segment: the deterministic lim
 
 
 def allocate(ops: list[OpTerms], arrays: int, switchable: int, time_limit: float = 10.0,
-             seed: int = 0, node_limit: int = NODE_LIMIT, reserved: int = 0, floor: int = 0) -> Allocation:
+             seed: int = 0, node_limit: int = NODE_LIMIT, reserved: int = 0, floor: int = 0,
+             cores: int = 0) -> Allocation:
     """Solve the allocation MILP of a segment.
 
     Parameters
@@ -204,6 +209,8 @@ def allocate(ops: list[OpTerms], arrays: int, switchable: int, time_limit: float
     reserved, floor : int
         Arrays holding a previous segment's data for this one, and how far below the switchable top the
         lowest of them sits (the compute arrays stay below it).
+    cores : int
+        The spread layout (:func:`latency_of`): every operator's ``core_ns`` over this many cores; 0: none.
 
     Returns
     -------
@@ -243,6 +250,8 @@ def allocate(ops: list[OpTerms], arrays: int, switchable: int, time_limit: float
     port = 0
     prep = sum(o.prep_ns for o in ops) / t0
     traffic = array_traffic_ns(ops)
+    if cores and any(o.core_ns for o in ops):
+        m.add(r * (sum(o.core_ns for o in ops) / t0 / cores) <= 1)
     for i, o in enumerate(ops):
         m.add(r * (o.compute_ns / t0) <= d[i])
         if o.core_ns:
@@ -287,12 +296,12 @@ def allocate(ops: list[OpTerms], arrays: int, switchable: int, time_limit: float
     reps = [int(round(sol[x])) for x in d]
     memory = [int(round(sol[x])) if x is not None else 0 for x in b]
     memory = [bi if (z[i] is not None and sol[z[i]] > 0.5) else 0 for i, bi in enumerate(memory)]
-    return Allocation(reps, memory, latency_of(ops, reps, memory), sol.status, sol.seconds, sol.gap,
+    return Allocation(reps, memory, latency_of(ops, reps, memory, cores), sol.status, sol.seconds, sol.gap,
                       compute_arrays=sum(di * o.tiles for di, o in zip(reps, ops)))
 
 
 def enumerate_best(ops: list[OpTerms], arrays: int, switchable: int, reserved: int = 0,
-                   floor: int = 0) -> tuple[float, list[int], list[int]]:
+                   floor: int = 0, cores: int = 0) -> tuple[float, list[int], list[int]]:
     """Brute force over every allocation (small cases; the reference the MIP is tested against)."""
     best = (math.inf, None, None)
     rep_ranges = [range(1, o.max_replicas + 1) for o in ops]
@@ -301,7 +310,7 @@ def enumerate_best(ops: list[OpTerms], arrays: int, switchable: int, reserved: i
         for mem in itertools.product(*mem_ranges):
             if not feasible(ops, reps, mem, arrays, switchable, reserved, floor):
                 continue
-            t = latency_of(ops, reps, mem)
+            t = latency_of(ops, reps, mem, cores)
             if t < best[0]:
                 best = (t, list(reps), list(mem))
     return best

@@ -75,6 +75,15 @@ REFINE_PASSES = 1  # sweeps of the cut refinement over every boundary (:func:`re
 # re-allocates its neighbours with their carries; MobileNetV2 at 224, 20 segments: estimate -0.6% for 4.5x
 # CIM-MLC's compile CPU instead of 2.8x; ResNet-18, 10 segments: -2.4% for about +0.6 s)
 REFINE_MAX_SEGMENTS = 12
+# spread layout (:func:`place`, :func:`compute_layout`): memory-mode arrays spread over the cores and every copy
+# on the core whose link and ALU are least loaded, instead of memory arrays at the top and copies packed from 0
+# (which leaves the links of the cores holding memory arrays idle while the others saturate)
+SPREAD = True
+SPREAD_MIP = True  # the MIP sees the spread layout's cores (copies on different cores share none's link)
+# the DP costs its candidate segments in the packed layout; the chosen ones are allocated again with the spread
+# layout where it pays (a compile-time bound: each spread candidate is costed twice, +25% of cmswitch's compile
+# CPU on MobileNetV2 at 224)
+DP_PACKED = True
 
 
 @dataclass
@@ -107,6 +116,10 @@ class SegmentModes:
         segment reads from their memory-mode arrays (not written back).
     held : dict
         Physical arrays of the data carried in: producer index (in the network) -> arrays.
+    tiles : list of int
+        Spread layout (:data:`SPREAD`, :func:`spreads`): per operator, the tiles of one copy; empty: packed.
+    core_load : list of float
+        Spread layout: per operator, the time (ns) its copies keep the cores' links and ALUs busy in all.
     """
 
     first: int
@@ -119,6 +132,8 @@ class SegmentModes:
     carry_in: dict = field(default_factory=dict)
     carry_out: set = field(default_factory=set)
     held: dict = field(default_factory=dict)
+    tiles: list = field(default_factory=list)
+    core_load: list = field(default_factory=list)
 
     @property
     def reserved(self) -> int:
@@ -126,8 +141,9 @@ class SegmentModes:
         return sum(len(x) for x in self.held.values())
 
     def floor(self, top: int) -> int:
-        """Arrays from the switchable top down to the lowest one holding carried-in data."""
-        return top - min(min(x) for x in self.held.values()) if self.held else 0
+        """Arrays from the switchable top down to the lowest one holding carried-in data (0 in the spread
+        layout: its compute arrays take any free array)."""
+        return top - min(min(x) for x in self.held.values()) if self.held and not self.tiles else 0
 
 
 def _consumers(names: list[str], producers: dict[str, list[str]]) -> dict[str, list[str]]:
@@ -196,6 +212,7 @@ def _base_terms(r: Region, est: Estimator) -> dict:
             # a core's link and ALU serve every copy on it: d copies of t tiles span d * t / per_core cores
             core_ns=(max(float(np.sum(scatter)), float(np.sum(post))) * max(1.0, hw.core.crossbars / tiles)
                      if CORE_SHARED and hw.chip.computing_mode != "core" else 0.0),
+            core_load=max(float(np.sum(scatter)), float(np.sum(post))),
             max_replicas=duplication.max_replicas(r, n_arr, tiles) if tiles <= n_arr else 1,
             in_ns_mem=float(np.sum(cost.memory_access(hw, ch.load_bytes, 1, False)[0])) if dual else 0.0,
             out_ns_mem=float(np.sum(cost.memory_access(hw, out_bytes, 1, True)[0])) if dual else 0.0,
@@ -209,11 +226,13 @@ def _base_terms(r: Region, est: Estimator) -> dict:
 
 def op_terms(regions: list[Region], first: int, last: int, est: Estimator,
              producers: dict[str, list[str]], carry_in: dict | None = None,
-             carry_out: set | None = None, per_copy: bool = False) -> tuple[list[mip.OpTerms], list]:
+             carry_out: set | None = None, per_copy: bool = False, spread: bool = False) -> tuple[list[mip.OpTerms], list]:
     """The MIP terms of operators ``first .. last`` (and each one's producer inside the segment).
 
     ``per_copy``: scatters and post-processing split among copies like crossbar reads (no per-core term),
-    the model before :data:`CORE_SHARED`.
+    the model before :data:`CORE_SHARED`.  ``spread`` (the spread layout, :func:`spreads`): the per-core
+    term of one copy is not scaled by the copies packed on its core (copies go to different cores; the MIP
+    then bounds the cores' total, ``cores`` of :func:`tvm_cim.compiler.solvers.arrays.allocate`).
 
     An operator may keep its output in memory mode when a consumer in the
     segment loads it (:func:`sources`); it is live (written back, T^wb) when
@@ -243,7 +262,8 @@ def op_terms(regions: list[Region], first: int, last: int, est: Estimator,
         need = math.ceil((b["out_bytes"] + chunks_max) / cap) if (keep and cap and b["dual"]) else 0
         terms.append(mip.OpTerms(
             tiles=b["tiles"], compute_ns=b["compute_all_ns"] if per_copy else b["compute_ns"],
-            core_ns=0.0 if per_copy else b["core_ns"], max_replicas=b["max_replicas"],
+            core_ns=0.0 if per_copy else (b["core_load"] if spread and CORE_SHARED else b["core_ns"]),
+            max_replicas=b["max_replicas"],
             in_ns_mem=b["in_ns_mem"], out_ns_mem=b["out_ns_mem"], in_ns_port=b["in_ns_port"],
             out_ns_port=b["out_ns_port"], prep_ns=b["prep_ns"], memory_need=need, producer=p, live=live,
             wb_ns_mem=b["wb_ns_mem"] if live else 0.0, carried_in=float(carry_in.get(i, 0)),
@@ -259,7 +279,8 @@ _NS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Estimator -> seg
 def _copy(sm: SegmentModes) -> SegmentModes:
     """A copy whose containers the callers may change (the allocation itself is replaced, never changed)."""
     return SegmentModes(sm.first, sm.last, sm.alloc, list(sm.producer), list(sm.live), sm.pass_xbs,
-                        dict(sm.inplace), dict(sm.carry_in), set(sm.carry_out), {k: tuple(v) for k, v in sm.held.items()})
+                        dict(sm.inplace), dict(sm.carry_in), set(sm.carry_out), {k: tuple(v) for k, v in sm.held.items()},
+                        list(sm.tiles), list(sm.core_load))
 
 
 def _content(regions: list[Region], sm: SegmentModes, resident: bool) -> tuple:
@@ -267,7 +288,7 @@ def _content(regions: list[Region], sm: SegmentModes, resident: bool) -> tuple:
     a = sm.alloc
     return (tuple(r.name for r in regions[sm.first:sm.last + 1]), resident, tuple(a.replicas), tuple(a.memory),
             sm.pass_xbs, tuple(sm.live), tuple(sorted(sm.inplace.items())), tuple(sorted(sm.carry_in.items())),
-            tuple(sorted((k, tuple(v)) for k, v in sm.held.items())))
+            tuple(sorted((k, tuple(v)) for k, v in sm.held.items())), bool(sm.tiles))
 
 
 _HANDED: list = []  # the Segment pass's estimator with what it was built for, until the mode allocation takes it
@@ -306,17 +327,18 @@ def segment_ns(regions: list[Region], sm: SegmentModes, est: Estimator, producer
 def allocate_segment(regions: list[Region], first: int, last: int, est: Estimator,
                      producers: dict[str, list[str]], time_limit: float = TIME_LIMIT_S,
                      seed: int = 0, make_plan=None, carry_in: dict | None = None, carry_out: set | None = None,
-                     held: dict | None = None, per_copy: bool = False) -> SegmentModes:
+                     held: dict | None = None, per_copy: bool = False, packed: bool = False) -> SegmentModes:
     """:func:`allocate_segment_once`, memoised per estimator (the DP, the carry pass and the cut refinement
     ask for the same segments again); each call gets its own copy."""
     key = (tuple(r.name for r in regions[first:last + 1]), first, time_limit, seed, make_plan is not None, per_copy,
+           packed,
            tuple(sorted((carry_in or {}).items())), tuple(sorted(carry_out or ())),
            tuple(sorted((k, tuple(v)) for k, v in (held or {}).items())))
     cache = _SEGS.setdefault(est, {})
     if key not in cache:
         try:
             cache[key] = allocate_segment_once(regions, first, last, est, producers, time_limit, seed, make_plan,
-                                               carry_in, carry_out, held, per_copy)
+                                               carry_in, carry_out, held, per_copy, packed)
         except (ValueError, RuntimeError) as e:  # infeasible: remembered too
             cache[key] = e
     hit = cache[key]
@@ -328,7 +350,7 @@ def allocate_segment(regions: list[Region], first: int, last: int, est: Estimato
 def allocate_segment_once(regions: list[Region], first: int, last: int, est: Estimator,
                           producers: dict[str, list[str]], time_limit: float = TIME_LIMIT_S,
                           seed: int = 0, make_plan=None, carry_in: dict | None = None, carry_out: set | None = None,
-                          held: dict | None = None, per_copy: bool = False) -> SegmentModes:
+                          held: dict | None = None, per_copy: bool = False, packed: bool = False) -> SegmentModes:
     """Allocate operators ``first .. last``: the MIP when one copy of each fits the chip, otherwise a
     serial segment (:func:`serial_allocation`; ``make_plan`` -- :func:`schedule.make_plan` -- costs its
     memory choices; without it, no memory array).
@@ -336,11 +358,17 @@ def allocate_segment_once(regions: list[Region], first: int, last: int, est: Est
     ``carry_in`` (consumer index in the segment -> producer index in the network), ``held`` (producer
     index -> its physical arrays) and ``carry_out`` (indices in the segment): data kept in memory-mode
     arrays across the segment's boundaries (:func:`carry`; pipelined segments only).
+
+    The spread layout (:func:`spreads`; the MIP then sees the cores' total, :func:`op_terms`) is kept where
+    the shared estimate finds the segment faster than the packed layout with its own MIP allocation;
+    ``packed``: packed only (the DP's candidates, :data:`DP_PACKED`).
     """
     hw = est.hw
     carry_in, held, carry_out = carry_in or {}, held or {}, carry_out or set()
     arrays_in = {i: len(held[g]) for i, g in carry_in.items()}
-    terms, prod = op_terms(regions, first, last, est, producers, arrays_in, carry_out, per_copy)
+    spread = spreads(hw, regions[first:last + 1]) and not packed
+    terms, prod = op_terms(regions, first, last, est, producers, arrays_in, carry_out, per_copy,
+                           spread and SPREAD_MIP)
     n = hw.total_crossbars
     live = [t.live for t in terms]
     if sum(t.tiles for t in terms) > n:
@@ -348,8 +376,29 @@ def allocate_segment_once(regions: list[Region], first: int, last: int, est: Est
     top = hw.dual_mode.switchable_arrays
     sm = SegmentModes(first, last, None, prod, live, carry_in=dict(carry_in), carry_out=set(carry_out),
                       held=dict(held))
-    sm.alloc = mip.allocate(terms, n, top, time_limit, seed, reserved=sm.reserved, floor=sm.floor(top))
+    if spread:
+        sm.tiles = [t.tiles for t in terms]
+        sm.core_load = [_base_terms(r, est)["core_load"] for r in regions[first:last + 1]]
+    cores = hw.cores if spread and SPREAD_MIP and CORE_SHARED and not per_copy else 0
+    sm.alloc = mip.allocate(terms, n, top, time_limit, seed, reserved=sm.reserved, floor=sm.floor(top),
+                            cores=cores)
+    if spread and make_plan is not None:  # the spread layout where the shared estimate finds it faster
+        try:  # than the packed one with its own allocation (the DP's, memoised)
+            alt = allocate_segment(regions, first, last, est, producers, time_limit, seed, make_plan, carry_in,
+                                   carry_out, held, per_copy, packed=True)
+        except (ValueError, RuntimeError):  # packed, it does not fit beside the held arrays
+            return sm
+        if segment_ns(regions, alt, est, producers, make_plan) <= segment_ns(regions, sm, est, producers, make_plan):
+            return alt
     return sm
+
+
+def spreads(hw: CIMHardware, seg: list[Region]) -> bool:
+    """Whether a pipelined segment takes the spread layout (:data:`SPREAD`): every array switchable (memory
+    arrays anywhere), crossbar-level computing (a copy's link is its lowest core's), no ``dmatmul`` (keys in
+    place sit below the memory arrays)."""
+    return (SPREAD and hw.dual_mode.switchable_arrays >= hw.total_crossbars and hw.chip.computing_mode != "core"
+            and not any(r.kind == DMATMUL for r in seg))
 
 
 def serial_choices(hw: CIMHardware, terms: list[mip.OpTerms]) -> list[tuple[list[int], int]]:
@@ -469,11 +518,12 @@ def segment_plans(regions: list[Region], sm: SegmentModes, est: Estimator, seg_i
     for ci, g in sm.carry_in.items():  # loaded from the arrays the previous segment left it in (no store now)
         eff[seg[ci].name] = (float(len(sm.held[g])), eff[seg[ci].name][1])
     live = sm.live or [False] * len(seg)
+    spread = compute_layout(est.hw, sm) if sm.tiles and not sm.pass_xbs else [()] * len(seg)
     for i, r in enumerate(seg):
         out[r.name] = make_plan(r, est, 1 if i in sm.inplace else sm.alloc.replicas[i], rows, seg_idx, resident,
                                 latency=latency, mem_in=eff[r.name][0], mem_out=eff[r.name][1],
                                 switch_ns=switch if i == 0 else 0.0, mem_wb=sm.alloc.memory[i] if live[i] else 0,
-                                pass_xbs=sm.pass_xbs, inplace_xbs=xbs_of.get(i, ()))
+                                pass_xbs=sm.pass_xbs, inplace_xbs=xbs_of.get(i, ()), compute_xbs=spread[i])
     return out
 
 
@@ -546,7 +596,8 @@ def segment_dp(regions: list[Region], est: Estimator, producers: dict[str, list[
 
     def modes(i, j):
         if (i, j) not in cache:
-            cache[(i, j)] = allocate_segment(regions, i, j, est, producers, time_limit, seed, make_plan)
+            cache[(i, j)] = allocate_segment(regions, i, j, est, producers, time_limit, seed, make_plan,
+                                             packed=DP_PACKED)
         return cache[(i, j)]
 
     def intra(i, j):
@@ -555,8 +606,7 @@ def segment_dp(regions: list[Region], est: Estimator, producers: dict[str, list[
         sm = modes(i, j)
         if sm.alloc.status == "passes" and math.isfinite(sm.alloc.latency_ns):  # serial_allocation costed it
             return sm.alloc.latency_ns
-        plans = segment_plans(regions, sm, est, 0, False, make_plan)
-        return est.graph_ns(regions[i:j + 1], plans, True, producers)[0]
+        return segment_ns(regions, sm, est, producers, make_plan)
 
     def inter(prev, seg):
         before = modes(*prev).alloc.memory_arrays if prev is not None else 0
@@ -592,6 +642,16 @@ def place(hw: CIMHardware, sm: SegmentModes) -> tuple[list[tuple], set, dict]:
     top = hw.dual_mode.switchable_arrays
     taken = {x for xs in sm.held.values() for x in xs}
     free = [x for x in range(top - 1, -1, -1) if x not in taken]
+    if sm.tiles and not sm.pass_xbs:  # spread: the k-th memory array on the core with the most free arrays
+        per = hw.core.crossbars
+        by_core: dict[int, list[int]] = {}
+        for x in free:
+            by_core.setdefault(x // per, []).append(x)  # highest first
+        order = []
+        for _ in range(min(sum(sm.alloc.memory), len(free))):
+            c = max(by_core, key=lambda c_: (len(by_core[c_]), c_))
+            order.append(by_core[c].pop(0))
+        free = order
     arrays: list[tuple] = [()] * len(sm.alloc.memory)
     k = 0
     for i in sorted(sm.carry_out) + [i for i in range(len(sm.alloc.memory)) if i not in sm.carry_out]:
@@ -604,6 +664,53 @@ def place(hw: CIMHardware, sm: SegmentModes) -> tuple[list[tuple], set, dict]:
         inplace[qi] = tuple(range(lo - t, lo))
         lo -= t
     return arrays, mine, inplace
+
+
+def compute_layout(hw: CIMHardware, sm: SegmentModes) -> list[tuple]:
+    """The spread layout's compute arrays (:data:`SPREAD`): per operator, per copy, the crossbar of every tile.
+
+    The arrays :func:`place` leaves free (neither held nor in memory mode)
+    take the copies, heaviest first (per copy, ``core_load`` split among the
+    copies): each goes to the core whose link and ALU carry the least so far
+    among those with room for all its tiles (its lowest free arrays), or,
+    when no core has room, starts on the least loaded core with any and
+    continues on the next ones.  A copy's scatters use the link of its lowest
+    core, as on the simulator.  Deterministic.
+    """
+    per = hw.core.crossbars
+    mine = place(hw, sm)[1]
+    free: dict[int, list[int]] = {}
+    for x in range(hw.total_crossbars):
+        if x not in mine:
+            free.setdefault(x // per, []).append(x)
+    load = {c: 0.0 for c in free}
+    reps = sm.alloc.replicas
+    copies = sorted(((-sm.core_load[i] / reps[i], i, q) for i in range(len(reps)) for q in range(reps[i])))
+    out: list[list] = [[None] * d for d in reps]
+    for w, i, q in copies:
+        t = sm.tiles[i]
+        room = [c for c in free if len(free[c]) >= t]
+        if room:
+            c = min(room, key=lambda c_: (load[c_], c_))
+            xs, free[c] = free[c][:t], free[c][t:]
+        else:
+            cores = sorted((c_ for c_ in free if free[c_]), key=lambda c_: (load[c_], c_))
+            if not cores:
+                raise ValueError(f"the spread layout has no free array for a copy of {t} tiles")
+            ring = sorted(free)
+            at = ring.index(cores[0])
+            xs = []
+            for c_ in ring[at:] + ring[:at]:
+                k = min(t - len(xs), len(free[c_]))
+                xs, free[c_] = xs + free[c_][:k], free[c_][k:]
+                if len(xs) == t:
+                    break
+            if len(xs) < t:
+                raise ValueError(f"the spread layout has {len(xs)} free arrays for a copy of {t} tiles")
+            c = min(xs) // per
+        load[c] -= w
+        out[i][q] = tuple(xs)
+    return [tuple(x) for x in out]
 
 
 def memory_layout(hw: CIMHardware, segs: list[SegmentModes]) -> list[dict]:
@@ -630,7 +737,8 @@ def memory_layout(hw: CIMHardware, segs: list[SegmentModes]) -> list[dict]:
 
 
 def carry(regions: list[Region], segs: list[SegmentModes], est: Estimator, producers: dict[str, list[str]],
-          make_plan, resident: bool = False, time_limit: float = TIME_LIMIT_S, seed: int = 0) -> list[int]:
+          make_plan, resident: bool = False, time_limit: float = TIME_LIMIT_S, seed: int = 0,
+          packed: bool = False) -> list[int]:
     """Keep live outputs in memory-mode arrays across segment boundaries (paper sec. 4: memory-mode arrays
     as on-chip buffers for intermediate data), where the shared estimate finds it faster.
 
@@ -685,7 +793,7 @@ def carry(regions: list[Region], segs: list[SegmentModes], est: Estimator, produ
                     continue
                 try:
                     a2 = allocate_segment(regions, a.first, a.last, est, producers, time_limit, seed, make_plan,
-                                          a.carry_in, keep, a.held)
+                                          a.carry_in, keep, a.held, packed=packed)
                     if not a2.alloc.memory[g - a.first]:
                         continue
                     out_xbs = place(hw, a2)[0]
@@ -696,7 +804,7 @@ def carry(regions: list[Region], segs: list[SegmentModes], est: Estimator, produ
                             held[g] = out_xbs[g - a.first]
                         cin = x.carry_in | {c - x.first: g for c in readers if x.first <= c <= x.last}
                         x2 = allocate_segment(regions, x.first, x.last, est, producers, time_limit, seed, make_plan,
-                                              cin, x.carry_out, held)
+                                              cin, x.carry_out, held, packed=packed)
                         if x2.pass_xbs:
                             raise ValueError("serial")
                         new.append(x2)
