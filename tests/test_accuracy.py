@@ -527,3 +527,24 @@ def test_exact_product_equals_the_integer_product():
     s = rng.integers(-127, 128, size=(4, 2000)).astype(np.int32)
     np.testing.assert_array_equal(accuracy.exact_product(s, b), s.astype(np.int64) @ b.astype(np.int64))
     assert accuracy.exact_product(np.zeros((3, 0)), np.zeros((0, 2), np.int8)).shape == (3, 2)
+
+
+@pytest.mark.parametrize("signed", [False, True])
+def test_array_lsb_is_the_programmed_lsb_of_the_largest_peak(signed):
+    """The array-wide LSB, measured part by part in order of a bound and stopped where it cannot change,
+    equals the programmed LSB of the reference's largest peak at every row count (inputs dense enough
+    to reach the top LSB at some counts and not at others)."""
+    hw = tvm_cim.load("prime")
+    probe, w = _probe(hw, k=300, n=200, vectors=6, seed=7, signed=signed)
+    got, want = [], []
+    for rp in accuracy.row_options(hw):
+        m = accuracy.Mapping(rp)
+        if signed:
+            ref = max(_reference_peaks(x[0, 0], w, hw, rp).max() for x, _, _ in probe._passes(probe.xq[None, None], hw))
+        else:
+            ref = _reference_peaks(probe.xq, w, hw, rp).max()
+        got.append(probe.array_lsb(m))
+        want.append(crossbar.programmed_lsb(ref, hw))
+    assert got == want
+    tops = [crossbar.programmed_lsb(crossbar.max_partial_sum(hw.driving(rp)), hw) for rp in accuracy.row_options(hw)]
+    assert any(g == t for g, t in zip(got, tops)) and any(g < t for g, t in zip(got, tops))

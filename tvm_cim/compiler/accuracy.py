@@ -357,6 +357,40 @@ class LayerProbe:
             self._peaks[(rp,) + key[1:]] = out
         return outs[m.rows_per_step]
 
+    def array_lsb(self, m: Mapping) -> int:
+        """The LSB a range programmed for all of the layer's arrays gets when read with mapping ``m``:
+        ``programmed_lsb(peaks(m).max())``, measured only as far as it can change.
+
+        One unit where no sum can pass the top code at one unit.  Otherwise
+        the columns are read in parts, in order of an upper bound on their
+        sums (every row driven at the largest input digit it ever gets); a part
+        whose bound cannot raise the LSB found so far is not measured, and
+        measuring stops once the LSB is the largest any bound allows.
+        """
+        view, hw = self.view(m), self.hw
+        if X.exact(view, 1):
+            return 1
+        key = (m.rows_per_step, m.weight_encoding, m.input_encoding)
+        if key in self._peaks or not self._kept(view):  # (a layer encoded again per pass: all row counts at once)
+            return int(X.programmed_lsb(self.peaks(m).max(), hw))
+        n, step = self.w.shape[-1], _COL_CHUNK // 4
+        parts = []
+        for b in np.unique(self.which):
+            for c0 in range(0, n, step):
+                cols = np.arange(c0, min(n, c0 + step))
+                xs, cells, _ = self._tiles(int(b), cols, view)
+                for i, (x, bits, _) in enumerate(self._passes(xs, view)):
+                    parts.append((_bound(x, cells, view, bits), int(b), c0, i))
+        parts.sort(key=lambda p: -p[0])
+        hi, lsb = X.programmed_lsb(parts[0][0], hw), 1
+        for bound, b, c0, i in parts:
+            if lsb == hi or X.programmed_lsb(bound, hw) <= lsb:
+                break
+            xs, cells, _ = self._tiles(b, np.arange(c0, min(n, c0 + step)), view)
+            x, bits, _ = self._passes(xs, view)[i]
+            lsb = max(lsb, X.programmed_lsb(X.bitline_peaks(x, cells, view, bits).max(), hw))
+        return int(lsb)
+
     def error(self, m: Mapping) -> float:
         """``1 - cosine`` of the layer's output read with mapping ``m`` against its exact int8 output."""
         return self.errors([m])[0]
@@ -391,6 +425,22 @@ class LayerProbe:
         for i, acc in zip(todo, accs):
             out[i] = cosine_error(self._output(acc, self.cols), self.exact)
         return out
+
+
+def _bound(x: np.ndarray, cells: np.ndarray, view: CIMHardware, bits: int) -> float:
+    """An upper bound on every analogue sum of inputs ``x`` ``(T, 1, V, R)`` (``bits``-bit codes) on
+    ``cells`` ``(T, 1, R, S, P, n)`` read as ``view`` drives them: each row at the largest input digit any
+    vector gives it in any step, summed per row group."""
+    d = view.crossbar.dac_bits
+    digit = np.zeros(x.shape[:1] + x.shape[-1:], dtype=np.int64)  # (T, R)
+    for b in range(view.input_steps(bits)):
+        np.maximum(digit, ((x >> (b * d)) & ((1 << d) - 1)).max(axis=(1, 2)), out=digit)
+    cg = cells.reshape(cells.shape[0], cells.shape[2], -1)  # (T, R, K)
+    top, ra = 0.0, view.crossbar.rows_active
+    for g0 in range(0, cg.shape[1], ra):
+        top = max(top, float(np.matmul(digit[:, None, g0 : g0 + ra].astype(np.float32), cg[:, g0 : g0 + ra]).max(
+            initial=0.0)))
+    return top
 
 
 def cosine_error(a: np.ndarray, b: np.ndarray) -> float:
@@ -464,17 +514,15 @@ class Front:
         self._next += 1
         opts = [base]
         if hw.crossbar.adc_range in ("array", "column"):
-            view = self.probe.view(base)
-            if X.exact(view, 1):  # no sum can pass the top code at one unit: the calibrated LSB is one unit
-                peak = np.zeros((view.cols_per_weight(self.probe.wbits), self.probe.w.shape[-1]))
-            else:
-                peak = self.probe.peaks(base)
-            lsb = int(X.programmed_lsb(peak.max(), hw))
+            lsb = self.probe.array_lsb(base)
             same = {"rows_per_step": base.rows_per_step, "weight_encoding": base.weight_encoding,
                     "input_encoding": base.input_encoding}
             opts += [Mapping(adc="array", lsb=lsb, **same)] + ([Mapping(adc="array", lsb=lsb // 2, **same)]
                                                                if lsb > 1 else [])
             if hw.crossbar.adc_range == "column":
+                view = self.probe.view(base)
+                peak = (self.probe.peaks(base) if not X.exact(view, 1) else  # (else every LSB is one unit)
+                        np.zeros((view.cols_per_weight(self.probe.wbits), self.probe.w.shape[-1])))
                 opts.append(Mapping(adc="column", lsb_cols=np.asarray(X.programmed_lsb(peak, hw)), **same))
         found = [Candidate(m, ns, e) for m, e in zip(opts, self.probe.errors(opts))]
         self.tried += len(found)
