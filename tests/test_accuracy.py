@@ -444,3 +444,107 @@ def test_nonideal_simulation_is_seeded_off_by_default_and_reported():
     with pytest.raises(ValueError, match="conductance"):
         crossbar.Nonideal.parse("conductanc=0.1")
     assert crossbar.Nonideal.parse("conductance=0.1,seed=3") == crossbar.Nonideal(conductance_sigma=0.1, seed=3)
+
+
+def _probe(hw, k=300, n=40, vectors=5, seed=4, signed=False):
+    """A LayerProbe of a random int8 layer of k rows (more than one tile, the last padded)."""
+    rng = np.random.default_rng(seed)
+    w = rng.integers(-127, 128, size=(k, n)).astype(np.int8)
+    x = rng.uniform(-1.0 if signed else 0.0, 1.0, size=(vectors, k)).astype(np.float32)
+    x[0, :] = 1.0  # one dense vector: the largest sums
+    r = Region("mm", MATMUL, [(vectors, k)], (vectors, n), x_scale=1.0 / 255, x_signed=signed, w_int=w,
+               w_scale=np.ones(n, np.float32))
+    return accuracy.LayerProbe(r, [{"x": x}], hw, 8, 8), w
+
+
+@pytest.mark.parametrize("encoding", ["differential", "offset", "twos"])
+def test_probe_cells_are_what_the_encoder_programs(encoding):
+    """The probe looks cells up in a table of every weight code: the same cells as crossbar.encode of the
+    zero-padded tiles, for every weight encoding, as float32 and as bytes."""
+    hw = tvm_cim.load("prime")
+    hw = R(hw, crossbar=R(hw.crossbar, weight_encoding=encoding))
+    probe, w = _probe(hw)
+    rows = hw.crossbar.rows
+    tiles = np.zeros((2, rows, w.shape[1]), dtype=np.int32)
+    tiles[0], tiles[1, : w.shape[0] - rows] = w[:rows], w[rows:]
+    cols = np.array([0, 3, 4, 17, 39])
+    want = crossbar.encode(tiles, hw, 8)[:, None]
+    for c in (cols, np.arange(5, 30)):
+        got = probe._encode(0, c, hw)
+        assert got.dtype == np.float32
+        np.testing.assert_array_equal(got, want[..., c])
+    np.testing.assert_array_equal(probe._encode(0, np.arange(40), hw, np.uint8), want)
+
+
+def _reference_peaks(xq, w, hw, rows_per_step):
+    """Largest analogue sum of every bitline: loops over tiles, row groups, vectors and input steps."""
+    cells = crossbar.encode(w, hw, 8)  # (K, S, P, N)
+    d = hw.crossbar.dac_bits
+    out = np.zeros(cells.shape[1:])
+    for t0 in range(0, len(w), hw.crossbar.rows):
+        for g0 in range(t0, min(len(w), t0 + hw.crossbar.rows), rows_per_step):
+            g1 = min(g0 + rows_per_step, t0 + hw.crossbar.rows, len(w))
+            for b in range(hw.input_steps(8)):
+                xb = (xq[:, g0:g1] >> (b * d)) & ((1 << d) - 1)
+                out = np.maximum(out, np.einsum("vr,rspn->spn", xb, cells[g0:g1]) if len(xb) == 1 else
+                                 np.einsum("vr,rspn->vspn", xb, cells[g0:g1]).max(axis=0))
+    return out.reshape(-1, w.shape[1])
+
+
+@pytest.mark.parametrize("kept", [True, False])
+def test_probe_peaks_match_a_reference_at_every_row_count(kept, monkeypatch):
+    """Peaks per bitline at every row count, for a layer kept encoded and for one encoded again per pass
+    (which measures every row count in its first pass); and where no sum can pass the top code at one
+    unit, the programmed LSB is one whatever the inputs (what the choice assumes without measuring)."""
+    if not kept:
+        monkeypatch.setattr(accuracy, "_CACHE_CELLS", 1)
+    hw = tvm_cim.load("prime")
+    probe, w = _probe(hw)
+    assert probe._kept(hw) == kept
+    for rp in accuracy.row_options(hw):
+        m = accuracy.Mapping(rp)
+        got = probe.peaks(m)
+        np.testing.assert_array_equal(got, _reference_peaks(probe.xq, w, hw, rp))
+        view = probe.view(m)
+        assert got.max() <= crossbar.max_partial_sum(view)
+        if crossbar.exact(view, 1):
+            assert crossbar.programmed_lsb(got.max(), hw) == 1
+    assert len(probe._peaks) == len(accuracy.row_options(hw))
+
+
+def test_exact_product_equals_the_integer_product():
+    """Long sums of the largest codes (partial sums far above 2^24): the float32 slices give the integer
+    product exactly, with leading dimensions, signed codes, and an empty summed dimension."""
+    rng = np.random.default_rng(5)
+    a = rng.integers(0, 256, size=(2, 3, 2000))
+    a[0, 0] = 255
+    b = rng.integers(-127, 128, size=(2000, 7)).astype(np.int8)
+    b[:, 0] = 127
+    got = accuracy.exact_product(a.astype(np.float32), b)
+    assert got.dtype == np.float64 and got.shape == (2, 3, 7)
+    np.testing.assert_array_equal(got, a.astype(np.int64) @ b.astype(np.int64))
+    assert got[0, 0, 0] == 255 * 127 * 2000 > 2**24
+    s = rng.integers(-127, 128, size=(4, 2000)).astype(np.int32)
+    np.testing.assert_array_equal(accuracy.exact_product(s, b), s.astype(np.int64) @ b.astype(np.int64))
+    assert accuracy.exact_product(np.zeros((3, 0)), np.zeros((0, 2), np.int8)).shape == (3, 2)
+
+
+@pytest.mark.parametrize("signed", [False, True])
+def test_array_lsb_is_the_programmed_lsb_of_the_largest_peak(signed):
+    """The array-wide LSB, measured part by part in order of a bound and stopped where it cannot change,
+    equals the programmed LSB of the reference's largest peak at every row count (inputs dense enough
+    to reach the top LSB at some counts and not at others)."""
+    hw = tvm_cim.load("prime")
+    probe, w = _probe(hw, k=300, n=200, vectors=6, seed=7, signed=signed)
+    got, want = [], []
+    for rp in accuracy.row_options(hw):
+        m = accuracy.Mapping(rp)
+        if signed:
+            ref = max(_reference_peaks(x[0, 0], w, hw, rp).max() for x, _, _ in probe._passes(probe.xq[None, None], hw))
+        else:
+            ref = _reference_peaks(probe.xq, w, hw, rp).max()
+        got.append(probe.array_lsb(m))
+        want.append(crossbar.programmed_lsb(ref, hw))
+    assert got == want
+    tops = [crossbar.programmed_lsb(crossbar.max_partial_sum(hw.driving(rp)), hw) for rp in accuracy.row_options(hw)]
+    assert any(g == t for g, t in zip(got, tops)) and any(g < t for g, t in zip(got, tops))

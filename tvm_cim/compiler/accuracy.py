@@ -221,6 +221,7 @@ class LayerProbe:
         self.exact = self._output(self._exact_acc(self.cols), self.cols)
         self._cells: dict = {}
         self._xs: dict = {}
+        self._peaks: dict = {}
 
     # ------------------------------------------------------------------ helpers
     def _blocks(self) -> list[tuple[int, int]]:
@@ -240,14 +241,31 @@ class LayerProbe:
             hit = self._xs[b] = (xs, sel)
         return hit
 
-    def _encode(self, b: int, cols: np.ndarray, whw: CIMHardware) -> np.ndarray:
+    def _encode(self, b: int, cols: np.ndarray, whw: CIMHardware, dtype=np.float32) -> np.ndarray:
         """Cells ``(T, 1, R, S, P, n)`` of columns ``cols`` of weight matrix ``b`` as ``whw`` (the chip with
-        the layer's weight encoding) holds them."""
-        rows = min(self.w.shape[1], self.hw.crossbar.rows)
-        wt = np.zeros((len(self._blocks()), rows, len(cols)), dtype=np.int32)
-        for i, (k0, k1) in enumerate(self._blocks()):
-            wt[i, : k1 - k0] = self.w[b, k0:k1][:, cols]
-        return X.encode(wt, whw, self.wbits)[:, None]
+        the layer's weight encoding) holds them (:func:`tvm_cim.hardware.crossbar.encode`, rows padded with
+        zero weights), as ``dtype``.
+
+        Every weight is one of ``2^wbits - 1`` codes, so the cells are looked up in a table of the encoding
+        of every code: one gather of all of a weight's cells instead of the encoder's passes.
+        """
+        lim = 2 ** (self.wbits - 1) - 1
+        key = ("lut", whw.crossbar.weight_encoding, np.dtype(dtype).str)
+        lut = self._cells.get(key)
+        if lut is None:
+            table = X.encode(np.arange(-lim, lim + 1)[:, None], whw, self.wbits)[..., 0].astype(dtype)  # (codes, S, P)
+            lut = self._cells[key] = (np.ascontiguousarray(table.reshape(len(table), -1)).view(
+                f"V{table[0].nbytes}")[:, 0], table.shape[1:])
+        table, sp = lut
+        k, rows = self.w.shape[1], min(self.w.shape[1], self.hw.crossbar.rows)
+        t_n = len(self._blocks())
+        w = self.w[b]
+        sub = w[:, cols[0] : cols[-1] + 1] if cols[-1] - cols[0] + 1 == len(cols) else w[:, cols]
+        idx = np.full((t_n * rows, len(cols)), lim, dtype=np.int16)  # tile t holds rows t*R .. (t+1)*R - 1
+        np.add(sub, lim, out=idx[:k], dtype=np.int16, casting="unsafe")
+        np.clip(idx, 0, 2 * lim, out=idx)
+        cells = np.take(table, idx).view(dtype).reshape(t_n, rows, len(cols), *sp)
+        return np.ascontiguousarray(np.moveaxis(cells, 2, -1))[:, None]
 
     def _tiles(self, b: int, cols: np.ndarray, whw: CIMHardware, sampled: bool = False):
         """Input tiles ``(T, 1, V, R)`` of the vectors meeting weight matrix ``b``, their cells
@@ -266,13 +284,17 @@ class LayerProbe:
             return xs, cells, sel
         full = self._cells.get((b, "all", enc))
         if full is None:
-            n = self.w.shape[-1]
-            if xs.shape[0] * xs.shape[-1] * n * whw.cols_per_weight(self.wbits) <= _CACHE_CELLS:
-                full = self._cells[(b, "all", enc)] = self._encode(b, np.arange(n), whw).astype(np.uint8)
+            if self._kept(whw):
+                full = self._cells[(b, "all", enc)] = self._encode(b, np.arange(self.w.shape[-1]), whw, np.uint8)
             else:
                 return xs, self._encode(b, cols, whw), sel
         part = full[..., cols[0] : cols[-1] + 1] if cols[-1] - cols[0] + 1 == len(cols) else full[..., cols]
         return xs, part.astype(np.float32), sel
+
+    def _kept(self, whw: CIMHardware) -> bool:
+        """Whether every cell of the layer is kept encoded (:data:`_CACHE_CELLS`) for weight encoding ``whw``."""
+        rows = min(self.w.shape[1], self.hw.crossbar.rows)
+        return len(self._blocks()) * rows * self.w.shape[-1] * whw.cols_per_weight(self.wbits) <= _CACHE_CELLS
 
     def _passes(self, x: np.ndarray, view: CIMHardware) -> list[tuple[np.ndarray, int, int]]:
         """(unsigned codes, input bits, factor) of each pass the crossbars are read in."""
@@ -302,19 +324,72 @@ class LayerProbe:
     # ------------------------------------------------------------------ what the compiler asks
     def peaks(self, m: Mapping) -> np.ndarray:
         """Largest analogue sum of every bitline, ``(slices x planes, N)``, read with mapping ``m``
-        (its rows per step and encodings; the ADC setting does not matter)."""
-        xhw = self.view(m)
+        (its rows per step and encodings; the ADC setting does not matter).
+
+        A layer too large to keep encoded (:data:`_CACHE_CELLS`) is encoded again on every pass over its
+        columns, so its first call measures every row count whose sums can exceed the ADC's range at one
+        unit (the others' programmed LSB is one whatever the samples) in one pass, and later calls
+        return what it found.
+        """
+        key = (m.rows_per_step, m.weight_encoding, m.input_encoding)
+        hit = self._peaks.get(key)
+        if hit is not None:
+            return hit
+        views = {m.rows_per_step: self.view(m)}
+        if not self._kept(views[m.rows_per_step]):
+            for rp in row_options(self.hw):
+                v = self.view(dataclasses.replace(m, rows_per_step=rp))
+                if rp not in views and not X.exact(v, 1):
+                    views[rp] = v
+        xhw = views[m.rows_per_step]
         n = self.w.shape[-1]
         s_p = xhw.cols_per_weight(self.wbits)
-        out = np.zeros((s_p, n))
+        outs = {rp: np.zeros((s_p, n)) for rp in views}
         for c0 in range(0, n, _COL_CHUNK):
             cols = np.arange(c0, min(n, c0 + _COL_CHUNK))
             for b in np.unique(self.which):
                 xs, cells, _ = self._tiles(int(b), cols, xhw)
                 for x, bits, _ in self._passes(xs, xhw):
-                    p = X.bitline_peaks(x, cells, xhw, bits).max(axis=0)  # (S, P, n)
-                    out[:, cols] = np.maximum(out[:, cols], p.reshape(s_p, len(cols)))
-        return out
+                    for rp, v in views.items():
+                        p = X.bitline_peaks(x, cells, v, bits).max(axis=0)  # (S, P, n)
+                        outs[rp][:, cols] = np.maximum(outs[rp][:, cols], p.reshape(s_p, len(cols)))
+        for rp, out in outs.items():
+            self._peaks[(rp,) + key[1:]] = out
+        return outs[m.rows_per_step]
+
+    def array_lsb(self, m: Mapping) -> int:
+        """The LSB a range programmed for all of the layer's arrays gets when read with mapping ``m``:
+        ``programmed_lsb(peaks(m).max())``, measured only as far as it can change.
+
+        One unit where no sum can pass the top code at one unit.  Otherwise
+        the columns are read in parts, in order of an upper bound on their
+        sums (every row driven at the largest input digit it ever gets); a part
+        whose bound cannot raise the LSB found so far is not measured, and
+        measuring stops once the LSB is the largest any bound allows.
+        """
+        view, hw = self.view(m), self.hw
+        if X.exact(view, 1):
+            return 1
+        key = (m.rows_per_step, m.weight_encoding, m.input_encoding)
+        if key in self._peaks or not self._kept(view):  # (a layer encoded again per pass: all row counts at once)
+            return int(X.programmed_lsb(self.peaks(m).max(), hw))
+        n, step = self.w.shape[-1], _COL_CHUNK // 4
+        parts = []
+        for b in np.unique(self.which):
+            for c0 in range(0, n, step):
+                cols = np.arange(c0, min(n, c0 + step))
+                xs, cells, _ = self._tiles(int(b), cols, view)
+                for i, (x, bits, _) in enumerate(self._passes(xs, view)):
+                    parts.append((_bound(x, cells, view, bits), int(b), c0, i))
+        parts.sort(key=lambda p: -p[0])
+        hi, lsb = X.programmed_lsb(parts[0][0], hw), 1
+        for bound, b, c0, i in parts:
+            if lsb == hi or X.programmed_lsb(bound, hw) <= lsb:
+                break
+            xs, cells, _ = self._tiles(b, np.arange(c0, min(n, c0 + step)), view)
+            x, bits, _ = self._passes(xs, view)[i]
+            lsb = max(lsb, X.programmed_lsb(X.bitline_peaks(x, cells, view, bits).max(), hw))
+        return int(lsb)
 
     def error(self, m: Mapping) -> float:
         """``1 - cosine`` of the layer's output read with mapping ``m`` against its exact int8 output."""
@@ -350,6 +425,22 @@ class LayerProbe:
         for i, acc in zip(todo, accs):
             out[i] = cosine_error(self._output(acc, self.cols), self.exact)
         return out
+
+
+def _bound(x: np.ndarray, cells: np.ndarray, view: CIMHardware, bits: int) -> float:
+    """An upper bound on every analogue sum of inputs ``x`` ``(T, 1, V, R)`` (``bits``-bit codes) on
+    ``cells`` ``(T, 1, R, S, P, n)`` read as ``view`` drives them: each row at the largest input digit any
+    vector gives it in any step, summed per row group."""
+    d = view.crossbar.dac_bits
+    digit = np.zeros(x.shape[:1] + x.shape[-1:], dtype=np.int64)  # (T, R)
+    for b in range(view.input_steps(bits)):
+        np.maximum(digit, ((x >> (b * d)) & ((1 << d) - 1)).max(axis=(1, 2)), out=digit)
+    cg = cells.reshape(cells.shape[0], cells.shape[2], -1)  # (T, R, K)
+    top, ra = 0.0, view.crossbar.rows_active
+    for g0 in range(0, cg.shape[1], ra):
+        top = max(top, float(np.matmul(digit[:, None, g0 : g0 + ra].astype(np.float32), cg[:, g0 : g0 + ra]).max(
+            initial=0.0)))
+    return top
 
 
 def cosine_error(a: np.ndarray, b: np.ndarray) -> float:
@@ -423,13 +514,15 @@ class Front:
         self._next += 1
         opts = [base]
         if hw.crossbar.adc_range in ("array", "column"):
-            peak = self.probe.peaks(base)
-            lsb = int(X.programmed_lsb(peak.max(), hw))
+            lsb = self.probe.array_lsb(base)
             same = {"rows_per_step": base.rows_per_step, "weight_encoding": base.weight_encoding,
                     "input_encoding": base.input_encoding}
             opts += [Mapping(adc="array", lsb=lsb, **same)] + ([Mapping(adc="array", lsb=lsb // 2, **same)]
                                                                if lsb > 1 else [])
             if hw.crossbar.adc_range == "column":
+                view = self.probe.view(base)
+                peak = (self.probe.peaks(base) if not X.exact(view, 1) else  # (else every LSB is one unit)
+                        np.zeros((view.cols_per_weight(self.probe.wbits), self.probe.w.shape[-1])))
                 opts.append(Mapping(adc="column", lsb_cols=np.asarray(X.programmed_lsb(peak, hw)), **same))
         found = [Candidate(m, ns, e) for m, e in zip(opts, self.probe.errors(opts))]
         self.tried += len(found)
@@ -540,20 +633,44 @@ def _map_layers(regions, obs, hw, wbits, ibits, max_error, int8_error) -> Result
 
 
 # ============================================================================ exact int8 network
+def exact_product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b`` in float64 of integer-valued arrays (``a``: ``(..., K)``, ``b``: ``(K, N)``), exactly.
+
+    Computed in float32 over slices of the summed dimension short enough that
+    no partial sum can pass ``2^24`` (float32 holds every integer up to it),
+    the slices added in float64: the same values as the float64 product (both
+    exact), without a float64 copy of ``b``.
+    """
+    lead, k = a.shape[:-1], a.shape[-1]
+    a = a.reshape(int(np.prod(lead)), k)
+    top = max(float(a.max(initial=0)), -float(a.min(initial=0))) * max(float(b.max(initial=0)),
+                                                                        -float(b.min(initial=0)))
+    step = max(1, k) if top == 0 else int(2.0**24 // top)
+    if step < 1:
+        return (a.astype(np.float64) @ b.astype(np.float64)).reshape(lead + b.shape[1:])
+    a32 = a.astype(np.float32, copy=False)
+    out = np.zeros((a.shape[0], b.shape[1]))
+    for k0 in range(0, k, step):  # (no float copy of all of b: VGG-19's first classifier layer has 103 M weights)
+        out += a32[:, k0 : k0 + step] @ b[k0 : k0 + step].astype(np.float32)
+    return out.reshape(lead + b.shape[1:])
+
+
 def emulate(r: Region, xs: list[np.ndarray], wbits: int, ibits: int) -> np.ndarray:
     """A region computed with exact int8 arithmetic (no ADC): what a lossless chip gives."""
-    xq = quantize_codes(xs[0], r.x_scale, r.x_zero, ibits, r.x_signed).astype(np.float64)
     if r.kind == CONV2D:
         c = r.conv
+        xq = quantize_codes(xs[0], r.x_scale, r.x_zero, ibits, r.x_signed).astype(np.float32)  # exact codes
         cols = im2col(xq, c["kernel"], c["strides"], c["padding"], c["dilation"], r.x_zero)
-        wsum = r.w_int.astype(np.float64).sum(axis=0)
-        y = dequantize(cols @ r.w_int.astype(np.float64), r.x_scale, r.x_zero, wsum, r.w_scale, r.bias)
+        wsum = r.w_int.sum(axis=0, dtype=np.float64) if r.x_zero else None
+        y = dequantize(exact_product(cols, r.w_int), r.x_scale, r.x_zero, wsum, r.w_scale, r.bias)
         n, oc, oh, ow = r.out_shape
         y = y.reshape(n, oh, ow, oc).transpose(0, 3, 1, 2)
     elif r.kind == MATMUL:
-        wsum = r.w_int.astype(np.float64).sum(axis=0)
-        y = dequantize(xq @ r.w_int.astype(np.float64), r.x_scale, r.x_zero, wsum, r.w_scale, r.bias)
+        xq = quantize_codes(xs[0], r.x_scale, r.x_zero, ibits, r.x_signed)
+        wsum = r.w_int.sum(axis=0, dtype=np.float64) if r.x_zero else None
+        y = dequantize(exact_product(xq, r.w_int), r.x_scale, r.x_zero, wsum, r.w_scale, r.bias)
     else:
+        xq = quantize_codes(xs[0], r.x_scale, r.x_zero, ibits, r.x_signed).astype(np.float64)
         yq = quantize_codes(xs[1], r.y_scale, 0, wbits, True).astype(np.float64)
         wsum = yq.sum(axis=-2, keepdims=True)
         y = dequantize(np.matmul(xq, yq), r.x_scale * r.y_scale, r.x_zero, wsum)

@@ -420,12 +420,14 @@ def quantize_weights(w: np.ndarray, bits: int, axis: int) -> tuple[np.ndarray, n
     """Symmetric per-channel quantisation along ``axis`` (the output channels)."""
     lim = 2 ** (bits - 1) - 1
     red = tuple(i for i in range(w.ndim) if i != axis % w.ndim)
-    scale = np.abs(w).max(axis=red) / lim
+    scale = np.maximum(w.max(axis=red), -w.min(axis=red)) / lim  # the largest magnitude, without a copy of |w|
     scale = np.where(scale > 0, scale, 1.0).astype(np.float32)
     shape = [1] * w.ndim
     shape[axis] = -1
-    q = np.clip(np.rint(w / scale.reshape(shape)), -lim, lim).astype(np.int8)
-    return q, scale
+    q = np.divide(w, scale.reshape(shape))  # rounded and clipped in place (the same values, fewer copies)
+    np.rint(q, out=q)
+    np.clip(q, -lim, lim, out=q)
+    return q.astype(np.int8), scale
 
 
 def make_region(name: str, info: CompositeInfo, ranges: dict, input_bits: int, weight_bits: int) -> Region:
