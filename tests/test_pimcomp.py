@@ -237,6 +237,7 @@ def test_high_throughput_unfolding_is_the_least_executed_load(monkeypatch):
                                     if o.opcode == "DMOV" and o.get("op") in ("load", "fetch"))
             groups[key][short] = len({t.k0 for t in info.chip_map.placements[r.name].tiles})
     monkeypatch.setattr(unfold, "choose", rule)
+    est = Estimator.of(hw, 8, 8, opts)
     convs = [r for r in info.regions if r.kind == CONV2D]
     assert len(convs) == 2 and set(chosen) == {r.name.rsplit(".", 1)[-1] for r in convs}
     for r in convs:
@@ -248,6 +249,8 @@ def test_high_throughput_unfolding_is_the_least_executed_load(monkeypatch):
         best = [n for n in cands if loads[n][name] == least]
         c = chosen[name]
         assert c in best and loads["rule"][name] == least
+        # the volume the rule compares is the one the programs load (int8 weights and activations)
+        assert all(unfold.executed_load(r, fm[n], est) == loads[n][name] for n in cands)
         assert groups["rule"][name] == groups[c][name] == min(groups[n][name] for n in best)
         # what Table IV's volume would pick does more array groups, not less load
         by_table = min(cands, key=lambda n: (fm[n].load, fm[n].memory))
