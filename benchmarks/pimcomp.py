@@ -91,6 +91,9 @@ GA_ALONE = {
 }
 ABLATIONS = {
     **GA_ALONE,
+    # the HT rule compares the load volume the program executes, equal for every executable format, and
+    # then takes the fewest array groups: im2col on every layer, so this row equals pimcomp-ht (it would
+    # differ once the input reuse of (IK,O,K) / (I,O,K2) is executed: tvm_cim/compiler/unfold.py)
     "pimcomp-ht/im2col": ("pimcomp-ht", {"unfolding": "im2col"}),
     "pimcomp-ll/no-heap": ("pimcomp-ll", {"local_memory": False}),
     "pimcomp-ll/send-each": ("pimcomp-ll", {"send_batch": 1}),

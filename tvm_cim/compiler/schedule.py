@@ -187,7 +187,7 @@ def duplicate(regions: list[Region], segment_of: list[int], resident: bool, hw: 
         by_seg.setdefault(s, []).append(r)
     for s_idx, seg in by_seg.items():
         if opts.unfolding in ("ht", "ll"):  # PIMCOMP's formats, where the segment still fits the chip with them
-            trial = {r.name: unfold.tile_rows(r, unfold.choose(r, opts.unfolding), hw.crossbar.rows) for r in seg}
+            trial = {r.name: unfold.tile_rows(r, unfold.choose(r, opts.unfolding, est), hw.crossbar.rows) for r in seg}
             if sum(footprint(r, est, trial[r.name]) for r in seg) <= hw.total_crossbars:
                 tile_rows.update(trial)
         costs = [est.plan_cores(r, tile_rows[r.name]) for r in seg]
@@ -276,7 +276,7 @@ def pimcomp_replication(seg: list[Region], est: Estimator, tile_rows: dict, hw: 
                 "packs": dp.detail["packs"], "counts_ns": dp.detail["counts_ns"]} if dp else None),
         "cores_used": len(cores_used),
         "_unit_cores": replication.unit_cores(prob, best),
-        "layers": {r.name: {"unfolding": _unfolding_name(r, opts, tile_rows[r.name], hw), "tile_rows": tile_rows[r.name], "array_groups": int(prob.ags[i]),
+        "layers": {r.name: {"unfolding": _unfolding_name(r, opts, tile_rows[r.name], hw, est), "tile_rows": tile_rows[r.name], "array_groups": int(prob.ags[i]),
                             "replicas": out.replicas[i], "cores": lay.get(i, [])}
                    for i, r in enumerate(seg)},
     }
@@ -326,10 +326,10 @@ def _memo_chunk_finish(est: Estimator):
         del est.chunk_finish, est.chunks, est._chunk_work  # back to the methods
 
 
-def _unfolding_name(r: Region, opts: Options, rows: int, hw: CIMHardware) -> str:
+def _unfolding_name(r: Region, opts: Options, rows: int, hw: CIMHardware, est: Estimator) -> str:
     """The Table IV format a region runs in (the chosen one, unless its segment did not fit with it)."""
     if opts.unfolding in ("ht", "ll"):
-        f = unfold.choose(r, opts.unfolding)
+        f = unfold.choose(r, opts.unfolding, est)
         if unfold.tile_rows(r, f, hw.crossbar.rows) == rows:
             return f.name
     return "(IK2,O,1)"

@@ -23,6 +23,40 @@ The two formats that put kernel factors into ``W`` (``(I, OK^2, 1)``,
 generator does not emit; they are never chosen by the rule above on a layer
 whose output is smaller than its padded input, because their computation
 cycles (``F_in^2``, ``F_in F_out``) are then larger.
+
+What is *not* executed: the input reuse that gives ``(I,O,K2)`` and
+``(IK,O,K)`` their smaller Table IV load volume (``F_in F_out K I`` against
+im2col's ``F_out^2 K^2 I``: a loaded input row feeds the ``K`` (or ``K^2``)
+matrices of its kernel rows, each with its own shifted window).  Our program
+loads a chunk's input rows, kernel halo included, once, unfolds them by
+im2col and scatters the ``K^2 I`` rows of every window to the AGs, whatever
+the AG height; so every executable format loads the same bytes from global
+memory.  The high-throughput rule therefore keeps the paper's criteria
+(fewest computation cycles, then least load volume) but evaluates the load
+volume the program executes (:func:`executed_load`, from the chunk plan and
+the crossbar tiles the code generator emits, :mod:`tvm_cim.compiler.plan`),
+not Table IV's, which :func:`formats` still reports.  With the volumes equal,
+the remaining tie goes to the format of fewest array groups, the only
+executed difference between the formats (fewer arrays per replica, fewer
+ADC conversions and partial-sum reductions, more replicas on the chip); that
+is im2col ``(IK2,O,1)`` on every layer (``ceil(K^2 I / rows) <= K ceil(K I
+/ rows) <= K^2 ceil(I / rows)``).  Choosing by Table IV's volume picked
+``(IK,O,K)``, a format whose only executed effect is more array groups (the
+7x7x3 stem: 7 AGs instead of 2), measured 1.45x lower throughput on the
+paper's 12 points.  Executing the reuse is future work: each matrix ``p`` of
+a format would read its own window offset of one loaded input row (a
+per-matrix shifted scatter from a line buffer of ``K`` input rows, instead of
+one im2col gather), the load would then count the unique input rows per
+chunk, and the estimate and codegen would both read it from the chunk plan.
+
+The low-latency rule (fewest cycles, then least additional memory) is kept
+on Table IV's memory figures.  The same argument applies to it -- our heap
+holds each scatter's input slice (``K^2 I`` rows of a window, in one or in
+several row blocks) and each replica's output pixels, the same bytes for
+every executable format -- but the choice does not change: among the
+executable formats of equal cycles im2col has the least Table IV memory
+(``K^2 I + O``) on every layer with ``K > 1``, and for ``K = 1`` the formats
+coincide.
 """
 
 from __future__ import annotations
@@ -30,6 +64,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from . import plan as P
 from .region import CONV2D, Region
 
 FORMATS = ("(I,O,K2)", "(I,OK2,1)", "(IK,O,K)", "(IK,OK,1)", "(IK2,O,1)")
@@ -99,19 +134,64 @@ def formats(r: Region) -> list[Format]:
     ]
 
 
-def choose(r: Region, mode: str) -> Format:
+def executed_load(r: Region, fmt: Format, est) -> int:
+    """Bytes one replica of ``r`` unfolded as ``fmt`` loads from global and off-chip memory, as the code
+    generator emits them: every chunk's input (:func:`tvm_cim.compiler.plan.chunks`) and the weights of
+    the crossbar tiles the format's AG height cuts (:func:`tvm_cim.compiler.plan.tile_bytes`).
+
+    Parameters
+    ----------
+    r : Region
+        The layer.
+    fmt : Format
+        One of :func:`formats`.
+    est : tvm_cim.compiler.estimate.Estimator
+        The shared estimate (its chunks and tiles are the code generator's).
+
+    Returns
+    -------
+    int
+    """
+    rows = tile_rows(r, fmt, est.hw_of(r).crossbar.rows)
+    return int(est.chunks(r, 1).load_bytes.sum() + P.tile_bytes(est.tile_list(r, rows), est.wbits).sum())
+
+
+def choose(r: Region, mode: str, est=None) -> Format:
     """PIMCOMP's choice: fewest computation cycles, then least load volume (``ht``) or least additional
-    memory (``ll``); remaining ties (which the paper leaves open) to the other of the two criteria, then to
+    memory (``ll``).
+
+    ``ht`` evaluates the load volume the program executes (:func:`executed_load`, which needs ``est``),
+    not Table IV's (see the module docstring); its remaining ties go to the fewest array groups.
+    ``ll`` uses Table IV's additional memory; its remaining ties go to Table IV's load volume.  Then
     the usual im2col ``(IK2,O,1)``, then Table IV order.
 
     Only formats the code generator can execute (:data:`EXECUTABLE`) are candidates; the others are
     reported by :func:`formats`.
+
+    Parameters
+    ----------
+    r : Region
+        The layer.
+    mode : {'ht', 'll'}
+        High throughput or low latency.
+    est : tvm_cim.compiler.estimate.Estimator, optional
+        The shared estimate; required for ``ht``.
+
+    Returns
+    -------
+    Format
     """
     if mode not in ("ht", "ll"):
         raise ValueError(f"unfolding mode must be 'ht' or 'll', got {mode!r}")
+    if mode == "ht" and est is None:
+        raise ValueError("the high-throughput unfolding needs the estimate (est=) for the executed load volume")
     cands = [f for f in formats(r) if f.name in EXECUTABLE]
+
     def key(f):
-        crit = (f.load, f.memory) if mode == "ht" else (f.memory, f.load)
+        if mode == "ht":
+            crit = (executed_load(r, f, est), f.array_groups(est.hw_of(r).crossbar.rows))
+        else:
+            crit = (f.memory, f.load)
         return (f.cycles, *crit, f.name != "(IK2,O,1)", FORMATS.index(f.name))
 
     return min(cands, key=key)
