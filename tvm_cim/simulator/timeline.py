@@ -486,6 +486,17 @@ def _place(ev: Events, st: list, fin: list, floor: float, ext_ready: dict, res: 
             capped = power is not None and ev.analog[i]
             if len(names) == 1 and not capped:  # one resource: its earliest gap (the loop's fixed point)
                 r = res[names[0]]
+                last = r.last
+                if last and t >= last[-1]:  # after everything booked on it (what earliest + reserve do then)
+                    end = t + dur
+                    r.busy += dur
+                    if last[-1] == t:  # touches the last interval: extends it
+                        r.be[-1][-1] = end
+                        last[-1] = end
+                    else:
+                        r.reserve(t, dur, False)
+                    st[i], fin[i] = t, end
+                    continue
                 t = r.earliest(t, dur)
                 r.reserve(t, dur)
                 st[i], fin[i] = t, t + dur
