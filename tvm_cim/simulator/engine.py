@@ -304,6 +304,7 @@ class Chip:
         self._read_tags: dict = {}  # (vxb, block) -> a read's resource and input key
         self._write_cost: dict = {}  # (xb, tile shape) -> (ns, pJ) of programming it, its key and resources
         self._read_memo: dict = {}  # aggregated cost of a read of one crossbar set
+        self._read_plans: dict = {}  # block shape -> what its reads append (_read_plan)
         self._xb_key_sets: dict = {}  # crossbar keys of a read -> the one tuple of them (_read_cost)
         self._cores: dict = {}  # id(_entries list) -> the cores of its crossbars (a scatter's destination)
         self._dmov_cost: dict = {}  # (scatter | fetch, bytes) -> (ns, pJ)
@@ -486,14 +487,20 @@ class Chip:
             a = o._index
             if (a.get("vxb"), a.get("src"), a.get("dst"), a.get("vecs"), a.get("block")) != key:
                 return False
-        counts, functional = stats.metaop_counts, self.options.functional
-        for o in body:  # what _block does per operation, in program order (checks, values)
-            counts[o.kind] += 1
-            if o.kind not in OPS:
-                raise SimulationError(f"program '{self.prog.name}': unknown meta-operator {o.kind}")
-            self._check_compute_mode(o)
-            if functional:
-                self._queue_read(o, env, stats)
+        counts = stats.metaop_counts
+        if self.options.functional or self.xb_memory:
+            for o in body:  # what _block does per operation, in program order (checks, values)
+                counts[o.kind] += 1
+                if o.kind not in OPS:
+                    raise SimulationError(f"program '{self.prog.name}': unknown meta-operator {o.kind}")
+                self._check_compute_mode(o)
+                if self.options.functional:
+                    self._queue_read(o, env, stats)
+        else:  # timing only, every array in compute mode: the reads (one kind) are only counted
+            kind = o0.kind
+            if kind not in OPS:
+                raise SimulationError(f"program '{self.prog.name}': unknown meta-operator {kind}")
+            counts[kind] += len(body)
         self._record_reads(body, ev)
         self.grouped_reads += len(body)
         return True
@@ -1082,49 +1089,84 @@ class Chip:
         """:meth:`_record_read` of reads of one virtual crossbar, input slice and accumulator (the row groups
         of a parallel block), in order: the same rows, energy sums and scoreboard.  A read marks only its
         accumulator and its crossbars' reader lists, which no other read of the block consults, so their
-        input dependencies are looked up once; reads of the same crossbars share one stored dependency list."""
+        input dependencies are looked up once; reads of the same crossbars share one stored dependency list.
+        What depends only on the block's operations (durations, energies, crossbar sets) is planned once per
+        block shape (:meth:`_read_plan`): every pass of a layer reads the same row groups."""
         o0 = body[0]
+        a0 = o0._index
         v = _vecs(o0, self.M)
         vectors = v.size * self._batch
-        src = o0["src"].name
-        blk = o0.get("block")
-        tag_key = (o0["vxb"], src, None if blk is None else blk.start)
+        src = a0["src"].name
+        blk = a0.get("block")
+        bstart = None if blk is None else blk.start
+        tag_key = (a0["vxb"], src, bstart)
         tags = self._read_tags.get(tag_key)
         if tags is None:
             tags = self._read_tags[tag_key] = self._read_tag(o0)
         tag, src_key = tags
+        vkey = self._vxb_shape(a0["vxb"]) if blk is None else a0["vxb"]  # what _entries keys the crossbars by
+        sig = (o0.opcode, vkey, bstart, vectors, tuple([o._index.get("group") for o in body]))
+        plan = self._read_plans.get(sig)
+        if plan is None:
+            plan = self._read_plans[sig] = self._read_plan(body, vectors)
+        durs, totals, analog, kinds, energy, sets, which, runs = plan
         base = self._deps(src_key, v, False) + self._deps(src, v, False)
-        memo, wdeps, xb_write, epoch = self._read_memo, self._write_deps, self._xb_write, self._xb_epoch
+        wdeps, xb_write, epoch = self._write_deps, self._xb_write, self._xb_epoch
+        stored = []  # per distinct crossbar set, in order of first use: the reads' stored dependency list
+        for xb_keys in sets:
+            wd = wdeps.get(id(xb_keys))
+            if wd is None or wd[0] != epoch:
+                wd = wdeps[id(xb_keys)] = (epoch, [xb_write[k] for k in xb_keys if k in xb_write])
+            stored.append(ev.stored(base + wd[1]))
         acc_e, readers = self._energy, self._xb_readers
-        stored = {}  # id(crossbar keys) -> the stored dependency list of reads of those crossbars
-        idx = []
-        run_keys, run = None, []  # consecutive reads of the same crossbars: reader lists extended once
-        for o in body:
+        for k2, vals in energy:  # each component summed in program order (the same floating-point sums)
+            x = acc_e[k2]
+            for val in vals:
+                x += val
+            acc_e[k2] = x
+        i0 = len(ev.dur)
+        ev.dur.extend(durs)
+        ev.res.extend([tag] * len(durs))
+        ev.deps.extend([stored[j] for j in which] if len(stored) > 1 else [stored[0]] * len(durs))
+        ev.energy.extend(totals)
+        ev.analog.extend(analog)
+        ev.kind.extend(kinds)
+        for xb_keys, r0, r1 in runs:  # consecutive reads of the same crossbars: reader lists extended once
+            run = range(i0 + r0, i0 + r1)
+            for k in xb_keys:
+                readers[k].extend(run)
+        self._ranges[a0["dst"].name].setdefault((v.start, v.stop), []).extend(range(i0, i0 + len(durs)))
+
+    def _read_plan(self, body, vectors: int) -> tuple:
+        """What :meth:`_record_reads` appends for a block, apart from dependencies: durations, total energies,
+        analog flags and kinds of its rows; its energy by component (component, values in program order);
+        its distinct crossbar sets (in order of first use), the set of each read (an index into them) and
+        the runs ``(crossbar keys, first, stop)`` of consecutive reads of one set."""
+        memo = self._read_memo
+        durs, totals, energy, sets, which, runs = [], [], {}, [], [], []
+        pos: dict = {}
+        for n, o in enumerate(body):
             ents = self._entries(o, True)
             agg_key = (id(ents), vectors, o.opcode)
             agg = memo.get(agg_key)
             if agg is None:
                 agg = memo[agg_key] = self._read_cost(o, ents, vectors)
-            dur, energy, total, xb_keys = agg
-            d = stored.get(id(xb_keys))
-            if d is None:
-                wd = wdeps.get(id(xb_keys))
-                if wd is None or wd[0] != epoch:
-                    wd = wdeps[id(xb_keys)] = (epoch, [xb_write[k] for k in xb_keys if k in xb_write])
-                d = stored[id(xb_keys)] = ev.stored(base + wd[1])
-            for k2, val in energy.items():
-                acc_e[k2] += val
-            i = ev.add_stored(dur, tag, d, total, True, o.opcode)
-            idx.append(i)
-            if xb_keys is not run_keys:
-                if run:
-                    for k in run_keys:
-                        readers[k].extend(run)
-                run_keys, run = xb_keys, []
-            run.append(i)
-        for k in run_keys:
-            readers[k].extend(run)
-        self._ranges[o0["dst"].name].setdefault((v.start, v.stop), []).extend(idx)
+            dur, e, total, xb_keys = agg
+            durs.append(float(dur))
+            totals.append(float(total))
+            for k2, val in e.items():
+                energy.setdefault(k2, []).append(val)
+            j = pos.get(id(xb_keys))
+            if j is None:
+                j = pos[id(xb_keys)] = len(sets)
+                sets.append(xb_keys)
+            which.append(j)
+            if runs and runs[-1][0] is xb_keys:
+                runs[-1][2] = n + 1
+            else:
+                runs.append([xb_keys, n, n + 1])
+        return (durs, totals, [True] * len(durs), [o.opcode for o in body], list(energy.items()), sets, which,
+                [tuple(r) for r in runs])
 
     def _read_cost(self, o: Op, ents: list, vectors: int) -> tuple:
         """Duration, energy by component, total energy and crossbar keys of a read."""
