@@ -438,12 +438,24 @@ class Chip:
     def _block(self, stmts, env, stats, ev: Events) -> None:
         counts, functional, record = stats.metaop_counts, self.options.functional, self._RECORD
         owner = (self.prog.name,)
+        xb_memory, xb_kept, xb_owner = self.xb_memory, self.xb_kept, self.xb_owner
+        fast_writes = not functional and not self._loopnest
+        record_write = self._record_write
         for s in stmts:
             if type(s) is Parallel:
                 if not self._reads_together(s.body, env, stats, ev):
                     self._block(s.body, env, stats, ev)
                 continue
-            opc, kind = s.opcode, s.kind
+            opc = s.opcode
+            if opc == "CIM.write_xb" and fast_writes and not xb_memory and not xb_kept:
+                a = s._index
+                if not a.get("inplace"):  # what the general path below does for it, timing only
+                    counts[opc] += 1
+                    stats.weight_writes += 1
+                    xb_owner[a["xb"]] = owner
+                    record_write(s, ev)
+                    continue
+            kind = s.kind
             counts[kind] += 1
             if opc == "CIM.bind_vxb":
                 continue
@@ -1008,7 +1020,8 @@ class Chip:
     def _record_write(self, o: Op, ev: Events) -> None:
         a = o._index
         xb = a["xb"]
-        wkey = (xb, a["rows"].size, a["cols"].size, a.get("batch", 1), a.get("inplace"))
+        r, c = a["rows"], a["cols"]
+        wkey = (xb, r.stop - r.start, c.stop - c.start, a.get("batch", 1), a.get("inplace"))
         hit = self._write_cost.get(wkey)
         if hit is None:  # tiles of one shape cost the same (every pass rewrites the same shapes)
             shape = (wkey[1], wkey[2], int(wkey[3]), bool(wkey[4]))
@@ -1018,14 +1031,19 @@ class Chip:
             key = f"xb:{xb}"
             ports = self.hw.dual_mode.write_ports  # arrays programmed at once share the write ports
             res = (key, f"wport:{xb % ports}") if ports else (key,)
-            hit = self._write_cost[wkey] = (dur, e, key, res)
+            hit = self._write_cost[wkey] = (float(dur), float(e), key, res)
         dur, e, key, res = hit
         src = a["src"].name
         table = self._ranges.get(src)
         shared = None
         if table and len(table) == 1 and (0, self.M) in table:  # every weight fetch so far: a shared list
             shared = table[(0, self.M)]
-            deps = self._write_deps_of(key)
+            readers = self._xb_readers[key]
+            if len(readers) <= LONG_DEPS:  # (_write_deps_of)
+                last = self._xb_write.get(key)
+                deps = readers if last is None else [last] + readers
+            else:
+                deps = self._write_deps_of(key)
         else:
             deps = self._deps(key, Range(0, 1), write=True)
             deps += self._deps(src, Range(0, self.M), write=False)
