@@ -48,7 +48,7 @@ from ..common.runtime import gc_paused
 from ..hardware import cost, loopnest
 from ..hardware import crossbar as X
 from ..hardware.schema import CIMHardware
-from ..program import OPS, Op, Parallel, Program, Range, Ref, walk
+from ..program import OPS, Op, Parallel, Program, Range, Ref
 from .localmem import LocalMemory, buffer_bytes
 from .loopnest import simulate as simulate_loopnest
 from .timeline import LONG_DEPS, Events, Prefix, schedule_graph
@@ -156,6 +156,18 @@ _TILE_BYTES = 32 * 2**20
 def _vecs(o: Op, default: int) -> Range:
     v = o.get("vecs")
     return v if isinstance(v, Range) else Range(0, default)
+
+
+def _ops(stmts) -> list:
+    """Every operation of a statement list in program order, parallel blocks flattened (:func:`walk`,
+    as a list: no generator per block)."""
+    out = []
+    for s in stmts:
+        if type(s) is Parallel:
+            out.extend(_ops(s.body))
+        else:
+            out.append(s)
+    return out
 
 
 def timing_inputs(prog: Program) -> dict[str, np.ndarray]:
@@ -321,7 +333,7 @@ class Chip:
             self._energy = defaultdict(float)
             self._block(prog.setup, env, stats, ev)
             self._flush(env, stats)
-            tl = schedule_graph([(prog.name, ev, 0)], {}, pipeline=False)
+            tl = schedule_graph([(prog.name, ev, 0)], {}, pipeline=False, summary=False)
             stats.setup_ns = tl.latency_ns
             for k, e in self._energy.items():
                 stats.energy_pj["setup_" + k] += e
@@ -343,7 +355,7 @@ class Chip:
         if not self.options.functional:
             out = prog.decl("output")[0]
             env["out"] = np.broadcast_to(np.float32(0), out.shape)  # timing only: no values
-        tl = schedule_graph([(prog.name, ev, 0)], {}, pipeline=True)
+        tl = schedule_graph([(prog.name, ev, 0)], {}, pipeline=True, summary=False)  # its latency
         stats.latency_ns = tl.latency_ns
         for k, e in self._energy.items():
             stats.energy_pj[k] += e
@@ -368,7 +380,7 @@ class Chip:
         writes (in order) and every crossbar it writes."""
         out, setup_xbs, written, loop = {}, [], set(), False
         for section, stmts in (("setup", prog.setup), ("run", prog.run)):
-            for o in walk(stmts):
+            for o in _ops(stmts):
                 opc = o.opcode
                 if opc == "CIM.bind_vxb":
                     out[o["vxb"]] = list(zip(o["xbs"], o["rows"], o["cols"]))
