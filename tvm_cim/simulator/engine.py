@@ -318,7 +318,8 @@ class Chip:
         self._read_memo: dict = {}  # aggregated cost of a read of one crossbar set
         self._read_plans: dict = {}  # block shape -> what its reads append (_read_plan)
         self._xb_key_sets: dict = {}  # crossbar keys of a read -> the one tuple of them (_read_cost)
-        self._cores: dict = {}  # id(_entries list) -> the cores of its crossbars (a scatter's destination)
+        self._cores: dict = {}  # id(_entries list) -> the cores of its crossbars (a scatter's destination), link
+        self._scatter_keys: dict = {}  # (input, vxb, block) -> the key of the slice a scatter sends
         self._dmov_cost: dict = {}  # (scatter | fetch, bytes) -> (ns, pJ)
         self._shape_memo: dict = {}  # (rows, cols, vectors, groups) -> cost.read of this program's mapping
         self._done_full: set[str] = set()
@@ -1240,19 +1241,23 @@ class Chip:
         if sub == "scatter":
             if "vxb" in o._index:
                 ents = self._entries(o, True)
-                cores = self._cores.get(id(ents))
-                if cores is None:
-                    cores = self._cores[id(ents)] = sorted({xb // hw.core.crossbars for xb, _, _, _ in ents})
+                hit = self._cores.get(id(ents))
+                if hit is None:  # the receiving cores and the link the scatter occupies
+                    cores = sorted({xb // hw.core.crossbars for xb, _, _, _ in ents})
+                    hit = self._cores[id(ents)] = (cores, tuple(f"link:{c}" for c in cores[:1]))
+                cores, res = hit
             else:
-                cores = [0]
+                cores, res = [0], ("link:0",)
             hit = self._dmov_cost.get(("scatter", nbytes))
             if hit is None:  # a pure function of the bytes
                 hit = self._dmov_cost[("scatter", nbytes)] = cost.scatter(hw, nbytes)
             dur, e = hit
-            res = tuple(f"link:{c}" for c in cores[:1])
             deps = self._deps(src, v, False)
             blk = o.get("block")
-            key = f"{src}@{o['vxb']}" + (f":{blk.start}" if blk is not None else "")
+            kk = (src, o["vxb"], None if blk is None else blk.start)
+            key = self._scatter_keys.get(kk)
+            if key is None:
+                key = self._scatter_keys[kk] = f"{src}@{o['vxb']}" + (f":{blk.start}" if blk is not None else "")
             held = None
             if self._lmem is not None:  # a buffer in the receiving core's local memory (PIMCOMP's heap)
                 buf, waits = self._lmem.alloc(cores[0], nbytes)
