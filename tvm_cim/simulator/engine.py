@@ -153,9 +153,19 @@ _FLUSH_BYTES = 96 * 2**20
 _TILE_BYTES = 32 * 2**20
 
 
+_FROM0: dict = {}  # n -> Range(0, n) (one object per n: ranges are immutable, and building one costs)
+
+
+def _from0(n: int) -> Range:
+    r = _FROM0.get(n)
+    if r is None:
+        r = _FROM0[n] = Range(0, n)
+    return r
+
+
 def _vecs(o: Op, default: int) -> Range:
-    v = o.get("vecs")
-    return v if isinstance(v, Range) else Range(0, default)
+    v = o._index.get("vecs")
+    return v if isinstance(v, Range) else _from0(default)
 
 
 def _ops(stmts) -> list:
@@ -1058,8 +1068,8 @@ class Chip:
             else:
                 deps = self._write_deps_of(key)
         else:
-            deps = self._deps(key, Range(0, 1), write=True)
-            deps += self._deps(src, Range(0, self.M), write=False)
+            deps = self._deps(key, _from0(1), write=True)
+            deps += self._deps(src, _from0(self.M), write=False)
         self._energy["write"] += e
         i = ev.add(dur, res, deps, e, False, "CIM.write_xb", shared)
         self._xb_epoch += 1  # _mark(key, ..., write=True)
@@ -1284,11 +1294,11 @@ class Chip:
             dur, energy = cost.writeback(hw, nbytes, len(xbs), offchip)
             self._energy["writeback"] += float(sum(energy.values()))  # its own line of the breakdown
             res = tuple(f"xb:{x}" for x in xbs) + (("gbuf", "offchip") if offchip else ("gbuf",))
-            deps = [d for x in xbs for d in self._deps(f"xb:{x}", Range(0, 1), write=True)]
-            i = ev.add(dur, res, deps + self._deps(src, Range(0, self.M), False), float(sum(energy.values())),
+            deps = [d for x in xbs for d in self._deps(f"xb:{x}", _from0(1), write=True)]
+            i = ev.add(dur, res, deps + self._deps(src, _from0(self.M), False), float(sum(energy.values())),
                        False, "DMOV.writeback")
             for x in xbs:
-                self._mark(f"xb:{x}", Range(0, 1), i, True)
+                self._mark(f"xb:{x}", _from0(1), i, True)
             return
         if sub == "fetch":  # constant weights from off-chip memory into the global buffer
             hit = self._dmov_cost.get(("fetch", nbytes))
@@ -1297,7 +1307,7 @@ class Chip:
             dur, e = hit
             self._energy["offchip"] += e
             i = ev.add(dur, ("offchip",), [], e, False, "DMOV.fetch")
-            self._mark(src, Range(0, self.M), i, True)
+            self._mark(src, _from0(self.M), i, True)
             return
         offchip = o.get("level") == "offchip"  # the working set does not fit the global buffer
         if o.get("level") == "xbmem":  # memory-mode arrays, all in parallel
@@ -1312,11 +1322,11 @@ class Chip:
         e = float(sum(energy.values()))
         f = o.get("frac", (0.0, 1.0))
         mem = [r for r in res if r.startswith("xb:")]
-        mem_deps = [d for r in mem for d in self._deps(r, Range(0, 1), write=False)]
+        mem_deps = [d for r in mem for d in self._deps(r, _from0(1), write=False)]
         if sub == "load":
             i = ev.add(dur, res, mem_deps, e, False, "DMOV.load")
             for r in mem:
-                self._mark(r, Range(0, 1), i, False)
+                self._mark(r, _from0(1), i, False)
             ev.inputs.append((i, float(f[0]), float(f[1])))
             self._mark(src, v, i, True)
         else:  # store
@@ -1325,7 +1335,7 @@ class Chip:
             if held is not None:  # the output pixels it sends leave the core's local memory
                 held[0].read(held[1], i)
             for r in mem:
-                self._mark(r, Range(0, 1), i, False)
+                self._mark(r, _from0(1), i, False)
             ev.outputs.append((i, float(f[0]), float(f[1])))
 
     def _record_dcom(self, o: Op, ev: Events) -> None:
@@ -1388,11 +1398,11 @@ class Chip:
         xbs = [int(x) for x in o["xbs"]]
         dur, e = cost.switch(self.hw, len(xbs), o["type"] == "TOM")
         keys = [f"xb:{x}" for x in xbs]
-        deps = [d for k in keys for d in self._deps(k, Range(0, 1), write=True)]
+        deps = [d for k in keys for d in self._deps(k, _from0(1), write=True)]
         self._energy["switch"] += e
         i = ev.add(dur, tuple(keys), deps, e, False, "CM.switch")
         for k in keys:  # later writes and reads of these arrays wait for the switch
-            self._mark(k, Range(0, 1), i, True)
+            self._mark(k, _from0(1), i, True)
         if o.get("keep"):  # the kept data was stored by the producing regions: all of it must be there
             ev.inputs.append((i, 0.0, 1.0))
 

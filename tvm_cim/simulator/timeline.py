@@ -495,16 +495,20 @@ def _place(ev: Events, st: list, fin: list, floor: float, ext_ready: dict, res: 
             if len(names) == 1 and not capped:  # one resource: its earliest gap (the loop's fixed point)
                 r = res[names[0]]
                 last = r.last
-                if last and t >= last[-1]:  # after everything booked on it (what earliest + reserve do then)
-                    end = t + dur
-                    r.busy += dur
-                    if last[-1] == t:  # touches the last interval: extends it
-                        r.be[-1][-1] = end
-                        last[-1] = end
-                    else:
-                        r.reserve(t, dur, False)
-                    st[i], fin[i] = t, end
-                    continue
+                if last:  # the cases earliest + reserve settle without a search (what they do then)
+                    s_last = r.bs[-1][-1]
+                    if t < last[-1] and s_last <= t and s_last < t + dur:  # in the last busy interval: after it
+                        t = last[-1]
+                    if t >= last[-1]:  # after everything booked on it
+                        end = t + dur
+                        r.busy += dur
+                        if last[-1] == t:  # touches the last interval: extends it
+                            r.be[-1][-1] = end
+                            last[-1] = end
+                        else:
+                            r.reserve(t, dur, False)
+                        st[i], fin[i] = t, end
+                        continue
                 t = r.earliest(t, dur)
                 r.reserve(t, dur)
                 st[i], fin[i] = t, t + dur
