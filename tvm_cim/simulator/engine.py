@@ -430,7 +430,8 @@ class Chip:
         if sig is None:
             if v not in self.vxbs:
                 raise SimulationError(f"program '{self.prog.name}': read of unbound virtual crossbar {v}")
-            sig = self._vxb_shapes[v] = ("shape",) + tuple((xb, r.size, c.size) for xb, r, c in self.vxbs[v])
+            sig = self._vxb_shapes[v] = ("shape",) + tuple([(xb, r.stop - r.start, c.stop - c.start)
+                                                             for xb, r, c in self.vxbs[v]])
         return sig
 
     def _entries_of(self, o: Op) -> list:
@@ -1071,7 +1072,14 @@ class Chip:
             deps = self._deps(key, _from0(1), write=True)
             deps += self._deps(src, _from0(self.M), write=False)
         self._energy["write"] += e
-        i = ev.add(dur, res, deps, e, False, "CIM.write_xb", shared)
+        if shared is not None and type(deps) is list and len(deps) <= LONG_DEPS:  # what ev.add stores, inline
+            d = tuple(deps)
+            if d == ev._last:
+                d = ev._last
+            ev._last = d
+            i = ev.add_stored(dur, res, Prefix(shared, len(shared), d), e, False, "CIM.write_xb")
+        else:
+            i = ev.add(dur, res, deps, e, False, "CIM.write_xb", shared)
         self._xb_epoch += 1  # _mark(key, ..., write=True)
         self._xb_write[key] = i
         self._xb_readers[key] = []
