@@ -293,3 +293,72 @@ def test_grouped_reads_record_and_schedule_what_each_operation_alone_does():
     n_reads = sum(1 for o in bad.ops("run") if o.opcode.startswith("CIM.read"))
     assert grouped.grouped_reads == n_reads - len(body)  # every block but the altered one
     _same_recording(a, b)
+
+
+def _brute_schedule(ev):
+    """An independent list scheduler over unit steps (integer times): each operation in order starts at the first
+    step >= its dependencies' latest finish from which every one of its resources is free for its duration."""
+    horizon = int(sum(ev.dur)) + 1
+    busy = {}
+    start, finish = [], []
+    for i in range(len(ev)):
+        t = max((finish[d] for d in ev.deps[i]), default=0)
+        dur = int(ev.dur[i])
+        if dur:
+            cals = [busy.setdefault(r, np.zeros(horizon, dtype=bool)) for r in ev.res[i]]
+            while any(c[t:t + dur].any() for c in cals):
+                t += 1
+            for c in cals:
+                c[t:t + dur] = True
+        start.append(t)
+        finish.append(t + dur)
+    return start, finish
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_one_resource_chains_match_a_brute_force_list_scheduler(seed):
+    """The scheduler's shortcuts for an operation on one resource (after everything booked on it, or ready
+    inside its last busy interval: right after it) give the start and finish a unit-step list scheduler gives:
+    chains of reads sharing one resource and one dependency list, interleaved with operations that book
+    earlier gaps and two-resource operations."""
+    rng = np.random.default_rng(seed)
+    ev = Events()
+    for i in range(400):
+        kind = rng.integers(0, 3)
+        if kind == 0 and i:  # a block of reads of one virtual crossbar: one dependency list, one resource
+            deps = tuple(sorted(set(rng.integers(max(0, i - 30), i, 2).tolist())))
+            r = (f"vxb:{int(rng.integers(0, 3))}",)
+            for _ in range(int(rng.integers(2, 9))):
+                ev.add_stored(float(rng.integers(1, 9)), r, deps, 1.0, True, "CIM.read_row")
+        else:
+            res = tuple(sorted(set(rng.choice(["xb:0", "xb:1", "vxb:0", "vxb:1", "link:0"], rng.integers(1, 3)))))
+            n = len(ev)
+            deps = tuple(sorted(set(rng.integers(0, n, rng.integers(0, 3)).tolist()))) if n else ()
+            ev.add(float(rng.integers(0, 20)), res, deps, 1.0, False, "CIM.write_xb")
+    tl = schedule_graph([("r", ev, 0)], {}, pipeline=True)
+    start, finish = _brute_schedule(ev)
+    assert tl.start.tolist() == start and tl.finish.tolist() == finish
+
+
+def test_timing_only_records_what_a_full_simulation_records():
+    """Timing only (crossbar writes on their short path, reads of a block from one plan) records the rows,
+    dependencies, energy sums, counts and latency of the full simulation (every operation on the general
+    path, values computed), event by event, on layers rewritten in many passes."""
+    mod = import_onnx(zoo.build_model("vgg16", image_size=32), "v16")[0]
+    hw = tvm_cim.load("jain21")
+    _, info = tvm_cim.offload(mod, hw, strategy="cim-mlc")
+    progs = [p for p in info.programs if int(p.attr("passes", 1)) > 8][:2]
+    assert progs
+    _, timing = _timing_run(progs, hw, True)
+    chip = Chip(hw, SimOptions())
+    rng = np.random.default_rng(0)
+    full = []
+    for p in progs:
+        tensors = {}
+        for d in p.decls:
+            if d.role in ("input", "const"):
+                kind = np.dtype(d.dtype).kind
+                tensors[d.name] = (rng.integers(-3, 4, d.shape).astype(d.dtype) if kind in "iu"
+                                   else rng.standard_normal(d.shape).astype(d.dtype))
+        full.append(chip.run(p, tensors)[1])
+    _same_recording(timing, full)

@@ -48,7 +48,7 @@ from ..common.runtime import gc_paused
 from ..hardware import cost, loopnest
 from ..hardware import crossbar as X
 from ..hardware.schema import CIMHardware
-from ..program import OPS, Op, Parallel, Program, Range, Ref, walk
+from ..program import OPS, Op, Parallel, Program, Range, Ref
 from .localmem import LocalMemory, buffer_bytes
 from .loopnest import simulate as simulate_loopnest
 from .timeline import LONG_DEPS, Events, Prefix, schedule_graph
@@ -153,9 +153,31 @@ _FLUSH_BYTES = 96 * 2**20
 _TILE_BYTES = 32 * 2**20
 
 
+_FROM0: dict = {}  # n -> Range(0, n) (one object per n: ranges are immutable, and building one costs)
+
+
+def _from0(n: int) -> Range:
+    r = _FROM0.get(n)
+    if r is None:
+        r = _FROM0[n] = Range(0, n)
+    return r
+
+
 def _vecs(o: Op, default: int) -> Range:
-    v = o.get("vecs")
-    return v if isinstance(v, Range) else Range(0, default)
+    v = o._index.get("vecs")
+    return v if isinstance(v, Range) else _from0(default)
+
+
+def _ops(stmts) -> list:
+    """Every operation of a statement list in program order, parallel blocks flattened (:func:`walk`,
+    as a list: no generator per block)."""
+    out = []
+    for s in stmts:
+        if type(s) is Parallel:
+            out.extend(_ops(s.body))
+        else:
+            out.append(s)
+    return out
 
 
 def timing_inputs(prog: Program) -> dict[str, np.ndarray]:
@@ -304,8 +326,10 @@ class Chip:
         self._read_tags: dict = {}  # (vxb, block) -> a read's resource and input key
         self._write_cost: dict = {}  # (xb, tile shape) -> (ns, pJ) of programming it, its key and resources
         self._read_memo: dict = {}  # aggregated cost of a read of one crossbar set
+        self._read_plans: dict = {}  # block shape -> what its reads append (_read_plan)
         self._xb_key_sets: dict = {}  # crossbar keys of a read -> the one tuple of them (_read_cost)
-        self._cores: dict = {}  # id(_entries list) -> the cores of its crossbars (a scatter's destination)
+        self._cores: dict = {}  # id(_entries list) -> the cores of its crossbars (a scatter's destination), link
+        self._scatter_keys: dict = {}  # (input, vxb, block) -> the key of the slice a scatter sends
         self._dmov_cost: dict = {}  # (scatter | fetch, bytes) -> (ns, pJ)
         self._shape_memo: dict = {}  # (rows, cols, vectors, groups) -> cost.read of this program's mapping
         self._done_full: set[str] = set()
@@ -320,7 +344,7 @@ class Chip:
             self._energy = defaultdict(float)
             self._block(prog.setup, env, stats, ev)
             self._flush(env, stats)
-            tl = schedule_graph([(prog.name, ev, 0)], {}, pipeline=False)
+            tl = schedule_graph([(prog.name, ev, 0)], {}, pipeline=False, summary=False)
             stats.setup_ns = tl.latency_ns
             for k, e in self._energy.items():
                 stats.energy_pj["setup_" + k] += e
@@ -342,7 +366,7 @@ class Chip:
         if not self.options.functional:
             out = prog.decl("output")[0]
             env["out"] = np.broadcast_to(np.float32(0), out.shape)  # timing only: no values
-        tl = schedule_graph([(prog.name, ev, 0)], {}, pipeline=True)
+        tl = schedule_graph([(prog.name, ev, 0)], {}, pipeline=True, summary=False)  # its latency
         stats.latency_ns = tl.latency_ns
         for k, e in self._energy.items():
             stats.energy_pj[k] += e
@@ -367,7 +391,7 @@ class Chip:
         writes (in order) and every crossbar it writes."""
         out, setup_xbs, written, loop = {}, [], set(), False
         for section, stmts in (("setup", prog.setup), ("run", prog.run)):
-            for o in walk(stmts):
+            for o in _ops(stmts):
                 opc = o.opcode
                 if opc == "CIM.bind_vxb":
                     out[o["vxb"]] = list(zip(o["xbs"], o["rows"], o["cols"]))
@@ -406,7 +430,8 @@ class Chip:
         if sig is None:
             if v not in self.vxbs:
                 raise SimulationError(f"program '{self.prog.name}': read of unbound virtual crossbar {v}")
-            sig = self._vxb_shapes[v] = ("shape",) + tuple((xb, r.size, c.size) for xb, r, c in self.vxbs[v])
+            sig = self._vxb_shapes[v] = ("shape",) + tuple([(xb, r.stop - r.start, c.stop - c.start)
+                                                             for xb, r, c in self.vxbs[v]])
         return sig
 
     def _entries_of(self, o: Op) -> list:
@@ -437,12 +462,24 @@ class Chip:
     def _block(self, stmts, env, stats, ev: Events) -> None:
         counts, functional, record = stats.metaop_counts, self.options.functional, self._RECORD
         owner = (self.prog.name,)
+        xb_memory, xb_kept, xb_owner = self.xb_memory, self.xb_kept, self.xb_owner
+        fast_writes = not functional and not self._loopnest
+        record_write = self._record_write
         for s in stmts:
             if type(s) is Parallel:
                 if not self._reads_together(s.body, env, stats, ev):
                     self._block(s.body, env, stats, ev)
                 continue
-            opc, kind = s.opcode, s.kind
+            opc = s.opcode
+            if opc == "CIM.write_xb" and fast_writes and not xb_memory and not xb_kept:
+                a = s._index
+                if not a.get("inplace"):  # what the general path below does for it, timing only
+                    counts[opc] += 1
+                    stats.weight_writes += 1
+                    xb_owner[a["xb"]] = owner
+                    record_write(s, ev)
+                    continue
+            kind = s.kind
             counts[kind] += 1
             if opc == "CIM.bind_vxb":
                 continue
@@ -486,14 +523,20 @@ class Chip:
             a = o._index
             if (a.get("vxb"), a.get("src"), a.get("dst"), a.get("vecs"), a.get("block")) != key:
                 return False
-        counts, functional = stats.metaop_counts, self.options.functional
-        for o in body:  # what _block does per operation, in program order (checks, values)
-            counts[o.kind] += 1
-            if o.kind not in OPS:
-                raise SimulationError(f"program '{self.prog.name}': unknown meta-operator {o.kind}")
-            self._check_compute_mode(o)
-            if functional:
-                self._queue_read(o, env, stats)
+        counts = stats.metaop_counts
+        if self.options.functional or self.xb_memory:
+            for o in body:  # what _block does per operation, in program order (checks, values)
+                counts[o.kind] += 1
+                if o.kind not in OPS:
+                    raise SimulationError(f"program '{self.prog.name}': unknown meta-operator {o.kind}")
+                self._check_compute_mode(o)
+                if self.options.functional:
+                    self._queue_read(o, env, stats)
+        else:  # timing only, every array in compute mode: the reads (one kind) are only counted
+            kind = o0.kind
+            if kind not in OPS:
+                raise SimulationError(f"program '{self.prog.name}': unknown meta-operator {kind}")
+            counts[kind] += len(body)
         self._record_reads(body, ev)
         self.grouped_reads += len(body)
         return True
@@ -1001,7 +1044,8 @@ class Chip:
     def _record_write(self, o: Op, ev: Events) -> None:
         a = o._index
         xb = a["xb"]
-        wkey = (xb, a["rows"].size, a["cols"].size, a.get("batch", 1), a.get("inplace"))
+        r, c = a["rows"], a["cols"]
+        wkey = (xb, r.stop - r.start, c.stop - c.start, a.get("batch", 1), a.get("inplace"))
         hit = self._write_cost.get(wkey)
         if hit is None:  # tiles of one shape cost the same (every pass rewrites the same shapes)
             shape = (wkey[1], wkey[2], int(wkey[3]), bool(wkey[4]))
@@ -1011,19 +1055,31 @@ class Chip:
             key = f"xb:{xb}"
             ports = self.hw.dual_mode.write_ports  # arrays programmed at once share the write ports
             res = (key, f"wport:{xb % ports}") if ports else (key,)
-            hit = self._write_cost[wkey] = (dur, e, key, res)
+            hit = self._write_cost[wkey] = (float(dur), float(e), key, res)
         dur, e, key, res = hit
         src = a["src"].name
         table = self._ranges.get(src)
         shared = None
         if table and len(table) == 1 and (0, self.M) in table:  # every weight fetch so far: a shared list
             shared = table[(0, self.M)]
-            deps = self._write_deps_of(key)
+            readers = self._xb_readers[key]
+            if len(readers) <= LONG_DEPS:  # (_write_deps_of)
+                last = self._xb_write.get(key)
+                deps = readers if last is None else [last] + readers
+            else:
+                deps = self._write_deps_of(key)
         else:
-            deps = self._deps(key, Range(0, 1), write=True)
-            deps += self._deps(src, Range(0, self.M), write=False)
+            deps = self._deps(key, _from0(1), write=True)
+            deps += self._deps(src, _from0(self.M), write=False)
         self._energy["write"] += e
-        i = ev.add(dur, res, deps, e, False, "CIM.write_xb", shared)
+        if shared is not None and type(deps) is list and len(deps) <= LONG_DEPS:  # what ev.add stores, inline
+            d = tuple(deps)
+            if d == ev._last:
+                d = ev._last
+            ev._last = d
+            i = ev.add_stored(dur, res, Prefix(shared, len(shared), d), e, False, "CIM.write_xb")
+        else:
+            i = ev.add(dur, res, deps, e, False, "CIM.write_xb", shared)
         self._xb_epoch += 1  # _mark(key, ..., write=True)
         self._xb_write[key] = i
         self._xb_readers[key] = []
@@ -1082,49 +1138,84 @@ class Chip:
         """:meth:`_record_read` of reads of one virtual crossbar, input slice and accumulator (the row groups
         of a parallel block), in order: the same rows, energy sums and scoreboard.  A read marks only its
         accumulator and its crossbars' reader lists, which no other read of the block consults, so their
-        input dependencies are looked up once; reads of the same crossbars share one stored dependency list."""
+        input dependencies are looked up once; reads of the same crossbars share one stored dependency list.
+        What depends only on the block's operations (durations, energies, crossbar sets) is planned once per
+        block shape (:meth:`_read_plan`): every pass of a layer reads the same row groups."""
         o0 = body[0]
+        a0 = o0._index
         v = _vecs(o0, self.M)
         vectors = v.size * self._batch
-        src = o0["src"].name
-        blk = o0.get("block")
-        tag_key = (o0["vxb"], src, None if blk is None else blk.start)
+        src = a0["src"].name
+        blk = a0.get("block")
+        bstart = None if blk is None else blk.start
+        tag_key = (a0["vxb"], src, bstart)
         tags = self._read_tags.get(tag_key)
         if tags is None:
             tags = self._read_tags[tag_key] = self._read_tag(o0)
         tag, src_key = tags
+        vkey = self._vxb_shape(a0["vxb"]) if blk is None else a0["vxb"]  # what _entries keys the crossbars by
+        sig = (o0.opcode, vkey, bstart, vectors, tuple([o._index.get("group") for o in body]))
+        plan = self._read_plans.get(sig)
+        if plan is None:
+            plan = self._read_plans[sig] = self._read_plan(body, vectors)
+        durs, totals, analog, kinds, energy, sets, which, runs = plan
         base = self._deps(src_key, v, False) + self._deps(src, v, False)
-        memo, wdeps, xb_write, epoch = self._read_memo, self._write_deps, self._xb_write, self._xb_epoch
+        wdeps, xb_write, epoch = self._write_deps, self._xb_write, self._xb_epoch
+        stored = []  # per distinct crossbar set, in order of first use: the reads' stored dependency list
+        for xb_keys in sets:
+            wd = wdeps.get(id(xb_keys))
+            if wd is None or wd[0] != epoch:
+                wd = wdeps[id(xb_keys)] = (epoch, [xb_write[k] for k in xb_keys if k in xb_write])
+            stored.append(ev.stored(base + wd[1]))
         acc_e, readers = self._energy, self._xb_readers
-        stored = {}  # id(crossbar keys) -> the stored dependency list of reads of those crossbars
-        idx = []
-        run_keys, run = None, []  # consecutive reads of the same crossbars: reader lists extended once
-        for o in body:
+        for k2, vals in energy:  # each component summed in program order (the same floating-point sums)
+            x = acc_e[k2]
+            for val in vals:
+                x += val
+            acc_e[k2] = x
+        i0 = len(ev.dur)
+        ev.dur.extend(durs)
+        ev.res.extend([tag] * len(durs))
+        ev.deps.extend([stored[j] for j in which] if len(stored) > 1 else [stored[0]] * len(durs))
+        ev.energy.extend(totals)
+        ev.analog.extend(analog)
+        ev.kind.extend(kinds)
+        for xb_keys, r0, r1 in runs:  # consecutive reads of the same crossbars: reader lists extended once
+            run = range(i0 + r0, i0 + r1)
+            for k in xb_keys:
+                readers[k].extend(run)
+        self._ranges[a0["dst"].name].setdefault((v.start, v.stop), []).extend(range(i0, i0 + len(durs)))
+
+    def _read_plan(self, body, vectors: int) -> tuple:
+        """What :meth:`_record_reads` appends for a block, apart from dependencies: durations, total energies,
+        analog flags and kinds of its rows; its energy by component (component, values in program order);
+        its distinct crossbar sets (in order of first use), the set of each read (an index into them) and
+        the runs ``(crossbar keys, first, stop)`` of consecutive reads of one set."""
+        memo = self._read_memo
+        durs, totals, energy, sets, which, runs = [], [], {}, [], [], []
+        pos: dict = {}
+        for n, o in enumerate(body):
             ents = self._entries(o, True)
             agg_key = (id(ents), vectors, o.opcode)
             agg = memo.get(agg_key)
             if agg is None:
                 agg = memo[agg_key] = self._read_cost(o, ents, vectors)
-            dur, energy, total, xb_keys = agg
-            d = stored.get(id(xb_keys))
-            if d is None:
-                wd = wdeps.get(id(xb_keys))
-                if wd is None or wd[0] != epoch:
-                    wd = wdeps[id(xb_keys)] = (epoch, [xb_write[k] for k in xb_keys if k in xb_write])
-                d = stored[id(xb_keys)] = ev.stored(base + wd[1])
-            for k2, val in energy.items():
-                acc_e[k2] += val
-            i = ev.add_stored(dur, tag, d, total, True, o.opcode)
-            idx.append(i)
-            if xb_keys is not run_keys:
-                if run:
-                    for k in run_keys:
-                        readers[k].extend(run)
-                run_keys, run = xb_keys, []
-            run.append(i)
-        for k in run_keys:
-            readers[k].extend(run)
-        self._ranges[o0["dst"].name].setdefault((v.start, v.stop), []).extend(idx)
+            dur, e, total, xb_keys = agg
+            durs.append(float(dur))
+            totals.append(float(total))
+            for k2, val in e.items():
+                energy.setdefault(k2, []).append(val)
+            j = pos.get(id(xb_keys))
+            if j is None:
+                j = pos[id(xb_keys)] = len(sets)
+                sets.append(xb_keys)
+            which.append(j)
+            if runs and runs[-1][0] is xb_keys:
+                runs[-1][2] = n + 1
+            else:
+                runs.append([xb_keys, n, n + 1])
+        return (durs, totals, [True] * len(durs), [o.opcode for o in body], list(energy.items()), sets, which,
+                [tuple(r) for r in runs])
 
     def _read_cost(self, o: Op, ents: list, vectors: int) -> tuple:
         """Duration, energy by component, total energy and crossbar keys of a read."""
@@ -1168,19 +1259,23 @@ class Chip:
         if sub == "scatter":
             if "vxb" in o._index:
                 ents = self._entries(o, True)
-                cores = self._cores.get(id(ents))
-                if cores is None:
-                    cores = self._cores[id(ents)] = sorted({xb // hw.core.crossbars for xb, _, _, _ in ents})
+                hit = self._cores.get(id(ents))
+                if hit is None:  # the receiving cores and the link the scatter occupies
+                    cores = sorted({xb // hw.core.crossbars for xb, _, _, _ in ents})
+                    hit = self._cores[id(ents)] = (cores, tuple(f"link:{c}" for c in cores[:1]))
+                cores, res = hit
             else:
-                cores = [0]
+                cores, res = [0], ("link:0",)
             hit = self._dmov_cost.get(("scatter", nbytes))
             if hit is None:  # a pure function of the bytes
                 hit = self._dmov_cost[("scatter", nbytes)] = cost.scatter(hw, nbytes)
             dur, e = hit
-            res = tuple(f"link:{c}" for c in cores[:1])
             deps = self._deps(src, v, False)
             blk = o.get("block")
-            key = f"{src}@{o['vxb']}" + (f":{blk.start}" if blk is not None else "")
+            kk = (src, o["vxb"], None if blk is None else blk.start)
+            key = self._scatter_keys.get(kk)
+            if key is None:
+                key = self._scatter_keys[kk] = f"{src}@{o['vxb']}" + (f":{blk.start}" if blk is not None else "")
             held = None
             if self._lmem is not None:  # a buffer in the receiving core's local memory (PIMCOMP's heap)
                 buf, waits = self._lmem.alloc(cores[0], nbytes)
@@ -1207,11 +1302,11 @@ class Chip:
             dur, energy = cost.writeback(hw, nbytes, len(xbs), offchip)
             self._energy["writeback"] += float(sum(energy.values()))  # its own line of the breakdown
             res = tuple(f"xb:{x}" for x in xbs) + (("gbuf", "offchip") if offchip else ("gbuf",))
-            deps = [d for x in xbs for d in self._deps(f"xb:{x}", Range(0, 1), write=True)]
-            i = ev.add(dur, res, deps + self._deps(src, Range(0, self.M), False), float(sum(energy.values())),
+            deps = [d for x in xbs for d in self._deps(f"xb:{x}", _from0(1), write=True)]
+            i = ev.add(dur, res, deps + self._deps(src, _from0(self.M), False), float(sum(energy.values())),
                        False, "DMOV.writeback")
             for x in xbs:
-                self._mark(f"xb:{x}", Range(0, 1), i, True)
+                self._mark(f"xb:{x}", _from0(1), i, True)
             return
         if sub == "fetch":  # constant weights from off-chip memory into the global buffer
             hit = self._dmov_cost.get(("fetch", nbytes))
@@ -1220,7 +1315,7 @@ class Chip:
             dur, e = hit
             self._energy["offchip"] += e
             i = ev.add(dur, ("offchip",), [], e, False, "DMOV.fetch")
-            self._mark(src, Range(0, self.M), i, True)
+            self._mark(src, _from0(self.M), i, True)
             return
         offchip = o.get("level") == "offchip"  # the working set does not fit the global buffer
         if o.get("level") == "xbmem":  # memory-mode arrays, all in parallel
@@ -1235,11 +1330,11 @@ class Chip:
         e = float(sum(energy.values()))
         f = o.get("frac", (0.0, 1.0))
         mem = [r for r in res if r.startswith("xb:")]
-        mem_deps = [d for r in mem for d in self._deps(r, Range(0, 1), write=False)]
+        mem_deps = [d for r in mem for d in self._deps(r, _from0(1), write=False)]
         if sub == "load":
             i = ev.add(dur, res, mem_deps, e, False, "DMOV.load")
             for r in mem:
-                self._mark(r, Range(0, 1), i, False)
+                self._mark(r, _from0(1), i, False)
             ev.inputs.append((i, float(f[0]), float(f[1])))
             self._mark(src, v, i, True)
         else:  # store
@@ -1248,7 +1343,7 @@ class Chip:
             if held is not None:  # the output pixels it sends leave the core's local memory
                 held[0].read(held[1], i)
             for r in mem:
-                self._mark(r, Range(0, 1), i, False)
+                self._mark(r, _from0(1), i, False)
             ev.outputs.append((i, float(f[0]), float(f[1])))
 
     def _record_dcom(self, o: Op, ev: Events) -> None:
@@ -1311,11 +1406,11 @@ class Chip:
         xbs = [int(x) for x in o["xbs"]]
         dur, e = cost.switch(self.hw, len(xbs), o["type"] == "TOM")
         keys = [f"xb:{x}" for x in xbs]
-        deps = [d for k in keys for d in self._deps(k, Range(0, 1), write=True)]
+        deps = [d for k in keys for d in self._deps(k, _from0(1), write=True)]
         self._energy["switch"] += e
         i = ev.add(dur, tuple(keys), deps, e, False, "CM.switch")
         for k in keys:  # later writes and reads of these arrays wait for the switch
-            self._mark(k, Range(0, 1), i, True)
+            self._mark(k, _from0(1), i, True)
         if o.get("keep"):  # the kept data was stored by the producing regions: all of it must be there
             ev.inputs.append((i, 0.0, 1.0))
 

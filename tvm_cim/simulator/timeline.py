@@ -337,7 +337,7 @@ class Timeline:
 
 
 def schedule_graph(regions: list[tuple[str, Events, int]], producers: dict[str, list[str]],
-                   pipeline: bool, power_cap_mw: float | None = None) -> Timeline:
+                   pipeline: bool, power_cap_mw: float | None = None, summary: bool = True) -> Timeline:
     """Schedule the events of every region of one inference.
 
     With ``power_cap_mw``, crossbar reads (with their DACs and ADCs, the
@@ -356,16 +356,19 @@ def schedule_graph(regions: list[tuple[str, Events, int]], producers: dict[str, 
         Inter-layer pipeline on or off.
     power_cap_mw : float, optional
         Peak computing power allowed (mW); None: no cap.
+    summary : bool
+        False: only the latency, the spans and the start and finish times are filled in (the power
+        profile, energies and utilisation are left empty: a caller that needs only the latency).
 
     Returns
     -------
     Timeline
     """
     with gc_paused():
-        return _schedule_graph(regions, producers, pipeline, power_cap_mw)
+        return _schedule_graph(regions, producers, pipeline, power_cap_mw, summary)
 
 
-def _schedule_graph(regions, producers, pipeline, power_cap_mw) -> Timeline:
+def _schedule_graph(regions, producers, pipeline, power_cap_mw, summary=True) -> Timeline:
     res: dict[str, _Resource] = defaultdict(_Resource)
     starts, finishes, analog, energy, durs = [], [], [], [], []
     span, busy = {}, {}
@@ -420,6 +423,11 @@ def _schedule_graph(regions, producers, pipeline, power_cap_mw) -> Timeline:
         span[name] = (float(min(prev_end, min(st))) if n_ev else prev_end, float(max(prev_end, max(fin, default=prev_end))))
         busy[name] = float(np.sum(ev.dur))
         prev_end = max(prev_end, span[name][1])
+    if not summary:
+        finish = np.asarray(finishes)
+        return Timeline(latency_ns=float(finish.max(initial=0.0)), region_span=span, region_busy=busy,
+                        peak_power_mw=0.0, peak_write_power_mw=0.0, analog_energy_pj=0.0, utilisation={},
+                        start=np.asarray(starts), finish=finish)
     return _summary(regions, res, starts, finishes, analog, energy, durs, span, busy)
 
 
@@ -486,6 +494,21 @@ def _place(ev: Events, st: list, fin: list, floor: float, ext_ready: dict, res: 
             capped = power is not None and ev.analog[i]
             if len(names) == 1 and not capped:  # one resource: its earliest gap (the loop's fixed point)
                 r = res[names[0]]
+                last = r.last
+                if last:  # the cases earliest + reserve settle without a search (what they do then)
+                    s_last = r.bs[-1][-1]
+                    if t < last[-1] and s_last <= t and s_last < t + dur:  # in the last busy interval: after it
+                        t = last[-1]
+                    if t >= last[-1]:  # after everything booked on it
+                        end = t + dur
+                        r.busy += dur
+                        if last[-1] == t:  # touches the last interval: extends it
+                            r.be[-1][-1] = end
+                            last[-1] = end
+                        else:
+                            r.reserve(t, dur, False)
+                        st[i], fin[i] = t, end
+                        continue
                 t = r.earliest(t, dur)
                 r.reserve(t, dur)
                 st[i], fin[i] = t, t + dur
