@@ -490,6 +490,12 @@ def test_placement_follows_the_ga_layout(resnet, strategy):
         assert binds == {tuple(x) for x in pl.replicas}
     stats, tl = simulate_timing(info)
     assert tl.latency_ns > 0
+    # the report's crossbar utilisation counts every replica: the crossbars the programs bind
+    bound = {xb for p in info.programs for o in p.setup if getattr(o, "opcode", "") == "CIM.bind_vxb" for xb in o["xbs"]}
+    one_copy = {xb for pl in info.chip_map.placements.values() for xb in pl.replicas[0]}
+    assert len(bound) > len(one_copy)  # the GA replicated something
+    util = build_report(info, stats, "pimcomp-a")["utilisation"]
+    assert util["crossbars_used"] == len(bound)
 
 
 def test_layer_grouping_runs_independent_layers_at_once(resnet):

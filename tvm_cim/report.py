@@ -203,10 +203,11 @@ def build_report(info: CompileInfo, stats: list, hw_name: str, batch: int = 1) -
         by_name = {r.name: r for r in info.regions}
         for name, pl in info.chip_map.placements.items():
             per_weight = (by_name[name].chip(hw) if name in by_name else hw).cols_per_weight(precision(hw)[0])
-            for t, xb in zip(pl.tiles, pl.xbs):
-                used_cells += t.rows * t.cols * per_weight
-                alloc_cells += hw.crossbar.rows * hw.crossbar.cols
-                xbs_used.add(xb)
+            for rep_xbs in pl.replicas:  # every copy of the weights (duplication), not only the first
+                for t, xb in zip(pl.tiles, rep_xbs):
+                    used_cells += t.rows * t.cols * per_weight
+                    alloc_cells += hw.crossbar.rows * hw.crossbar.cols
+                    xbs_used.add(xb)
     peak = max((s.buffer_peak_bytes for s in stats), default=0)
     gbuf = hw.chip.global_buffer.capacity_kb * 1024
     return {
