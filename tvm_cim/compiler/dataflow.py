@@ -103,9 +103,21 @@ def edp_floor(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple) -> dict:
     at least the MVMs, every operand once out of (inputs, weights) or into
     (outputs) the outermost level and once into the next (not bypassable)
     level, the weights (and the inputs, unless a stride skips some) once out
-    of it, and leakage over that latency.  The terms are those
-    :func:`tvm_cim.hardware.loopnest.evaluate` charges at least once for any
-    loop order, tiling, level choice and buffering.
+    of it, and leakage over that latency.  Two terms every mapping pays on a
+    weight-streaming macro:
+
+    * every core's macro receives its share of the weights (all of them
+      unless the cores split a dimension the weights depend on) at least
+      once over the macro's port, and a single-buffered macro does not
+      compute while it is refilled (:func:`tvm_cim.hardware.loopnest._exposed`:
+      its refills add to their iteration), so that fill adds to the MVM steps
+      (with double buffering, the latency is at least the larger of the two);
+      every weight is written into a macro once;
+    * every MVM reads its inputs from, and writes its partial sums to, some
+      level of their chains (at least the cheapest level's energy per bit).
+
+    The terms are those :func:`tvm_cim.hardware.loopnest.evaluate` charges at
+    least once for any loop order, tiling, level choice and buffering.
 
     Returns
     -------
@@ -126,8 +138,22 @@ def edp_floor(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple) -> dict:
     bits["I"] = min(bits["I"], b["N"] * b["G"] * b["C"] * len(rows) * len(cols) * hier.bits["I"])
     top = hier.levels[0]
     nxt = [lv for lv in hier.levels[1:] if not lv.bypass and set("IWO") <= lv.operands]
-    cycles = max(steps * hier.mvm_cycles, sum(bits.values()) / top.bandwidth_bits)
+    macro = hier.levels_of("W")[-1]
+    core = hier.axes[0].name
+    split = math.prod(f for d, f in m.spatial_of(core).items() if d in LN.RELEVANT["W"])
+    fill = (bits["W"] / split if macro.per_core else bits["W"]) / macro.bandwidth_bits
+    compute = steps * hier.mvm_cycles
+    overlapped = macro.double_buffer or hier.weight_double_buffer
+    cycles = max(max(compute, fill) if overlapped else compute + fill, sum(bits.values()) / top.bandwidth_bits)
     e = steps * active * hier.mvm_energy_pj + sum(bits.values()) * top.read_pj  # the model charges a parent read
+    e += bits["W"] * macro.write_pj
+    t = {d: 1 for d in LN.DIMS}  # one MVM's inputs and partial sums (the spatial axes inside a core)
+    for ax in hier.axes[1:]:
+        for d, f in m.spatial_of(ax.name).items():
+            t[d] *= f
+    mvms = steps * active
+    e += mvms * layer.elems("I", t) * hier.bits["I"] * min(lv.read_pj for lv in hier.levels_of("I"))
+    e += mvms * layer.elems("O", t) * hier.bits["O"] * min(lv.write_pj for lv in hier.levels_of("O"))
     if nxt:
         lv = nxt[0]
         e += sum(bits.values()) * lv.write_pj + bits["W"] * lv.read_pj
