@@ -269,6 +269,42 @@ def test_weight_stationary_loads_every_weight_once(hier):
     assert all(d in LN.RELEVANT["W"] for d, _ in m.loops[:m.cut("W", "macro")])
 
 
+def test_the_mip_accepts_a_heuristic_start_on_a_3x3_layer(hier):
+    """The MIP with a greedy mapping's integers fixed gives that mapping's exact latency (no modelling mismatch),
+    so HiGHS takes it as its first incumbent: the warm solve returns a valid mapping at least as fast, with the
+    MIP's latency equal to the model's."""
+    layer = LN.Layer.conv("mid", 1, 64, 64, 14, 14, 3, 3)
+    sp = DF.spatial_candidates(layer, hier, 1)[0]
+    start = DF.heuristic_starts(layer, hier, sp, "latency", keep=1, max_orders=20)[0]
+    (m, mip_cycles, status), = dataflow_mip.solve(layer, hier, sp, start=start, incumbent=True, fix_order=True,
+                                                  lexicographic=False, node_limit=0)
+    assert LN.check(layer, hier, m) == []
+    assert mip_cycles == pytest.approx(LN.latency(layer, hier, m), rel=1e-6)
+    assert LN.latency(layer, hier, m) <= LN.latency(layer, hier, start) * (1 + 1e-6)
+    (m, mip_cycles, status), = dataflow_mip.solve(layer, hier, sp, start=start, incumbent=True,
+                                                  lexicographic=False, node_limit=5)
+    assert LN.check(layer, hier, m) == []
+    assert mip_cycles == pytest.approx(LN.latency(layer, hier, m), rel=1e-6)
+    assert LN.latency(layer, hier, m) <= LN.latency(layer, hier, start) * (1 + 1e-6)
+
+
+def test_weights_once_starts_load_every_weight_into_each_cores_macro_once(hier):
+    """heuristic_starts(wo=True): the loops the weights depend on that fit in the macro sit inside the output
+    positions, and every weight enters each core's macro once."""
+    layer = LN.Layer.conv("mid", 1, 128, 64, 14, 14, 3, 3)
+    macro = hier.levels_of("W")[-1].name
+    n = 0
+    for sp in DF.spatial_candidates(layer, hier, top=6):
+        for m in DF.heuristic_starts(layer, hier, sp, "edp", keep=3, split=(6, 2), wo=True):
+            assert LN.check(layer, hier, m) == []
+            fills = [t for t in LN.transfers(layer, hier, m) if (t.operand, t.level) == ("W", macro)]
+            assert sum(t.count * t.bits for t in fills) == layer.elems("W", layer.bounds) * hier.bits["W"]
+            c = m.cut("W", macro)
+            if any(d not in LN.RELEVANT["W"] for d, _ in m.loops[c:]):  # positions inside: reduction after them
+                n += any(d in LN.RELEVANT["W"] for d, _ in m.loops[c:])
+    assert n > 0
+
+
 def test_optimiser_reports_solve_time_and_is_bounded(hier):
     import time
 
@@ -286,8 +322,9 @@ def test_optimiser_reports_solve_time_and_is_bounded(hier):
     _, zz = DF.zigzag(layer, hier, "edp", max_orders=100, spatial_top=6)
     assert edp <= zz.edp * (1 + 1e-9)
     for sp in DF.spatial_candidates(layer, hier, top=6):
-        for m in DF.heuristic_starts(layer, hier, sp, "edp", ws=True, keep=1, split=DF.STRUCTURED_SPLIT):
-            assert edp <= LN.evaluate(layer, hier, m).edp * (1 + 1e-9)
+        for flag in DF.STRUCTURED:
+            for m in DF.heuristic_starts(layer, hier, sp, "edp", keep=1, split=DF.STRUCTURED_SPLIT, **{flag: True}):
+                assert edp <= LN.evaluate(layer, hier, m).edp * (1 + 1e-9)
     # with ws_point, never worse than the ws baseline (the same MIP with the weight-stationary constraints): its
     # point is a candidate, solved once per layer shape and settings and returned as is to the baseline's own call
     ws = DF.optimise(layer, hier, "ws", node_limit=20, spatial_top=1, starts=1, max_orders=100)
