@@ -316,8 +316,14 @@ def main() -> int:
                     f"(default {DF.dataflow_mip.NODE_LIMIT})")
     ap.add_argument("--time-limit", type=float, help="seconds per HiGHS solve, a safety net only, reported when hit "
                     f"(default {DF.dataflow_mip.SAFETY_TIME_LIMIT:g})")
+    ap.add_argument("--warm", choices=("off", "on", "auto"), default="off",
+                    help="miredo's MIP starts from the best heuristic mapping as HiGHS's incumbent: off (default: cold, "
+                    "its latency an upper bound), on, or auto (on layers with a window; dataflow.warm_start)")
     ap.add_argument("--hw", default="miredo", help="a preset or file with a [dataflow] table")
     ap.add_argument("--layers", type=int, help="only the first N layers of every network")
+    ap.add_argument("--only", nargs="*", metavar="NAME",
+                    help="only the layers with these names (e.g. layer2.0.conv2 layer3.0.conv1; with --node-limit, a "
+                    "larger solve budget on chosen layers)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--ws-point", action="store_true",
                     help="miredo also takes the ws baseline's MIP point as a candidate (never loses to ws; slower)")
@@ -352,7 +358,8 @@ def main() -> int:
         return 2
     settings = dict(node_limit=a.node_limit or DF.dataflow_mip.NODE_LIMIT,
                     time_limit=a.time_limit or DF.dataflow_mip.SAFETY_TIME_LIMIT, spatial_top=1,
-                    starts=1, max_orders=60 if a.quick else 100, seed=a.seed, ws_point=a.ws_point)
+                    starts=1, max_orders=60 if a.quick else 100, seed=a.seed, ws_point=a.ws_point,
+                    warm={"off": False, "on": True, "auto": None}[a.warm])
     results = {}
     t0 = time.perf_counter()
     if a.sweep or a.floor:
@@ -361,6 +368,11 @@ def main() -> int:
            "networks": results}
     for net in tqdm(nets, desc="networks"):
         layers = layers_of(zoo.build_model(net, image_size=image))[: a.layers]
+        if a.only:
+            layers = [x for x in layers if x.name.split(":", 1)[-1] in a.only]
+            if not layers:
+                print(f"error: no layer of {net} is named {' or '.join(a.only)}", file=sys.stderr)
+                return 2
         if a.bounds:
             results[net] = bounds_network(layers, hier, a.bounds, settings)
             out["wall_s"] = time.perf_counter() - t0

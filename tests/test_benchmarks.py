@@ -87,6 +87,16 @@ def test_miredo_floor_bounds_what_miredo_reaches(tmp_path):
         assert r["max_gain_vs_zigzag"] >= r["miredo_gain_vs_zigzag"]
 
 
+def test_miredo_runs_chosen_layers_with_a_warm_start(tmp_path):
+    res, _ = bench("miredo.py", "--quick", "--only", "layer1.0.conv1", "fc", "--warm", "on", "--node-limit", "5",
+                   tmp=tmp_path)
+    assert [r["layer"].split(":")[1] for r in res["networks"]["resnet18"]["layers"]] == ["layer1.0.conv1", "fc"]
+    assert res["settings"]["warm"] is True and res["settings"]["node_limit"] == 5
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "miredo.py"), "--quick", "--only", "nope"],
+                       capture_output=True, text=True, cwd=tmp_path)
+    assert p.returncode == 2 and "nope" in p.stderr
+
+
 def test_miredo_rejects_a_chip_without_a_dataflow_table(tmp_path):
     p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "miredo.py"), "--quick", "--hw", "isaac"],
                        capture_output=True, text=True, cwd=tmp_path)

@@ -42,6 +42,12 @@ METHODS = ("miredo", "ws", "zigzag")
 TIME_LIMIT_STATUS = "Time limit reached"  # HiGHS's status when the safety net stopped a solve
 OBJECTIVES = ("latency", "edp")
 STRUCTURED_SPLIT = (12, 4)  # weight-/output-stationary greedy orders among miredo's candidates (outer x inner)
+# the structured greedy orders among miredo's candidates (heuristic_starts flags): weight-stationary and
+# output-stationary; "wo" (weights once per core, the macro's reduction loops inside the output positions) is
+# offered, not the default: on ResNet-18@224 it changes one of the 12 shapes' mappings, layer2.0.conv2 (3x3 s1),
+# whose simulated EDP falls to 0.92x (model: miredo 1.07x zigzag's EDP instead of 1.00x), for 1 % more solve CPU
+# (75.5 -> 76.3 s at load 10), but MobileNetV2 and VGG-16 are not checked yet
+STRUCTURED = ("ws", "os")
 POLISH_BUDGET = 400  # exact-model evaluations per local search (dataflow.polish)
 DEFAULT_OBJECTIVE = "edp"  # the figure of merit of the issue and of the paper's results (EDP gains)
 
@@ -103,9 +109,21 @@ def edp_floor(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple) -> dict:
     at least the MVMs, every operand once out of (inputs, weights) or into
     (outputs) the outermost level and once into the next (not bypassable)
     level, the weights (and the inputs, unless a stride skips some) once out
-    of it, and leakage over that latency.  The terms are those
-    :func:`tvm_cim.hardware.loopnest.evaluate` charges at least once for any
-    loop order, tiling, level choice and buffering.
+    of it, and leakage over that latency.  Two terms every mapping pays on a
+    weight-streaming macro:
+
+    * every core's macro receives its share of the weights (all of them
+      unless the cores split a dimension the weights depend on) at least
+      once over the macro's port, and a single-buffered macro does not
+      compute while it is refilled (:func:`tvm_cim.hardware.loopnest._exposed`:
+      its refills add to their iteration), so that fill adds to the MVM steps
+      (with double buffering, the latency is at least the larger of the two);
+      every weight is written into a macro once;
+    * every MVM reads its inputs from, and writes its partial sums to, some
+      level of their chains (at least the cheapest level's energy per bit).
+
+    The terms are those :func:`tvm_cim.hardware.loopnest.evaluate` charges at
+    least once for any loop order, tiling, level choice and buffering.
 
     Returns
     -------
@@ -126,8 +144,22 @@ def edp_floor(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple) -> dict:
     bits["I"] = min(bits["I"], b["N"] * b["G"] * b["C"] * len(rows) * len(cols) * hier.bits["I"])
     top = hier.levels[0]
     nxt = [lv for lv in hier.levels[1:] if not lv.bypass and set("IWO") <= lv.operands]
-    cycles = max(steps * hier.mvm_cycles, sum(bits.values()) / top.bandwidth_bits)
+    macro = hier.levels_of("W")[-1]
+    core = hier.axes[0].name
+    split = math.prod(f for d, f in m.spatial_of(core).items() if d in LN.RELEVANT["W"])
+    fill = (bits["W"] / split if macro.per_core else bits["W"]) / macro.bandwidth_bits
+    compute = steps * hier.mvm_cycles
+    overlapped = macro.double_buffer or hier.weight_double_buffer
+    cycles = max(max(compute, fill) if overlapped else compute + fill, sum(bits.values()) / top.bandwidth_bits)
     e = steps * active * hier.mvm_energy_pj + sum(bits.values()) * top.read_pj  # the model charges a parent read
+    e += bits["W"] * macro.write_pj
+    t = {d: 1 for d in LN.DIMS}  # one MVM's inputs and partial sums (the spatial axes inside a core)
+    for ax in hier.axes[1:]:
+        for d, f in m.spatial_of(ax.name).items():
+            t[d] *= f
+    mvms = steps * active
+    e += mvms * layer.elems("I", t) * hier.bits["I"] * min(lv.read_pj for lv in hier.levels_of("I"))
+    e += mvms * layer.elems("O", t) * hier.bits["O"] * min(lv.write_pj for lv in hier.levels_of("O"))
     if nxt:
         lv = nxt[0]
         e += sum(bits.values()) * lv.write_pj + bits["W"] * lv.read_pj
@@ -277,14 +309,19 @@ def zigzag(layer: LN.Layer, hier: LN.Hierarchy, objective: str = "latency", seed
 
 def heuristic_starts(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, objective: str = "latency",
                      ws: bool = False, rng: random.Random | None = None, max_orders: int = 300,
-                     keep: int = 3, os: bool = False, split: tuple = (40, 8)) -> list:
+                     keep: int = 3, os: bool = False, split: tuple = (40, 8), wo: bool = False) -> list:
     """The best greedy-filled loop orders of a spatial unrolling (the MIP's first incumbents), best first.
 
     With ``ws``, only weight-stationary orders (every loop the weights do not
     depend on inside the macro's tile, after those they depend on); with
     ``os``, only output-stationary orders (the reduction loops innermost, so a
-    partial sum stays in the innermost output level it fits in until it is final).  ``split``: orders of
-    the outer and the inner group sampled for ``ws`` and ``os`` (their product is filled).
+    partial sum stays in the innermost output level it fits in until it is final); with ``wo``,
+    weight-stationary orders whose innermost weight loops that fit in the macro
+    move inside the loops the weights do not depend on (every weight still enters
+    each core's macro once, and a macro tile of several compartments serves
+    every output position before the next is loaded; the partial sums wait in
+    the output levels).  ``split``: orders of the outer and the inner group
+    sampled for ``ws``, ``os`` and ``wo`` (their product is filled).
     """
     rng = rng or random.Random(0)
     key = (lambda c: c.cycles) if objective == "latency" else (lambda c: c.edp)
@@ -294,6 +331,13 @@ def heuristic_starts(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, object
         rel = [f for f in facs if f[0] in LN.RELEVANT["W"]]
         irr = [f for f in facs if f[0] not in LN.RELEVANT["W"]]
         orders = [a + b for a in _orders(rel, split[0], rng) for b in _orders(irr, split[1], rng)]
+    elif wo:
+        rel = [f for f in facs if f[0] in LN.RELEVANT["W"]]
+        irr = [f for f in facs if f[0] not in LN.RELEVANT["W"]]
+        orders = []
+        for a in _orders(rel, split[0], rng):
+            k = _macro_suffix(layer, hier, spatial, a)
+            orders += [a[:len(a) - k] + b + a[len(a) - k:] for b in _orders(irr, split[1], rng)]
     elif os:
         red = [f for f in facs if f[0] in LN.REDUCTION]
         rest = [f for f in facs if f[0] not in LN.REDUCTION]
@@ -305,7 +349,7 @@ def heuristic_starts(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, object
         m = greedy_fill(layer, hier, spatial, tuple(loops))
         if m is None:
             continue
-        if ws:
+        if ws or wo:
             first_irr = next((i for i, (d, _) in enumerate(loops) if d not in LN.RELEVANT["W"]), len(loops))
             cut_w = min(m.cut("W", macro), first_irr)  # every weight tile enters the macro once
             cuts = tuple((o, lv, min(c, cut_w) if o == "W" else c) for o, lv, c in m.cuts)
@@ -315,6 +359,16 @@ def heuristic_starts(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, object
         found.append((key(LN.evaluate(layer, hier, m)), len(found), m))
     found.sort(key=lambda x: x[:2])
     return [m for _, _, m in found[:keep]]
+
+
+def _macro_suffix(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, loops: tuple) -> int:
+    """How many innermost loops of ``loops`` the weight tile of one macro can hold (with the spatial tile)."""
+    macro = hier.levels_of("W")[-1]
+    for k in range(len(loops), 0, -1):
+        m = LN.Mapping(spatial, tuple(loops), (("W", macro.name, len(loops) - k),))
+        if LN.tile_bits(layer, hier, m, "W", macro) <= macro.capacity_bits:
+            return k
+    return 0
 
 
 def _can_double(hier: LN.Hierarchy, operand: str, level: str) -> bool:
@@ -433,6 +487,29 @@ class Result:
 _WS: dict = {}  # the ws baseline's result per (chip, layer shape, settings): miredo's candidate and the baseline
 
 
+def warm_start(layer: LN.Layer) -> bool:
+    """Whether ``optimise(..., warm=None)`` starts the MIP of ``layer`` from the best heuristic mapping.
+
+    On windowed layers (``R x S > 1``) the LP relaxation is loose (ResNet-18@224
+    layer3.0.conv1: root bound 0.26 of the start's latency), and a cold start
+    under the start's latency as an upper bound finds no feasible mapping
+    within 20 nodes on ResNet-18's eight 3x3 and 7x7 shapes; warm, HiGHS
+    improves on the start in less time (ResNet-18: 66.3 -> 48.7 s CPU for the
+    12 shapes at load 9; conv1 simulated EDP 0.80x, layer3.0.conv1 0.94x).
+    On 1x1 layers and matrix products the cold search (its restart and RINS)
+    finds mappings the warm one misses within the same nodes
+    (layer4.0.downsample.0: model EDP 1.26x worse warm).  It is not the
+    default: warm, ResNet-18 layer1.0.conv1's simulated EDP is 1.1 % worse
+    (model 0.16 % better), and two depthwise layers of MobileNetV2 get worse
+    (features.4.conv.1.0 by 13.8 %, features.7.conv.1.0 by 21.5 %; the
+    network's first 15 shapes solved in 47.4 instead of 64.3 s CPU).
+    ``benchmarks/miredo.py --nets resnet18 --warm auto``: 53.5 s CPU (load
+    4.5-7.9; default 74.7 s at load 10-12), network EDP 1.13x zigzag's and
+    2.96x ws's (default 1.11x, 2.92x), model accuracy 0.967 (0.968).
+    """
+    return layer.bounds["R"] * layer.bounds["S"] > 1
+
+
 def _ws_key(layer: LN.Layer, hier: LN.Hierarchy, settings: dict) -> tuple:
     return (repr(hier), tuple(sorted(layer.bounds.items())), layer.stride, layer.dilation,
             tuple(sorted(settings.items())))
@@ -441,7 +518,7 @@ def _ws_key(layer: LN.Layer, hier: LN.Hierarchy, settings: dict) -> tuple:
 def optimise(layer: LN.Layer, hier: LN.Hierarchy, method: str = "miredo", objective: str = DEFAULT_OBJECTIVE,
              node_limit: int = dataflow_mip.NODE_LIMIT, spatial_top: int = 2, starts: int = 3,
              max_orders: int = 500, seed: int = 0, time_limit: float = dataflow_mip.SAFETY_TIME_LIMIT,
-             fix_starts: bool = False, polish_budget: int = POLISH_BUDGET, warm: bool = False,
+             fix_starts: bool = False, polish_budget: int = POLISH_BUDGET, warm: bool | None = False,
              energy_stage: bool = False, ws_point: bool = False) -> Result:
     """The dataflow of one layer.
 
@@ -472,12 +549,13 @@ def optimise(layer: LN.Layer, hier: LN.Hierarchy, method: str = "miredo", object
     polish_budget : int
         Exact-model evaluations of the local search (:func:`polish`) run on
         the heuristic mappings and on the MIP's result (``miredo`` only; 0: off).
-    warm : bool
-        Give the MIP the best heuristic mapping as its first incumbent (and its
-        latency as an upper bound).  Off by default: within the node limit the
-        warm solve mostly returned its start unchanged on large 3x3
-        convolutions, the cold one found faster mappings (ResNet-18
-        layer2.0.conv2: EDP 5.99e13 cold against 7.37e13 warm pJ.ns).
+    warm : bool or None
+        Give the MIP the best heuristic mapping as its first incumbent (HiGHS
+        accepts it: the MIP at its integers gives its exact latency); when
+        False (default), the MIP starts cold with that mapping's latency as an
+        upper bound.  None: warm on layers with a window (``R x S > 1``), cold
+        on 1x1 layers and matrix products (:func:`warm_start`); not the default,
+        because some layers' mappings get worse (see there).
     energy_stage : bool
         After the latency solve, the energy solve(s) of the objective
         (lexicographic / epsilon-constraint, :data:`dataflow_mip.EPS`).  Off
@@ -512,6 +590,8 @@ def optimise(layer: LN.Layer, hier: LN.Hierarchy, method: str = "miredo", object
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {objective!r}; choose one of {', '.join(OBJECTIVES)}")
     t0, c0 = time.perf_counter(), time.process_time()
+    if warm is None:
+        warm = warm_start(layer)
     if method == "zigzag":
         m, c = zigzag(layer, hier, objective, seed=seed, max_orders=max_orders, spatial_top=6)
         return Result(m, c, time.perf_counter() - t0, method, objective, "heuristic",
@@ -546,7 +626,7 @@ def _optimise(layer, hier, method, objective, node_limit, spatial_top, starts, m
         sts = heuristic_starts(layer, hier, sp, objective, ws=ws, rng=rng, keep=starts, max_orders=max_orders)
         if not ws:
             sub = random.Random(seed)
-            sts += [m for flag in ("ws", "os")
+            sts += [m for flag in STRUCTURED
                     for m in heuristic_starts(layer, hier, sp, objective, rng=sub, keep=1, max_orders=max_orders,
                                               split=STRUCTURED_SPLIT, **{flag: True})]
             if polish_budget and sts:
