@@ -556,7 +556,7 @@ def main() -> int:
     ap.add_argument("--image", type=int, help="image size of the CNNs (default 224, 64 with --quick)")
     ap.add_argument("--json", help="write all figures to this file (rewritten after every model)")
     ap.add_argument("--before", help="a JSON of an earlier run: its figures are printed beside these")
-    ap.add_argument("--plots", default=".", help="folder for the PNG plots")
+    ap.add_argument("--plots", help="folder for the PNG plots (none are written without it)")
     ap.add_argument("--decompose", default="resnet50", help="network of experiment 8 (critical path)")
     ap.add_argument("--one-pass", action="store_true", help="experiment 8 on the variant with one bit-serial pass "
                     "for signed inputs (the offset encoding, as experiment 9's)")
@@ -600,10 +600,11 @@ def main() -> int:
         save("exp9", exp9(image, isaac, save))
     if 4 in todo:
         save("exp4", exp4(isaac, vit_kw, args.quick))
-    out_dir = Path(args.plots)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for f in plots(res, out_dir):
-        print(f"plot: {f}")
+    if args.plots:
+        out_dir = Path(args.plots)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for f in plots(res, out_dir):
+            print(f"plot: {f}")
     if args.json:
         print(f"wrote {args.json}")
     return 0

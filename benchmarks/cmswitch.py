@@ -487,7 +487,7 @@ def main() -> int:
     ap.add_argument("--bound", action="store_true",
                     help="print the latency lower bound of any allocation and the speedup over cim-mlc it allows")
     ap.add_argument("--json", help="write all figures to this file")
-    ap.add_argument("--plots", default=".", help="folder for the PNG plots")
+    ap.add_argument("--plots", help="folder for the PNG plots (none are written without it)")
     args = ap.parse_args()
     if args.merge:
         res = merge([json.loads(Path(f).read_text()) for f in args.merge])
@@ -550,10 +550,11 @@ def merge(parts: list[dict]) -> dict:
 def report(res: dict, args) -> int:
     """Print the tables, save the plots and (``--json``) the figures."""
     print_tables(res, getattr(args, "bound", False))
-    out_dir = Path(args.plots)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for f in plots(res, out_dir):
-        print(f"plot: {f}")
+    if args.plots:
+        out_dir = Path(args.plots)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for f in plots(res, out_dir):
+            print(f"plot: {f}")
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=2, default=str))
         print(f"wrote {args.json}")
