@@ -51,11 +51,13 @@ def _covered(meta: np.ndarray) -> dict:
 def test_merge_rows_reads_every_row_as_often_and_only_adjacent_groups(seed):
     rng = np.random.default_rng(seed)
     w = [np.zeros((1, 128, 8)), np.zeros((1, 128, 8))]
+    # captures (Chip._capture): one crossbar, row group g of 32 rows, of either tile
+    snaps = {(g, t): (np.array([[32 * g, 32 * g + 32, 0, 0, 8, 0]]), [(w[t], None, None)])
+             for g in range(4) for t in range(2)}
     items = []
     for _ in range(200):
         g = int(rng.integers(0, 4))  # row group of 32 rows; repeated groups are reads of rows read before
-        items.append((Range(32 * g, 32 * g + 32), Range(0, 8), 0, Range(*sorted(rng.choice([0, 4, 9], 2))),
-                      w[int(rng.integers(0, 2))], None, None))
+        items.append((snaps[g, int(rng.integers(0, 2))], Range(*sorted(rng.choice([0, 4, 9], 2)))))
     meta, tiles = Chip._read_table(items)
     assert len(tiles) == 2 and meta.shape == (200, 8)
     merged = Chip._merge_rows(meta)
@@ -63,3 +65,39 @@ def test_merge_rows_reads_every_row_as_often_and_only_adjacent_groups(seed):
     assert len(merged) < len(meta)
     for m in merged.tolist():  # a merged read spans whole row groups
         assert m[0] % 32 == 0 and m[1] % 32 == 0 and m[1] > m[0]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_flush_exact_adds_every_reads_integer_product(seed):
+    """Reads of random tiles, rows, columns and vectors (repeated, overlapping, sparse, split into row
+    groups) against a plain int64 loop over the reads."""
+    rng = np.random.default_rng(seed)
+    bt, m, k, n = 1, int(rng.integers(1, 40)), int(rng.integers(8, 300)), int(rng.integers(4, 80))
+    x = rng.integers(-255, 256, (bt, m, k)).astype(np.int32)
+    tiles = []
+    for _ in range(int(rng.integers(1, 6))):
+        r, c = int(rng.integers(1, k + 1)), int(rng.integers(1, n + 1))
+        tiles.append((rng.integers(-127, 128, (1, r, c)).astype(rng.choice([np.int8, np.int64])), None, None))
+    rows = []
+    for _ in range(int(rng.integers(1, 60))):
+        j = int(rng.integers(0, len(tiles)))
+        tr, tc = tiles[j][0].shape[1:]
+        base = int(rng.integers(0, k - tr + 1))
+        a = base + int(rng.integers(0, tr))
+        b = int(rng.integers(a + 1, base + tr + 1))
+        c0 = int(rng.integers(0, n - tc + 1)) if rng.random() < 0.5 else 0
+        c1 = c0 + int(rng.integers(1, tc + 1))
+        v0 = int(rng.integers(0, m))
+        v1 = int(rng.integers(v0, m + 1))  # some reads without vectors
+        rows.append((a, b, base, c0, c1, v0, v1, j))
+    meta = np.array(rows, dtype=np.int64)
+    ref = np.zeros((bt, m, n), dtype=np.int64)
+    for a, b, base, c0, c1, v0, v1, j in rows:
+        w = tiles[j][0][0, a - base : b - base, : c1 - c0].astype(np.int64)
+        ref[:, v0:v1, c0:c1] += x[:, v0:v1, a:b].astype(np.int64) @ w
+    for merged in (meta, Chip._merge_rows(meta)):
+        acc = np.zeros((bt, m, n), dtype=np.int64)
+        stats = engine.RegionStats("t", "t")
+        Chip._flush_exact(x, acc, merged, tiles, stats)
+        assert np.array_equal(acc, ref)
+        assert stats.macs == sum(bt * (v1 - v0) * (b - a) * (c1 - c0) for a, b, _, c0, c1, v0, v1, _ in rows)
