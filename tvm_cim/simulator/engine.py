@@ -704,10 +704,11 @@ class Chip:
 
     def _queue_block(self, body: list, env, stats) -> None:
         """Queue the reads of a parallel block (:meth:`_reads_together`: one virtual crossbar, input,
-        accumulator and vector range) as :meth:`_queue_read` queues each.  When queued reads may cross
-        crossbar writes (:meth:`_cross_pass`: any split into batches gives the same figures), the block is one
-        queued read of all its crossbars and rows, captured once between two writes."""
-        if not self._cross:
+        accumulator and vector range) as :meth:`_queue_read` queues each.  On a chip whose reads are exact
+        integer products (:meth:`_start_lazy`: any split into batches gives the same integers), the block
+        is one queued read of all its crossbars and rows; otherwise every read is queued on its own (the
+        batches, and so a lossy ADC's error sums and a non-ideal device's float sums, stay as they were)."""
+        if not self._lazy:
             for o in body:
                 self._queue_read(o, env, stats)
             return
@@ -720,17 +721,12 @@ class Chip:
         queue = self._pending.get((src, dst))
         if queue is None:
             queue = self._pending[(src, dst)] = []
-        if self._lazy:  # the blocks of a layer's passes read the same crossbars: one table for all of them
-            lists = tuple([self._entries(o) for o in body])
-            key = tuple([id(e) for e in lists])
-            if key not in self._valid:
-                self._lazy_key(key, [e for ents in lists for e in ents])
-            queue.append((key, self._gen, _vecs(o0, env[src].shape[1])))
-        else:
-            snap = self._snaps.get(id(body))
-            if snap is None:
-                snap = self._snaps[id(body)] = self._capture([e for o in body for e in self._entries(o)])
-            queue.append((snap, _vecs(o0, env[src].shape[1])))
+        # the blocks of a layer's passes read the same crossbars: one table for all of them
+        lists = tuple([self._entries(o) for o in body])
+        key = tuple([id(e) for e in lists])
+        if key not in self._valid:
+            self._lazy_key(key, [e for ents in lists for e in ents])
+        queue.append((key, self._gen, _vecs(o0, env[src].shape[1])))
         self._pending_dsts.add(dst)
         self._pending_srcs.add(src)
         if self._pending_tile_bytes > _TILE_BYTES:
