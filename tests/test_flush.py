@@ -3,12 +3,17 @@
 Both only decide how the work is grouped; the references here are plain loops over the reads.
 """
 
+import dataclasses
+
 import numpy as np
 import pytest
 
+import tvm_cim
+from tvm_cim.compiler import codegen, mapping, schedule
+from tvm_cim.compiler.region import CONV2D, MATMUL, Region, unfold_conv_weight
 from tvm_cim.program.ir import Range
 from tvm_cim.simulator import engine
-from tvm_cim.simulator.engine import Chip
+from tvm_cim.simulator.engine import Chip, Options
 
 
 def _greedy(sizes: list[int], limit: int) -> list[tuple[int, int]]:
@@ -101,3 +106,42 @@ def test_flush_exact_adds_every_reads_integer_product(seed):
         Chip._flush_exact(x, acc, merged, tiles, stats)
         assert np.array_equal(acc, ref)
         assert stats.macs == sum(bt * (v1 - v0) * (b - a) * (c1 - c0) for a, b, _, c0, c1, v0, v1, _ in rows)
+
+
+@pytest.mark.parametrize("preset", ["isaac", "jia21", "jain21"])
+@pytest.mark.parametrize("shortcut", [True, "tile"])
+def test_exact_reads_queued_across_rewrites_see_the_tiles_they_read(preset, shortcut):
+    """A layer larger than the chip runs in passes that rewrite the same crossbars while earlier passes'
+    reads are still queued (resolved at the flush from the write log): the accumulators equal plain int64
+    numpy, for a matmul and a convolution, on every computing mode."""
+    rep = dataclasses.replace
+    hw = tvm_cim.load(preset)
+    hw = rep(hw, crossbar=rep(hw.crossbar, adc_bits=24, adc_mode="clip"), chip=rep(hw.chip, cores=1),
+             core=rep(hw.core, crossbars=2))
+    rng = np.random.default_rng(11)
+
+    def run(region, x):
+        sched = schedule.schedule([region], hw, "cim-mlc")
+        cmap = mapping.allocate([region], hw, sched.plans)
+        assert len(cmap.placements[region.name].passes) > 1
+        prog = codegen.generate(region, cmap.placements[region.name], hw, sched.options, "cim-mlc")
+        chip = Chip(hw, Options(exact_shortcut=shortcut))
+        assert chip.run(prog, {"x": x, **codegen.region_constants(region)})[1].weight_writes > 2
+        return chip.run(prog, {"x": x, **codegen.region_constants(region)})[0]["acc"]
+
+    w = rng.integers(-127, 128, size=(700, 90)).astype(np.int8)
+    x = rng.integers(0, 256, size=(9, 700)).astype(np.float32)
+    r = Region("mm", MATMUL, [(9, 700)], (9, 90), x_scale=1.0, w_int=w, w_scale=np.ones(90, np.float32))
+    assert np.array_equal(run(r, x)[0], x.astype(np.int64) @ w.astype(np.int64))
+
+    wc = rng.integers(-127, 128, size=(70, 150, 3, 3)).astype(np.int8)
+    xc = rng.integers(0, 256, size=(1, 150, 5, 5)).astype(np.float32)
+    conv = dict(kernel=(3, 3), strides=(1, 1), padding=(1, 1, 1, 1), dilation=(1, 1), groups=1)
+    rc = Region("cv", CONV2D, [(1, 150, 5, 5)], (1, 70, 5, 5), x_scale=1.0, w_int=unfold_conv_weight(wc, 1),
+                w_scale=np.ones(70, np.float32), conv=conv)
+    xp = np.pad(xc[0].astype(np.int64), ((0, 0), (1, 1), (1, 1)))
+    ref = np.zeros((25, 70), np.int64)
+    for i in range(5):
+        for j in range(5):
+            ref[i * 5 + j] = np.einsum("chw,ochw->o", xp[:, i : i + 3, j : j + 3], wc.astype(np.int64))
+    assert np.array_equal(run(rc, xc)[0].reshape(25, 70), ref)
