@@ -300,7 +300,7 @@ class Chip:
         self._pending_tile_bytes = 0
         self._snaps: dict = {}  # id(_entries list) -> what a read of it sees now (_capture; reset by writes)
         self._cross = self._cross_pass()
-        self._start_lazy(env)
+        self._start_lazy(env, bool(written - set(setup_xbs)))
         self._entries_memo: dict = {}  # (opcode, vxb or its shapes, block, group) -> _entries
         self._blocks: dict = {}  # vxb -> row-block start -> its crossbars (in binding order)
         self._vxb_shapes: dict = {}  # vxb -> its crossbars and tile shapes (_vxb_shape)
@@ -732,14 +732,16 @@ class Chip:
         if self._pending_tile_bytes > _TILE_BYTES:
             self._flush(env, stats)
 
-    def _start_lazy(self, env) -> None:
+    def _start_lazy(self, env, run_writes: bool) -> None:
         """Reads of a chip whose products are exact integers (:meth:`_exact_reads`'s conditions that hold for
         the whole program: ideal device, shortcut allowed, an ADC that cannot alter a conversion) are queued
         as (crossbars, write generation, vectors) and resolve the tiles they saw when flushed
         (:meth:`_lazy_table`): the crossbars' writes since the last flush are logged.  Any split of such reads
-        into batches gives the same integers, so the tiles are bounded when written."""
+        into batches gives the same integers, so the tiles are bounded when written.  Only for programs whose
+        run section writes crossbars (layers in passes): with resident weights, flushes are small and
+        frequent, and capturing each read costs less than resolving it."""
         sc, ni = self.options.exact_shortcut, self.options.nonideal
-        self._lazy = bool((sc is True or sc == "tile") and (ni is None or not ni.active) and
+        self._lazy = bool(run_writes and (sc is True or sc == "tile") and (ni is None or not ni.active) and
                           X.exact(self.xhw, self.adc_lsb if "adclsb" not in env else env["adclsb"]))
         if not self._lazy:
             return
@@ -827,8 +829,19 @@ class Chip:
         if (tid < 0).any():
             raise SimulationError(f"read of crossbar {int(xb[tid < 0][0])} before it was written")
         used, col = np.unique(tid, return_inverse=True)
-        col = col.reshape(-1)
-        tiles = [self._reg[t] for t in used.tolist()]
+        # one tile per distinct (weights, cells, offsets): replicas' crossbars hold the same tile objects
+        index: dict = {}
+        tiles: list = []
+        canon = np.empty(len(used), dtype=np.int64)
+        for i, t in enumerate(used.tolist()):
+            tile = self._reg[t]
+            key = (id(tile[0]), id(tile[1]), id(tile[2]))
+            j = index.get(key)
+            if j is None:
+                j = index[key] = len(tiles)
+                tiles.append(tile)
+            canon[i] = j
+        col = canon[col.reshape(-1)]
         meta = np.empty((len(row), 8), dtype=np.int64)
         meta[:, 0:5] = allt[:, 1:6]
         meta[:, 5] = np.repeat(v0, n)
