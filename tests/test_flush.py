@@ -3,12 +3,17 @@
 Both only decide how the work is grouped; the references here are plain loops over the reads.
 """
 
+import dataclasses
+
 import numpy as np
 import pytest
 
+import tvm_cim
+from tvm_cim.compiler import codegen, mapping, schedule
+from tvm_cim.compiler.region import CONV2D, MATMUL, Region, unfold_conv_weight
 from tvm_cim.program.ir import Range
 from tvm_cim.simulator import engine
-from tvm_cim.simulator.engine import Chip
+from tvm_cim.simulator.engine import Chip, Options
 
 
 def _greedy(sizes: list[int], limit: int) -> list[tuple[int, int]]:
@@ -51,11 +56,13 @@ def _covered(meta: np.ndarray) -> dict:
 def test_merge_rows_reads_every_row_as_often_and_only_adjacent_groups(seed):
     rng = np.random.default_rng(seed)
     w = [np.zeros((1, 128, 8)), np.zeros((1, 128, 8))]
+    # captures (Chip._capture): one crossbar, row group g of 32 rows, of either tile
+    snaps = {(g, t): (np.array([[32 * g, 32 * g + 32, 0, 0, 8, 0]]), [(w[t], None, None)])
+             for g in range(4) for t in range(2)}
     items = []
     for _ in range(200):
         g = int(rng.integers(0, 4))  # row group of 32 rows; repeated groups are reads of rows read before
-        items.append((Range(32 * g, 32 * g + 32), Range(0, 8), 0, Range(*sorted(rng.choice([0, 4, 9], 2))),
-                      w[int(rng.integers(0, 2))], None, None))
+        items.append((snaps[g, int(rng.integers(0, 2))], Range(*sorted(rng.choice([0, 4, 9], 2)))))
     meta, tiles = Chip._read_table(items)
     assert len(tiles) == 2 and meta.shape == (200, 8)
     merged = Chip._merge_rows(meta)
@@ -63,3 +70,78 @@ def test_merge_rows_reads_every_row_as_often_and_only_adjacent_groups(seed):
     assert len(merged) < len(meta)
     for m in merged.tolist():  # a merged read spans whole row groups
         assert m[0] % 32 == 0 and m[1] % 32 == 0 and m[1] > m[0]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_flush_exact_adds_every_reads_integer_product(seed):
+    """Reads of random tiles, rows, columns and vectors (repeated, overlapping, sparse, split into row
+    groups) against a plain int64 loop over the reads."""
+    rng = np.random.default_rng(seed)
+    bt, m, k, n = 1, int(rng.integers(1, 40)), int(rng.integers(8, 300)), int(rng.integers(4, 80))
+    x = rng.integers(-255, 256, (bt, m, k)).astype(np.int32)
+    tiles = []
+    for _ in range(int(rng.integers(1, 6))):
+        r, c = int(rng.integers(1, k + 1)), int(rng.integers(1, n + 1))
+        tiles.append((rng.integers(-127, 128, (1, r, c)).astype(rng.choice([np.int8, np.int64])), None, None))
+    rows = []
+    for _ in range(int(rng.integers(1, 60))):
+        j = int(rng.integers(0, len(tiles)))
+        tr, tc = tiles[j][0].shape[1:]
+        base = int(rng.integers(0, k - tr + 1))
+        a = base + int(rng.integers(0, tr))
+        b = int(rng.integers(a + 1, base + tr + 1))
+        c0 = int(rng.integers(0, n - tc + 1)) if rng.random() < 0.5 else 0
+        c1 = c0 + int(rng.integers(1, tc + 1))
+        v0 = int(rng.integers(0, m))
+        v1 = int(rng.integers(v0, m + 1))  # some reads without vectors
+        rows.append((a, b, base, c0, c1, v0, v1, j))
+    meta = np.array(rows, dtype=np.int64)
+    ref = np.zeros((bt, m, n), dtype=np.int64)
+    for a, b, base, c0, c1, v0, v1, j in rows:
+        w = tiles[j][0][0, a - base : b - base, : c1 - c0].astype(np.int64)
+        ref[:, v0:v1, c0:c1] += x[:, v0:v1, a:b].astype(np.int64) @ w
+    for merged in (meta, Chip._merge_rows(meta)):
+        acc = np.zeros((bt, m, n), dtype=np.int64)
+        stats = engine.RegionStats("t", "t")
+        Chip._flush_exact(x, acc, merged, tiles, stats)
+        assert np.array_equal(acc, ref)
+        assert stats.macs == sum(bt * (v1 - v0) * (b - a) * (c1 - c0) for a, b, _, c0, c1, v0, v1, _ in rows)
+
+
+@pytest.mark.parametrize("preset", ["isaac", "jia21", "jain21"])
+@pytest.mark.parametrize("shortcut", [True, "tile"])
+def test_exact_reads_queued_across_rewrites_see_the_tiles_they_read(preset, shortcut):
+    """A layer larger than the chip runs in passes that rewrite the same crossbars while earlier passes'
+    reads are still queued (resolved at the flush from the write log): the accumulators equal plain int64
+    numpy, for a matmul and a convolution, on every computing mode."""
+    rep = dataclasses.replace
+    hw = tvm_cim.load(preset)
+    hw = rep(hw, crossbar=rep(hw.crossbar, adc_bits=24, adc_mode="clip"), chip=rep(hw.chip, cores=1),
+             core=rep(hw.core, crossbars=2))
+    rng = np.random.default_rng(11)
+
+    def run(region, x):
+        sched = schedule.schedule([region], hw, "cim-mlc")
+        cmap = mapping.allocate([region], hw, sched.plans)
+        assert len(cmap.placements[region.name].passes) > 1
+        prog = codegen.generate(region, cmap.placements[region.name], hw, sched.options, "cim-mlc")
+        chip = Chip(hw, Options(exact_shortcut=shortcut))
+        assert chip.run(prog, {"x": x, **codegen.region_constants(region)})[1].weight_writes > 2
+        return chip.run(prog, {"x": x, **codegen.region_constants(region)})[0]["acc"]
+
+    w = rng.integers(-127, 128, size=(700, 90)).astype(np.int8)
+    x = rng.integers(0, 256, size=(9, 700)).astype(np.float32)
+    r = Region("mm", MATMUL, [(9, 700)], (9, 90), x_scale=1.0, w_int=w, w_scale=np.ones(90, np.float32))
+    assert np.array_equal(run(r, x)[0], x.astype(np.int64) @ w.astype(np.int64))
+
+    wc = rng.integers(-127, 128, size=(70, 150, 3, 3)).astype(np.int8)
+    xc = rng.integers(0, 256, size=(1, 150, 5, 5)).astype(np.float32)
+    conv = dict(kernel=(3, 3), strides=(1, 1), padding=(1, 1, 1, 1), dilation=(1, 1), groups=1)
+    rc = Region("cv", CONV2D, [(1, 150, 5, 5)], (1, 70, 5, 5), x_scale=1.0, w_int=unfold_conv_weight(wc, 1),
+                w_scale=np.ones(70, np.float32), conv=conv)
+    xp = np.pad(xc[0].astype(np.int64), ((0, 0), (1, 1), (1, 1)))
+    ref = np.zeros((25, 70), np.int64)
+    for i in range(5):
+        for j in range(5):
+            ref[i * 5 + j] = np.einsum("chw,ochw->o", xp[:, i : i + 3, j : j + 3], wc.astype(np.int64))
+    assert np.array_equal(run(rc, xc)[0].reshape(25, 70), ref)

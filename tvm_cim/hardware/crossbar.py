@@ -439,7 +439,9 @@ def _bit_serial_lsbs(x: np.ndarray, cg: np.ndarray, hw: CIMHardware, input_bits:
                 np.floor(part, out=part)
                 np.minimum(part, top, out=part)
                 part *= lsb
-            conv = part.sum(axis=2, dtype=np.float64).reshape(t_n, bt, steps, v1 - v0, k)
+            # the converted sums are integers: float32 adds them exactly below 2^24 (the same values)
+            exact32 = part.dtype == np.float32 and g_n * top * float(np.max(lsb)) < 2.0**24
+            conv = part.sum(axis=2, dtype=None if exact32 else np.float64).reshape(t_n, bt, steps, v1 - v0, k)
             out[:, :, v0:v1] = np.einsum("tbsvk,s->tbvk", conv, step_w)
     return outs
 

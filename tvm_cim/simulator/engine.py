@@ -240,6 +240,7 @@ class Chip:
         self.xb_kept: dict[int, int] = {}  # compute-mode array -> bytes kept from memory mode (TOC keep)
         self._stored_now: set[int] = set()  # arrays this run of the program has stored into
         self._modes_of: str | None = None  # the build whose programs set the current modes
+        self._lazy = False  # reads resolve their tiles when flushed (_start_lazy)
 
     @property
     def leakage_mw(self) -> float:
@@ -319,7 +320,9 @@ class Chip:
         self._deferred_srcs: set = set()  # what the deferred post-processing reads (a read into one flushes)
         self._pending_tiles: dict = {}  # id -> tile weights the queued reads captured (bounded: _FLUSH_BYTES)
         self._pending_tile_bytes = 0
+        self._snaps: dict = {}  # id(_entries list) -> what a read of it sees now (_capture; reset by writes)
         self._cross = self._cross_pass()
+        self._start_lazy(env, bool(written - set(setup_xbs)))
         self._entries_memo: dict = {}  # (opcode, vxb or its shapes, block, group) -> _entries
         self._blocks: dict = {}  # vxb -> row-block start -> its crossbars (in binding order)
         self._vxb_shapes: dict = {}  # vxb -> its crossbars and tile shapes (_vxb_shape)
@@ -525,13 +528,13 @@ class Chip:
                 return False
         counts = stats.metaop_counts
         if self.options.functional or self.xb_memory:
-            for o in body:  # what _block does per operation, in program order (checks, values)
+            for o in body:  # what _block does per operation, in program order (checks)
                 counts[o.kind] += 1
                 if o.kind not in OPS:
                     raise SimulationError(f"program '{self.prog.name}': unknown meta-operator {o.kind}")
                 self._check_compute_mode(o)
-                if self.options.functional:
-                    self._queue_read(o, env, stats)
+            if self.options.functional:
+                self._queue_block(body, env, stats)
         else:  # timing only, every array in compute mode: the reads (one kind) are only counted
             kind = o0.kind
             if kind not in OPS:
@@ -572,6 +575,9 @@ class Chip:
                         self.xb_stored[x] = 0
                         for d in (self.xb_owner, self.xb_cells, self.xb_weights):
                             d.pop(x, None)
+                        self._snaps = {}
+                        if self._lazy:
+                            self._note_write(x)
             else:  # data left in the array is lost (kept as its cells with keep=True): a crossbar again
                 for x in xbs:
                     if o.get("keep") and x in self.xb_memory:
@@ -655,12 +661,15 @@ class Chip:
                 if len(self._write_memo) > self.hw.total_crossbars:
                     del self._write_memo[next(iter(self._write_memo))]
             self.xb_cells[xb], self.xb_weights[xb] = memo, memo.weights
+            self._snaps = {}
             ni = self.options.nonideal
             if ni is not None and ni.active:  # this crossbar's device realises the cells imperfectly
                 cells = memo.cells()
                 self.xb_cells[xb] = ni.program(cells, xb)
                 self.xb_offsets[xb] = ni.offsets(cells.shape[-3:], xb)
             self.xb_owner[xb] = (self.prog.name,)
+            if self._lazy:
+                self._note_write(xb)
             stats.weight_writes += 1
             return
         if o.opcode in ("DMOV", "CM.switch"):  # costs only; modes are tracked by _dual_mode
@@ -714,32 +723,195 @@ class Chip:
             raise SimulationError(f"program '{self.prog.name}': read of %{src} before it was computed")
         if dst in self._deferred_srcs:  # deferred post-processing reads what this read changes
             self._flush(env, stats)
-        v = _vecs(o, env[src].shape[1])
-        cells, weights, offsets, tiles = self.xb_cells, self.xb_weights, self.xb_offsets, self._pending_tiles
         queue = self._pending.get((src, dst))
         if queue is None:
             queue = self._pending[(src, dst)] = []
         ents = self._entries(o)
-        try:  # the read sees the tiles the crossbars hold now (captured: a later write need not flush it)
-            if offsets:
-                new = [(rows, cols, base, v, weights[xb], cells[xb], offsets.get(xb)) for xb, rows, cols, base in ents]
-            else:
-                new = [(rows, cols, base, v, weights[xb], cells[xb], None) for xb, rows, cols, base in ents]
-        except KeyError:
-            xb = next(xb for xb, _, _, _ in ents if xb not in cells)
-            raise SimulationError(f"read of crossbar {xb} before it was written") from None
-        queue.extend(new)
-        for it in new:
-            w = it[4]
-            if id(w) not in tiles:
-                tiles[id(w)] = w
-                self._pending_tile_bytes += 8 * w.size  # as the float64 the product converts it to
-        if not self._cross:
-            self._pending_xbs.update(xb for xb, _, _, _ in ents)
+        if self._lazy:
+            queue.append((self._lazy_key(id(ents), ents), self._gen, _vecs(o, env[src].shape[1])))
+            self._pending_dsts.add(dst)
+            self._pending_srcs.add(src)
+            if self._pending_tile_bytes > _TILE_BYTES:
+                self._flush(env, stats)
+            return
+        # the read sees the tiles the crossbars hold now (captured: a later write need not flush it); reads of
+        # the same crossbars between two writes (and flushes) share one capture
+        snap = self._snaps.get(id(ents))
+        if snap is None:
+            snap = self._snaps[id(ents)] = self._capture(ents)
+        queue.append((snap, _vecs(o, env[src].shape[1])))
         self._pending_dsts.add(dst)
         self._pending_srcs.add(src)
         if self._pending_tile_bytes > _TILE_BYTES:  # bound the tiles held for queued reads
             self._flush(env, stats)
+
+    def _queue_block(self, body: list, env, stats) -> None:
+        """Queue the reads of a parallel block (:meth:`_reads_together`: one virtual crossbar, input,
+        accumulator and vector range) as :meth:`_queue_read` queues each.  On a chip whose reads are exact
+        integer products (:meth:`_start_lazy`: any split into batches gives the same integers), the block
+        is one queued read of all its crossbars and rows; otherwise every read is queued on its own (the
+        batches, and so a lossy ADC's error sums and a non-ideal device's float sums, stay as they were)."""
+        if not self._lazy:
+            for o in body:
+                self._queue_read(o, env, stats)
+            return
+        o0 = body[0]
+        src, dst = o0["src"].name, o0["dst"].name
+        if src not in env:
+            raise SimulationError(f"program '{self.prog.name}': read of %{src} before it was computed")
+        if dst in self._deferred_srcs:
+            self._flush(env, stats)
+        queue = self._pending.get((src, dst))
+        if queue is None:
+            queue = self._pending[(src, dst)] = []
+        # the blocks of a layer's passes read the same crossbars: one table for all of them
+        lists = tuple([self._entries(o) for o in body])
+        key = tuple([id(e) for e in lists])
+        if key not in self._valid:
+            self._lazy_key(key, [e for ents in lists for e in ents])
+        queue.append((key, self._gen, _vecs(o0, env[src].shape[1])))
+        self._pending_dsts.add(dst)
+        self._pending_srcs.add(src)
+        if self._pending_tile_bytes > _TILE_BYTES:
+            self._flush(env, stats)
+
+    def _start_lazy(self, env, run_writes: bool) -> None:
+        """Reads of a chip whose products are exact integers (:meth:`_exact_reads`'s conditions that hold for
+        the whole program: ideal device, shortcut allowed, an ADC that cannot alter a conversion) are queued
+        as (crossbars, write generation, vectors) and resolve the tiles they saw when flushed
+        (:meth:`_lazy_table`): the crossbars' writes since the last flush are logged.  Any split of such reads
+        into batches gives the same integers, so the tiles are bounded when written.  Only for programs whose
+        run section writes crossbars (layers in passes): with resident weights, flushes are small and
+        frequent, and capturing each read costs less than resolving it."""
+        sc, ni = self.options.exact_shortcut, self.options.nonideal
+        self._lazy = bool(run_writes and (sc is True or sc == "tile") and (ni is None or not ni.active) and
+                          X.exact(self.xhw, self.adc_lsb if "adclsb" not in env else env["adclsb"]))
+        if not self._lazy:
+            return
+        self._gen = 0  # counts logged writes
+        self._reg: dict = {}  # tile id -> (weights, cells, ADC offsets)
+        self._cur: dict = {}  # crossbar -> tile id it holds (-1: none)
+        for xb, c in self.xb_cells.items():
+            self._cur[xb] = len(self._reg)
+            self._reg[len(self._reg)] = (self.xb_weights[xb], c, self.xb_offsets.get(xb))
+        self._ntid = len(self._reg)
+        self._base = dict(self._cur)  # what the crossbars held when the first queued read was queued
+        self._wlog: list = []  # (crossbar, generation, tile id) of the writes since
+        self._tables: dict = {}  # key -> (crossbars, rows, columns) table of a read's crossbars
+        self._valid: set = set()  # keys whose crossbars all hold a tile (reset when a tile is removed)
+
+    def _note_write(self, xb: int) -> None:
+        """Crossbar ``xb``'s tile changed (written, or removed by a switch to memory mode): logged while reads
+        are queued (:meth:`_start_lazy`)."""
+        tid = -1
+        if xb in self.xb_cells:
+            tid = self._ntid
+            self._ntid += 1
+            self._reg[tid] = t = (self.xb_weights[xb], self.xb_cells[xb], self.xb_offsets.get(xb))
+            if self._pending:  # the queued reads may hold it: bounded (the float64 products convert it)
+                w = t[0]
+                if id(w) not in self._pending_tiles:
+                    self._pending_tiles[id(w)] = w
+                    self._pending_tile_bytes += 8 * w.size
+        else:
+            self._valid = set()
+        old = self._cur.get(xb, -1)
+        self._cur[xb] = tid
+        if self._pending:
+            self._gen += 1
+            self._wlog.append((xb, self._gen, tid))
+        else:  # no read needs the tile it replaces
+            self._base[xb] = tid
+            self._reg.pop(old, None)
+
+    def _lazy_key(self, key, ents: list):
+        """``key`` of a read of crossbars ``ents`` (the ids of its :meth:`_entries` lists, which live as long
+        as the run): its table remembered, and checked now: every crossbar holds a tile."""
+        if key not in self._valid:
+            for xb, _, _, _ in ents:
+                if xb not in self.xb_cells:
+                    raise SimulationError(f"read of crossbar {xb} before it was written")
+            if key not in self._tables:
+                self._tables[key] = np.array([(xb, r.start, r.stop, base, c.start, c.stop) for xb, r, c, base in ents],
+                                             dtype=np.int64).reshape(len(ents), 6)
+            self._valid.add(key)
+        return key
+
+    def _lazy_table(self, items: list) -> tuple[np.ndarray, list]:
+        """:meth:`_read_table` of lazy reads ``(key, generation, vectors)``: each crossbar's tile is the one
+        its last write before the read's generation (or, without one, the base state) put there."""
+        keys = list(dict.fromkeys(k for k, _, _ in items))
+        kidx = {k: i for i, k in enumerate(keys)}
+        tables = [self._tables[k] for k in keys]
+        sizes = np.array([len(t) for t in tables], dtype=np.int64)
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        rid = np.fromiter((kidx[k] for k, _, _ in items), dtype=np.int64, count=len(items))
+        gen = np.fromiter((g for _, g, _ in items), dtype=np.int64, count=len(items))
+        v0 = np.fromiter((v.start for _, _, v in items), dtype=np.int64, count=len(items))
+        v1 = np.fromiter((v.stop for _, _, v in items), dtype=np.int64, count=len(items))
+        n = sizes[rid]
+        first = np.repeat(np.cumsum(n) - n, n)
+        row = np.repeat(starts[rid], n) + np.arange(int(n.sum()), dtype=np.int64) - first
+        allt = np.concatenate(tables)[row]
+        xb, g = allt[:, 0], np.repeat(gen, n)
+        # the tile id each row sees: the base state's, unless a logged write at or before its generation
+        nx = int(max(xb.max(initial=0), max(self._base, default=0))) + 1
+        base_tid = np.full(nx, -1, dtype=np.int64)
+        base_tid[np.fromiter(self._base.keys(), np.int64, len(self._base))] = np.fromiter(
+            self._base.values(), np.int64, len(self._base))
+        tid = base_tid[xb]
+        if self._wlog:
+            lx, lg, lt_arr = (np.array(c, dtype=np.int64) for c in zip(*self._wlog))
+            span = int(self._gen) + 2
+            order = np.lexsort((lg, lx))
+            kw = lx[order] * span + lg[order]
+            pos = np.searchsorted(kw, xb * span + g, side="right") - 1
+            hit = pos >= 0
+            hit[hit] = lx[order][pos[hit]] == xb[hit]
+            tid[hit] = lt_arr[order][pos[hit]]
+        if (tid < 0).any():
+            raise SimulationError(f"read of crossbar {int(xb[tid < 0][0])} before it was written")
+        used, col = np.unique(tid, return_inverse=True)
+        # one tile per distinct (weights, cells, offsets): replicas' crossbars hold the same tile objects
+        index: dict = {}
+        tiles: list = []
+        canon = np.empty(len(used), dtype=np.int64)
+        for i, t in enumerate(used.tolist()):
+            tile = self._reg[t]
+            key = (id(tile[0]), id(tile[1]), id(tile[2]))
+            j = index.get(key)
+            if j is None:
+                j = index[key] = len(tiles)
+                tiles.append(tile)
+            canon[i] = j
+        col = canon[col.reshape(-1)]
+        meta = np.empty((len(row), 8), dtype=np.int64)
+        meta[:, 0:5] = allt[:, 1:6]
+        meta[:, 5] = np.repeat(v0, n)
+        meta[:, 6] = np.repeat(v1, n)
+        meta[:, 7] = col
+        return meta, tiles
+
+    def _capture(self, ents: list) -> tuple:
+        """What a read of crossbars ``ents`` sees: ``(table, tiles)``, ``table`` an integer array with one row
+        per crossbar (rows start and stop, the tile's first row, columns start and stop, index into
+        ``tiles``), ``tiles`` the ``(weights, cells, ADC offsets)`` they hold now.  Counts the tiles new to
+        the queued reads (:data:`_TILE_BYTES`)."""
+        cells, weights, offsets, held = self.xb_cells, self.xb_weights, self.xb_offsets, self._pending_tiles
+        try:
+            tiles = [(weights[xb], cells[xb], offsets.get(xb)) for xb, _, _, _ in ents]
+        except KeyError:
+            xb = next(xb for xb, _, _, _ in ents if xb not in cells)
+            raise SimulationError(f"read of crossbar {xb} before it was written") from None
+        for w, _, _ in tiles:
+            if id(w) not in held:
+                held[id(w)] = w
+                self._pending_tile_bytes += 8 * w.size  # as the float64 the product converts it to
+        if not self._cross:
+            self._pending_xbs.update(xb for xb, _, _, _ in ents)
+        table = np.array([(r.start, r.stop, base, c.start, c.stop, i) for i, (_, r, c, base) in enumerate(ents)],
+                         dtype=np.int64).reshape(len(ents), 6)
+        return table, tiles
 
     def _flush(self, env, stats) -> None:
         """Execute the queued reads (grouped by crossbar, vectorised), then the deferred post-processing."""
@@ -751,6 +923,14 @@ class Chip:
         self._deferred_srcs = set()
         self._pending_tiles = {}
         self._pending_tile_bytes = 0
+        self._snaps = {}
+        if self._lazy:
+            self._base = dict(self._cur)
+            self._wlog = []
+            self._gen = 0
+            live = set(self._cur.values())
+            if len(self._reg) > 2 * len(live) + 64:  # tiles no crossbar holds and no queued read needs
+                self._reg = {t: r for t, r in self._reg.items() if t in live}
         for o in deferred:
             self._apply(o, env, stats)
 
@@ -762,26 +942,73 @@ class Chip:
             for (src, dst), all_items in groups.items():
                 if not all_items:
                     continue
-                meta, tiles = self._read_table(all_items)
+                meta, tiles = (self._lazy_table if self._lazy else self._read_table)(all_items)
+                if self._exact_reads(env, meta, tiles):
+                    self._flush_exact(env[src], env[dst], self._merge_rows(meta), tiles, stats)
+                    continue
                 for i0, i1 in self._batches(meta, env[src].shape[0]):
-                    self._flush_group(src, dst, all_items[i0:i1], meta[i0:i1], tiles, env, stats)
+                    self._flush_group(src, dst, meta[i0:i1], tiles, env, stats)
+
+    def _exact_reads(self, env, meta: np.ndarray, tiles: list) -> bool:
+        """Whether queued reads (:meth:`_read_table`) sum exact integer products: the simulator may take the
+        shortcut (``exact_shortcut`` True or "tile": "tile" proves every bitline of every tile, the bound of
+        :func:`X._exact_bitlines` being at most the one of :func:`X.exact`), the device is ideal, its ADC
+        cannot alter any conversion, the input encoding recombines to the signed product, and every tile
+        holds one batch."""
+        sc, ni = self.options.exact_shortcut, self.options.nonideal
+        if not (sc is True or sc == "tile") or (ni is not None and ni.active):
+            return False
+        if not X.exact(self.xhw, self.adc_lsb if "adclsb" not in env else env["adclsb"]):
+            return False
+        if self.signed_input and self.xhw.crossbar.input_encoding == "twos":
+            return False
+        return all(tiles[j][0].shape[0] == 1 for j in np.unique(meta[:, 7]).tolist())
 
     @staticmethod
     def _read_table(items: list) -> tuple[np.ndarray, list]:
-        """Queued reads as integer columns: ``meta`` of shape ``(N, 8)``, one row per read (rows start and stop,
-        the tile's first row ``base``, columns start and stop, vectors start and stop, tile index), and the
-        tiles ``[(weights, cells, ADC offsets)]`` the reads captured (one per distinct triple)."""
+        """Queued reads as integer columns: ``meta`` of shape ``(N, 8)``, one row per crossbar a read
+        activates, in queue order (rows start and stop, the tile's first row ``base``, columns start and stop,
+        vectors start and stop, tile index), and the tiles ``[(weights, cells, ADC offsets)]`` the reads
+        captured (one per distinct triple).  ``items``: ``(capture, vectors)`` pairs, the capture as
+        :meth:`_capture` makes it."""
         index: dict = {}
         tiles: list = []
-        cols = []
-        for rows, c, base, v, w, cells, off in items:
-            k = (id(w), id(cells), id(off))
-            j = index.get(k)
-            if j is None:
-                j = index[k] = len(tiles)
-                tiles.append((w, cells, off))
-            cols.append((rows.start, rows.stop, base, c.start, c.stop, v.start, v.stop, j))
-        return np.array(cols, dtype=np.int64).reshape(len(items), 8), tiles
+        known: dict = {}  # id(capture) -> its number
+        tables, rid, v0, v1 = [], [], [], []
+        for snap, v in items:
+            k = known.get(id(snap))
+            if k is None:
+                k = known[id(snap)] = len(tables)
+                table, held = snap
+                glob = []
+                for w, cells, off in held:  # the capture's tiles, numbered across the reads
+                    key = (id(w), id(cells), id(off))
+                    j = index.get(key)
+                    if j is None:
+                        j = index[key] = len(tiles)
+                        tiles.append((w, cells, off))
+                    glob.append(j)
+                t = table.copy()
+                t[:, 5] = np.asarray(glob, dtype=np.int64)[table[:, 5]] if len(table) else 0
+                tables.append(t)
+            rid.append(k)
+            v0.append(v.start)
+            v1.append(v.stop)
+        if not tables:
+            return np.zeros((0, 8), dtype=np.int64), tiles
+        sizes = np.array([len(t) for t in tables], dtype=np.int64)
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        rid = np.array(rid, dtype=np.int64)
+        n = sizes[rid]  # rows per read
+        first = np.repeat(np.cumsum(n) - n, n)  # each row's read's first row in the table
+        row = np.repeat(starts[rid], n) + np.arange(int(n.sum()), dtype=np.int64) - first
+        allt = np.concatenate(tables)[row]
+        meta = np.empty((len(row), 8), dtype=np.int64)
+        meta[:, 0:5] = allt[:, 0:5]
+        meta[:, 5] = np.repeat(np.array(v0, dtype=np.int64), n)
+        meta[:, 6] = np.repeat(np.array(v1, dtype=np.int64), n)
+        meta[:, 7] = allt[:, 5]
+        return meta, tiles
 
     @staticmethod
     def _batches(meta: np.ndarray, bt: int):
@@ -801,38 +1028,28 @@ class Chip:
             yield start, end
             start = end
 
-    def _flush_group(self, src: str, dst: str, items: list, meta: np.ndarray, tiles: list, env, stats) -> None:
+    def _flush_group(self, src: str, dst: str, meta: np.ndarray, tiles: list, env, stats) -> None:
         """Execute queued reads of one input and one accumulator, vectorised over tiles and vectors
         (``meta``, ``tiles``: the reads as :meth:`_read_table` gives them)."""
         x, acc = env[src], env[dst]
         bt = x.shape[0]
-        lsb0 = self.adc_lsb if "adclsb" not in env else env["adclsb"]
-        ni = self.options.nonideal
-        sc0 = self.options.exact_shortcut
-        # a chip whose ADC cannot alter any conversion: "tile" proves every bitline of every tile (the bound of
-        # :func:`X._exact_bitlines` is at most the one of :func:`X.exact`), so both modes sum integer products
-        if (sc0 is True or sc0 == "tile") and (ni is None or not ni.active) and X.exact(self.xhw, lsb0):
-            if (not self.signed_input or self.xhw.crossbar.input_encoding != "twos") and \
-                    all(tiles[j][0].shape[0] == 1 for j in np.unique(meta[:, 7])):
-                self._flush_exact(x, acc, self._merge_rows(meta), tiles, stats)
-                return
         by_key: dict[tuple, list] = defaultdict(list)
         tile = {}  # key -> (weights, cells, ADC offsets) the reads captured
-        for rows, cols, base, v, w, c, off in items:
-            key = (id(w), id(c), id(off), rows.start, rows.stop, base, cols.start, cols.stop)
+        for r0, r1, base, c0, c1, v0, v1, j in meta.tolist():
+            key = (j, r0, r1, base, c0, c1)
             if key not in by_key:
-                tile[key] = (w, c, off)
-            by_key[key].append(v)
+                tile[key] = tiles[j]
+            by_key[key].append(Range(v0, v1))
         keys = list(by_key)
         t_n = len(keys)
-        r_max = max(k[4] - k[3] for k in keys)
-        n_max = max(k[7] - k[6] for k in keys)
+        r_max = max(k[2] - k[1] for k in keys)
+        n_max = max(k[5] - k[4] for k in keys)
         v_tot = [sum(v.size for v in by_key[k]) for k in keys]
         v_max = max(v_tot)
         xs = np.zeros((t_n, bt, v_max, r_max), dtype=np.int32)
         wts = []
         for t, key in enumerate(keys):
-            _, _, _, r0, r1, base, c0, c1 = key
+            _, r0, r1, base, c0, c1 = key
             off = 0
             for v in by_key[key]:
                 xs[t, :, off : off + v.size, : r1 - r0] = x[:, v.slice(), r0:r1]
@@ -856,7 +1073,7 @@ class Chip:
             # the exact integer product: only the cells' shape is used, not their values
             cells = np.broadcast_to(np.zeros((), np.float32), shape)
         else:
-            parts = [self._cells(tile[k][1])[:, k[3] - k[5] : k[4] - k[5]] for k in keys]
+            parts = [self._cells(tile[k][1])[:, k[1] - k[3] : k[2] - k[3]] for k in keys]
             cells = np.zeros(shape, dtype=np.result_type(*parts))  # (one copy: no padded intermediates)
             for t, c in enumerate(parts):
                 cells[t, :, : c.shape[1], ..., : c.shape[-1]] = c
@@ -868,14 +1085,14 @@ class Chip:
             ideal = np.matmul(xs.astype(np.float64), wts.astype(np.float64))
             # only the tiles' own bitlines: a padded column holds no weight (with offset encoding its zero
             # cells decode to -2^(b-1), so the chip's result there is not 0, and no output reads it)
-            cols = np.arange(n_max) < np.array([k[7] - k[6] for k in keys])[:, None]
+            cols = np.arange(n_max) < np.array([k[5] - k[4] for k in keys])[:, None]
             err = np.abs(res - ideal) * cols[:, None, None, :]
             e = stats.adc_error
             e["max_abs"] = max(e.get("max_abs", 0.0), float(err.max(initial=0)))
             e["sum_sq_err"] = e.get("sum_sq_err", 0.0) + float((err.astype(np.float64) ** 2).sum())
             e["sum_sq_ref"] = e.get("sum_sq_ref", 0.0) + float((ideal**2).sum())
         for t, key in enumerate(keys):
-            _, _, _, r0, r1, base, c0, c1 = key
+            _, r0, r1, base, c0, c1 = key
             off = 0
             for v in by_key[key]:
                 acc[:, v.slice(), c0:c1] += res[t, :, off : off + v.size, : c1 - c0]
@@ -886,37 +1103,74 @@ class Chip:
     def _flush_exact(x: np.ndarray, acc: np.ndarray, meta: np.ndarray, tiles: list, stats) -> None:
         """Queued reads whose conversions the ADC cannot alter: each adds the integer product of its input
         slice and its tile's rows and columns to the accumulator (what :func:`X.mvm`'s exact shortcut computes,
-        and, for unsigned, ``phases`` or ``offset`` inputs, what its signed passes recombine to).  Reads of one
-        shape are gathered and multiplied together, whatever their tiles, and added with one scatter.
-        ``meta``, ``tiles``: the reads as :meth:`_read_table` gives them."""
+        and, for unsigned, ``phases`` or ``offset`` inputs, what its signed passes recombine to).
+
+        Vector ranges read from the same tiles (the same multiset of tile, rows and columns: every chunk of
+        a pass, or of a layer's passes) are one product: the tiles are placed (added) into one float64 matrix
+        over the rows and columns they span, built once, and the inputs' rows times that matrix are added to
+        the accumulator's columns.  Every partial sum is an integer below 2^53 (checked), so float64 sums it
+        exactly in any order: the same integers as one product per read.  ``meta``, ``tiles``: the reads as
+        :meth:`_read_table` gives them."""
+        if not len(meta):
+            return
         bt = x.shape[0]
-        sizes = np.stack([meta[:, 1] - meta[:, 0], meta[:, 4] - meta[:, 3], meta[:, 6] - meta[:, 5]], axis=1)
-        shapes, cls = np.unique(sizes, axis=0, return_inverse=True)
-        cls = cls.reshape(-1)
-        order = np.argsort(cls, kind="stable")
-        bounds = np.searchsorted(cls[order], np.arange(len(shapes) + 1))
-        for ci, (r, c, nv) in enumerate(shapes.tolist()):
-            its = meta[order[bounds[ci] : bounds[ci + 1]]]
-            per = 8 * (bt * nv * r + r * c + bt * nv * c) * 3  # float64 gathers, product and scatter indices
-            step = max(1, (_FLUSH_BYTES // 2) // max(1, per))
-            ar_r, ar_c, ar_v = np.arange(r), np.arange(c), np.arange(nv)
-            for i0 in range(0, len(its), step):
-                part = its[i0 : i0 + step]
-                used, ti = np.unique(part[:, 7], return_inverse=True)
-                ti = ti.reshape(-1)
-                ws = [tiles[j][0] for j in used.tolist()]
-                rmax = max(t.shape[1] for t in ws)
-                cmax = max(t.shape[2] for t in ws)
-                wall = np.zeros((len(ws), rmax, cmax), dtype=np.result_type(*ws))
-                for j, t in enumerate(ws):
-                    wall[j, : t.shape[1], : t.shape[2]] = t[0]
-                xr, wr, c0, v0 = part[:, 0], part[:, 0] - part[:, 2], part[:, 3], part[:, 5]
-                wi = wall[ti[:, None, None], wr[:, None, None] + ar_r[None, :, None], ar_c[None, None, :]]
-                xi = x[:, v0[:, None, None] + ar_v[None, :, None], xr[:, None, None] + ar_r[None, None, :]]
-                res = np.rint(np.matmul(xi.astype(np.int32).astype(np.float64), wi.astype(np.float64)))
-                np.add.at(acc, (slice(None), v0[:, None, None] + ar_v[None, :, None],
-                                c0[:, None, None] + ar_c[None, None, :]), res.astype(np.int64))
-                stats.macs += bt * nv * r * c * len(part)
+        r_sz, c_sz, v_sz = meta[:, 1] - meta[:, 0], meta[:, 4] - meta[:, 3], meta[:, 6] - meta[:, 5]
+        stats.macs += int(bt * (v_sz * r_sz * c_sz).sum())
+        meta = meta[v_sz > 0]
+        if not len(meta):
+            return
+        # pieces (tile, rows, columns) and vector ranges; each vector range's multiset of pieces
+        _, piece = np.unique(meta[:, [0, 1, 2, 3, 4, 7]], axis=0, return_inverse=True)
+        vr, vid = np.unique(meta[:, 5:7], axis=0, return_inverse=True)
+        piece, vid = piece.reshape(-1), vid.reshape(-1)
+        order = np.lexsort((piece, vid))
+        cut = np.flatnonzero(np.diff(vid[order])) + 1
+        classes: dict = {}  # the pieces' multiset -> (its reads, its vector ranges)
+        for rows in np.split(order, cut):
+            sig = piece[rows].tobytes()
+            hit = classes.get(sig)
+            if hit is None:
+                classes[sig] = (rows, [int(vid[rows[0]])])
+            else:
+                hit[1].append(int(vid[rows[0]]))
+        for rows, vids in classes.values():
+            spans = []  # the class's vector ranges, adjacent ones joined
+            for v0, v1 in sorted(vr[vids].tolist()):
+                if spans and spans[-1][1] == v0:
+                    spans[-1][1] = v1
+                else:
+                    spans.append([v0, v1])
+            Chip._exact_product(x, acc, spans, meta[rows], tiles)
+
+    @staticmethod
+    def _exact_product(x: np.ndarray, acc: np.ndarray, spans: list, g: np.ndarray, tiles: list) -> None:
+        """The reads ``g`` (rows of ``meta``, one per piece) of every vector range of ``spans``: one product
+        per block of columns whose pieces fill at least half of it (:meth:`_flush_exact`)."""
+        area = int(((g[:, 1] - g[:, 0]) * (g[:, 4] - g[:, 3])).sum())
+        r0, r1, c0, c1 = int(g[:, 0].min()), int(g[:, 1].max()), int(g[:, 3].min()), int(g[:, 4].max())
+        if 2 * area < (r1 - r0) * (c1 - c0) and len(g) > 1:  # sparse: split by column ranges, then rows
+            for cols in (slice(3, 5), slice(0, 2)):
+                parts = np.unique(g[:, cols], axis=0)
+                if len(parts) > 1:
+                    for a, b in parts.tolist():
+                        Chip._exact_product(x, acc, spans, g[(g[:, cols][:, 0] == a) & (g[:, cols][:, 1] == b)],
+                                            tiles)
+                    return
+        w = np.zeros((r1 - r0, c1 - c0), dtype=np.float64)
+        for a, b, base, c, d, _, _, j in g.tolist():
+            w[a - r0 : b - r0, c - c0 : d - c0] += tiles[j][0][0, a - base : b - base, : d - c]
+        w_max = float(np.abs(w).max(initial=0.0))
+        bt = x.shape[0]
+        step = max(1, _FLUSH_BYTES // max(1, 8 * bt * (r1 - r0 + 2 * (c1 - c0))))
+        for v0, v1 in spans:
+            for a in range(v0, v1, step):  # bounded memory: the inputs (as float64) and the product of a chunk
+                b = min(v1, a + step)
+                xs = x[:, a:b, r0:r1].astype(np.float64)
+                # every partial sum is an integer at most this large: exact in float64 below 2^53
+                if float(np.abs(xs).max(initial=0.0)) * w_max * (r1 - r0) >= 2.0**53:
+                    raise SimulationError("crossbar read sums exceed the integers float64 holds exactly")
+                res = np.matmul(xs, w)
+                acc[:, a:b, c0:c1] += np.rint(res, out=res).astype(np.int64)
 
     @staticmethod
     def _merge_rows(meta: np.ndarray) -> np.ndarray:
@@ -946,7 +1200,7 @@ class Chip:
             t_n, _, _, s_n, p_n, n_max = shape
             out = np.ones((t_n, s_n * p_n, n_max), dtype=np.float64)
             for t, key in enumerate(keys):
-                c0, c1 = key[6], key[7]
+                c0, c1 = key[4], key[5]
                 out[t, :, : c1 - c0] = per_col[:, c0:c1]
             return out.reshape(t_n, s_n, p_n, n_max)
         return self.adc_lsb
