@@ -248,6 +248,47 @@ def floor_layer(layer: LN.Layer, hier: LN.Hierarchy, settings: dict, spatial_top
             "miredo_gain_vs_zigzag": zc.edp / mi.cost.edp, "per_spatial": fl}
 
 
+def floor_network(layers: list, hier: LN.Hierarchy, settings: dict, spatial_top: int = 6) -> dict:
+    """The network-level EDP ceiling over zigzag: no mapping of every layer beats zigzag's network EDP by more.
+
+    Network EDP, as :func:`run_network` defines it: (sum over layers of latency) x (sum of energy), every layer
+    counted (repeated shapes too).  Per layer, :func:`tvm_cim.compiler.dataflow.edp_floor` bounds the model's
+    latency and energy of every mapping of one spatial unrolling; the least over the ``spatial_top`` candidates
+    (those miredo and zigzag search) bounds every mapping of the layer.  So any mapping of every layer has a
+    network EDP of at least ``(sum of latency floors) x (sum of energy floors)``, and ``max_gain`` = zigzag's
+    network EDP (its model, and as simulated) / that floor.
+    """
+    cache: dict = {}
+    rows = []
+    for layer in layers:
+        key = _shape_key(layer)
+        if key not in cache:
+            zm, zc = DF.zigzag(layer, hier, "edp", seed=settings["seed"], max_orders=settings["max_orders"],
+                               spatial_top=6)
+            zs = simulate(layer, hier, zm)
+            fl = [DF.edp_floor(layer, hier, sp) for sp in DF.spatial_candidates(layer, hier, top=spatial_top)]
+            cache[key] = {"zigzag_cycles_model": zc.cycles, "zigzag_energy_pj_model": zc.energy_pj,
+                          "zigzag_cycles_sim": zs.cycles, "zigzag_energy_pj_sim": zs.total_energy_pj,
+                          "floor_cycles": min(f["cycles"] for f in fl),
+                          "floor_energy_pj": min(f["energy_pj"] for f in fl),
+                          "floor_edp": min(f["edp"] for f in fl)}
+        rows.append({"layer": layer.name, **cache[key]})
+    ns = hier.cycle_ns
+
+    def net_edp(cyc: str, en: str) -> float:
+        return sum(r[cyc] for r in rows) * ns * sum(r[en] for r in rows)
+
+    floor = net_edp("floor_cycles", "floor_energy_pj")
+    zm, zs = net_edp("zigzag_cycles_model", "zigzag_energy_pj_model"), net_edp("zigzag_cycles_sim",
+                                                                               "zigzag_energy_pj_sim")
+    return {"layers": rows, "floor_edp": floor, "zigzag_edp_model": zm, "zigzag_edp_sim": zs,
+            "max_gain_vs_zigzag_model": zm / floor, "max_gain_vs_zigzag_sim": zs / floor,
+            "floor_latency_ns": sum(r["floor_cycles"] for r in rows) * ns,
+            "floor_energy_pj": sum(r["floor_energy_pj"] for r in rows),
+            "zigzag_latency_ns_model": sum(r["zigzag_cycles_model"] for r in rows) * ns,
+            "zigzag_energy_pj_model": sum(r["zigzag_energy_pj_model"] for r in rows)}
+
+
 def print_network(name: str, res: dict) -> None:
     print(f"\n== {name}: {len(res['layers'])} layers")
     print(f"{'layer':<22}{'MACs':>12}" + "".join(f"{m + ' us':>12}{m + ' EDP':>13}" for m in METHODS)
@@ -339,6 +380,10 @@ def main() -> int:
                     help="instead of the mappers: on one layer per class (as --sweep), the analytic EDP floor of the "
                     "six spatial candidates (dataflow.edp_floor: MVM steps, every operand once over DRAM and through "
                     "the global buffer) against zigzag and miredo (seconds, not hours)")
+    ap.add_argument("--net-floor", action="store_true",
+                    help="instead of the mappers: per network (--nets), the network-level EDP ceiling over zigzag "
+                    "(floor_network: (sum of every layer's latency floor) x (sum of its energy floor), the least "
+                    "over the six spatial candidates, against zigzag's network EDP)")
     ap.add_argument("--ratio", type=float, default=1.25, help="latency ladder step of --sweep (default 1.25)")
     ap.add_argument("--classes", nargs="*", help=f"--sweep only these classes (of {', '.join(SWEEP_LAYERS)})")
     ap.add_argument("--json", help="write all figures to this file")
@@ -373,6 +418,16 @@ def main() -> int:
             if not layers:
                 print(f"error: no layer of {net} is named {' or '.join(a.only)}", file=sys.stderr)
                 return 2
+        if a.net_floor:
+            r = results[net] = floor_network(layers, hier, settings)
+            print(f"{net}: {len(layers)} layers; zigzag network EDP {r['zigzag_edp_model']:.3e} (model), "
+                  f"{r['zigzag_edp_sim']:.3e} (simulated); floor {r['floor_edp']:.3e} pJ.ns (latency "
+                  f"{r['floor_latency_ns'] / 1e3:.1f} us, energy {r['floor_energy_pj'] / 1e6:.2f} uJ) -> no mapping "
+                  f"beats zigzag's network EDP by more than {r['max_gain_vs_zigzag_model']:.2f}x (model), "
+                  f"{r['max_gain_vs_zigzag_sim']:.2f}x (simulated)", flush=True)
+            if a.json:  # after every network
+                Path(a.json).write_text(json.dumps(out, indent=1, default=float))
+            continue
         if a.bounds:
             results[net] = bounds_network(layers, hier, a.bounds, settings)
             out["wall_s"] = time.perf_counter() - t0

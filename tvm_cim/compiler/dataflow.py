@@ -507,7 +507,7 @@ def warm_start(layer: LN.Layer) -> bool:
     4.5-7.9; default 74.7 s at load 10-12), network EDP 1.13x zigzag's and
     2.96x ws's (default 1.11x, 2.92x), model accuracy 0.967 (0.968).
     """
-    return layer.bounds["R"] * layer.bounds["S"] > 1
+    return layer.bounds["R"] * layer.bounds["S"] > 1 and layer.bounds["G"] == 1
 
 
 def _ws_key(layer: LN.Layer, hier: LN.Hierarchy, settings: dict) -> tuple:
