@@ -252,41 +252,29 @@ def floor_network(layers: list, hier: LN.Hierarchy, settings: dict, spatial_top:
     """The network-level EDP ceiling over zigzag: no mapping of every layer beats zigzag's network EDP by more.
 
     Network EDP, as :func:`run_network` defines it: (sum over layers of latency) x (sum of energy), every layer
-    counted (repeated shapes too).  Per layer, :func:`tvm_cim.compiler.dataflow.edp_floor` bounds the model's
-    latency and energy of every mapping of one spatial unrolling; the least over the ``spatial_top`` candidates
-    (those miredo and zigzag search) bounds every mapping of the layer.  So any mapping of every layer has a
-    network EDP of at least ``(sum of latency floors) x (sum of energy floors)``, and ``max_gain`` = zigzag's
-    network EDP (its model, and as simulated) / that floor.
+    counted (repeated shapes too).  The floor is :func:`tvm_cim.compiler.dataflow.network_edp_floor`
+    ((sum of the layers' latency floors) x (sum of their energy floors), the least over the ``spatial_top``
+    candidates); ``max_gain`` = zigzag's network EDP (its model, and as simulated) / that floor.
     """
     cache: dict = {}
-    rows = []
     for layer in layers:
         key = _shape_key(layer)
         if key not in cache:
             zm, zc = DF.zigzag(layer, hier, "edp", seed=settings["seed"], max_orders=settings["max_orders"],
                                spatial_top=6)
             zs = simulate(layer, hier, zm)
-            fl = [DF.edp_floor(layer, hier, sp) for sp in DF.spatial_candidates(layer, hier, top=spatial_top)]
-            cache[key] = {"zigzag_cycles_model": zc.cycles, "zigzag_energy_pj_model": zc.energy_pj,
-                          "zigzag_cycles_sim": zs.cycles, "zigzag_energy_pj_sim": zs.total_energy_pj,
-                          "floor_cycles": min(f["cycles"] for f in fl),
-                          "floor_energy_pj": min(f["energy_pj"] for f in fl),
-                          "floor_edp": min(f["edp"] for f in fl)}
-        rows.append({"layer": layer.name, **cache[key]})
-    ns = hier.cycle_ns
-
-    def net_edp(cyc: str, en: str) -> float:
-        return sum(r[cyc] for r in rows) * ns * sum(r[en] for r in rows)
-
-    floor = net_edp("floor_cycles", "floor_energy_pj")
-    zm, zs = net_edp("zigzag_cycles_model", "zigzag_energy_pj_model"), net_edp("zigzag_cycles_sim",
-                                                                               "zigzag_energy_pj_sim")
-    return {"layers": rows, "floor_edp": floor, "zigzag_edp_model": zm, "zigzag_edp_sim": zs,
-            "max_gain_vs_zigzag_model": zm / floor, "max_gain_vs_zigzag_sim": zs / floor,
-            "floor_latency_ns": sum(r["floor_cycles"] for r in rows) * ns,
-            "floor_energy_pj": sum(r["floor_energy_pj"] for r in rows),
-            "zigzag_latency_ns_model": sum(r["zigzag_cycles_model"] for r in rows) * ns,
-            "zigzag_energy_pj_model": sum(r["zigzag_energy_pj_model"] for r in rows)}
+            cache[key] = {"cycles_model": zc.cycles, "energy_pj_model": zc.energy_pj, "cycles_sim": zs.cycles,
+                          "energy_pj_sim": zs.total_energy_pj}
+    fl = DF.network_edp_floor(layers, hier, spatial_top)
+    rows = [{"layer": x.name, "zigzag": cache[_shape_key(x)], "floor_cycles": c, "floor_energy_pj": e}
+            for x, c, e in zip(layers, fl["cycles"], fl["energy_pj"])]
+    zig = {k: (sum(r["zigzag"]["cycles_" + k] for r in rows) * hier.cycle_ns,
+               sum(r["zigzag"]["energy_pj_" + k] for r in rows)) for k in ("model", "sim")}
+    return {"layers": rows, "floor_edp": fl["edp"], "floor_latency_ns": fl["latency_ns"],
+            "floor_energy_pj": fl["energy_pj_total"],
+            **{f"zigzag_{q}_{k}": v for k, (lat, en) in zig.items()
+               for q, v in (("latency_ns", lat), ("energy_pj", en), ("edp", lat * en))},
+            **{f"max_gain_vs_zigzag_{k}": lat * en / fl["edp"] for k, (lat, en) in zig.items()}}
 
 
 def print_network(name: str, res: dict) -> None:

@@ -170,6 +170,33 @@ def edp_floor(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple) -> dict:
     return {"cycles": cycles, "energy_pj": e, "edp": e * cycles * hier.cycle_ns}
 
 
+def network_edp_floor(layers: list, hier: LN.Hierarchy, spatial_top: int = 6) -> dict:
+    """A lower bound of the network EDP of any mapping of every layer, from :func:`edp_floor`.
+
+    Network EDP is (sum over layers of latency) x (sum of energy), as
+    ``benchmarks/miredo.py`` defines it.  Per layer the least latency floor
+    and the least energy floor over the ``spatial_top`` spatial candidates
+    (:func:`spatial_candidates`, those miredo and zigzag search) bound every
+    mapping's latency and energy, so every choice of one mapping per layer
+    has a network EDP of at least ``(sum of latency floors) x (sum of energy
+    floors)`` (looser than choosing one candidate per layer: the two least
+    values may come from different candidates).
+
+    Returns
+    -------
+    dict
+        ``cycles`` and ``energy_pj`` (per layer, lists), ``latency_ns``,
+        ``energy_pj_total``, ``edp`` (pJ x ns).
+    """
+    cyc, en = [], []
+    for layer in layers:
+        fl = [edp_floor(layer, hier, sp) for sp in spatial_candidates(layer, hier, top=spatial_top)]
+        cyc.append(min(f["cycles"] for f in fl))
+        en.append(min(f["energy_pj"] for f in fl))
+    lat = sum(cyc) * hier.cycle_ns
+    return {"cycles": cyc, "energy_pj": en, "latency_ns": lat, "energy_pj_total": sum(en), "edp": lat * sum(en)}
+
+
 # ============================================================================ enumeration (tests, heuristic)
 def level_choices(hier: LN.Hierarchy, operand: str, n_slots: int):
     """Every assignment of cuts to the operand's inner levels (monotone; bypassable levels may be skipped)."""
