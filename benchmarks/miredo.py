@@ -5,8 +5,9 @@ MobileNetV2 on the ``miredo`` preset (8-core digital SRAM CIM), three mappers
 choose the layer's dataflow with the same cost model
 (:mod:`tvm_cim.hardware.loopnest`):
 
-* ``miredo``: the MIP (HiGHS, per-solve time limit, warm-started from greedy
-  orders) -- :func:`tvm_cim.compiler.dataflow.optimise`;
+* ``miredo``: the MIP (HiGHS, per-solve node limit, started from the best
+  heuristic mapping: as its incumbent on dense windowed layers, as an upper
+  bound elsewhere) -- :func:`tvm_cim.compiler.dataflow.optimise`;
 * ``ws``: the same MIP with the weight-stationary constraints;
 * ``zigzag``: the ZigZag/LOMA-like heuristic (loop orders x greedy level fill).
 
@@ -345,9 +346,9 @@ def main() -> int:
                     f"(default {DF.dataflow_mip.NODE_LIMIT})")
     ap.add_argument("--time-limit", type=float, help="seconds per HiGHS solve, a safety net only, reported when hit "
                     f"(default {DF.dataflow_mip.SAFETY_TIME_LIMIT:g})")
-    ap.add_argument("--warm", choices=("off", "on", "auto"), default="off",
-                    help="miredo's MIP starts from the best heuristic mapping as HiGHS's incumbent: off (default: cold, "
-                    "its latency an upper bound), on, or auto (on layers with a window; dataflow.warm_start)")
+    ap.add_argument("--warm", choices=("off", "on", "auto"), default="auto",
+                    help="miredo's MIP starts from the best heuristic mapping as HiGHS's incumbent: off (cold, its latency "
+                    "an upper bound), on, or auto (default: on dense layers with a window; dataflow.warm_start)")
     ap.add_argument("--hw", default="miredo", help="a preset or file with a [dataflow] table")
     ap.add_argument("--layers", type=int, help="only the first N layers of every network")
     ap.add_argument("--only", nargs="*", metavar="NAME",
