@@ -5,8 +5,9 @@ MobileNetV2 on the ``miredo`` preset (8-core digital SRAM CIM), three mappers
 choose the layer's dataflow with the same cost model
 (:mod:`tvm_cim.hardware.loopnest`):
 
-* ``miredo``: the MIP (HiGHS, per-solve time limit, warm-started from greedy
-  orders) -- :func:`tvm_cim.compiler.dataflow.optimise`;
+* ``miredo``: the MIP (HiGHS, per-solve node limit, started from the best
+  heuristic mapping: as its incumbent on dense windowed layers, as an upper
+  bound elsewhere) -- :func:`tvm_cim.compiler.dataflow.optimise`;
 * ``ws``: the same MIP with the weight-stationary constraints;
 * ``zigzag``: the ZigZag/LOMA-like heuristic (loop orders x greedy level fill).
 
@@ -248,6 +249,35 @@ def floor_layer(layer: LN.Layer, hier: LN.Hierarchy, settings: dict, spatial_top
             "miredo_gain_vs_zigzag": zc.edp / mi.cost.edp, "per_spatial": fl}
 
 
+def floor_network(layers: list, hier: LN.Hierarchy, settings: dict, spatial_top: int = 6) -> dict:
+    """The network-level EDP ceiling over zigzag: no mapping of every layer beats zigzag's network EDP by more.
+
+    Network EDP, as :func:`run_network` defines it: (sum over layers of latency) x (sum of energy), every layer
+    counted (repeated shapes too).  The floor is :func:`tvm_cim.compiler.dataflow.network_edp_floor`
+    ((sum of the layers' latency floors) x (sum of their energy floors), the least over the ``spatial_top``
+    candidates); ``max_gain`` = zigzag's network EDP (its model, and as simulated) / that floor.
+    """
+    cache: dict = {}
+    for layer in layers:
+        key = _shape_key(layer)
+        if key not in cache:
+            zm, zc = DF.zigzag(layer, hier, "edp", seed=settings["seed"], max_orders=settings["max_orders"],
+                               spatial_top=6)
+            zs = simulate(layer, hier, zm)
+            cache[key] = {"cycles_model": zc.cycles, "energy_pj_model": zc.energy_pj, "cycles_sim": zs.cycles,
+                          "energy_pj_sim": zs.total_energy_pj}
+    fl = DF.network_edp_floor(layers, hier, spatial_top)
+    rows = [{"layer": x.name, "zigzag": cache[_shape_key(x)], "floor_cycles": c, "floor_energy_pj": e}
+            for x, c, e in zip(layers, fl["cycles"], fl["energy_pj"])]
+    zig = {k: (sum(r["zigzag"]["cycles_" + k] for r in rows) * hier.cycle_ns,
+               sum(r["zigzag"]["energy_pj_" + k] for r in rows)) for k in ("model", "sim")}
+    return {"layers": rows, "floor_edp": fl["edp"], "floor_latency_ns": fl["latency_ns"],
+            "floor_energy_pj": fl["energy_pj_total"],
+            **{f"zigzag_{q}_{k}": v for k, (lat, en) in zig.items()
+               for q, v in (("latency_ns", lat), ("energy_pj", en), ("edp", lat * en))},
+            **{f"max_gain_vs_zigzag_{k}": lat * en / fl["edp"] for k, (lat, en) in zig.items()}}
+
+
 def print_network(name: str, res: dict) -> None:
     print(f"\n== {name}: {len(res['layers'])} layers")
     print(f"{'layer':<22}{'MACs':>12}" + "".join(f"{m + ' us':>12}{m + ' EDP':>13}" for m in METHODS)
@@ -316,9 +346,9 @@ def main() -> int:
                     f"(default {DF.dataflow_mip.NODE_LIMIT})")
     ap.add_argument("--time-limit", type=float, help="seconds per HiGHS solve, a safety net only, reported when hit "
                     f"(default {DF.dataflow_mip.SAFETY_TIME_LIMIT:g})")
-    ap.add_argument("--warm", choices=("off", "on", "auto"), default="off",
-                    help="miredo's MIP starts from the best heuristic mapping as HiGHS's incumbent: off (default: cold, "
-                    "its latency an upper bound), on, or auto (on layers with a window; dataflow.warm_start)")
+    ap.add_argument("--warm", choices=("off", "on", "auto"), default="auto",
+                    help="miredo's MIP starts from the best heuristic mapping as HiGHS's incumbent: off (cold, its latency "
+                    "an upper bound), on, or auto (default: on dense layers with a window; dataflow.warm_start)")
     ap.add_argument("--hw", default="miredo", help="a preset or file with a [dataflow] table")
     ap.add_argument("--layers", type=int, help="only the first N layers of every network")
     ap.add_argument("--only", nargs="*", metavar="NAME",
@@ -339,6 +369,10 @@ def main() -> int:
                     help="instead of the mappers: on one layer per class (as --sweep), the analytic EDP floor of the "
                     "six spatial candidates (dataflow.edp_floor: MVM steps, every operand once over DRAM and through "
                     "the global buffer) against zigzag and miredo (seconds, not hours)")
+    ap.add_argument("--net-floor", action="store_true",
+                    help="instead of the mappers: per network (--nets), the network-level EDP ceiling over zigzag "
+                    "(floor_network: (sum of every layer's latency floor) x (sum of its energy floor), the least "
+                    "over the six spatial candidates, against zigzag's network EDP)")
     ap.add_argument("--ratio", type=float, default=1.25, help="latency ladder step of --sweep (default 1.25)")
     ap.add_argument("--classes", nargs="*", help=f"--sweep only these classes (of {', '.join(SWEEP_LAYERS)})")
     ap.add_argument("--json", help="write all figures to this file")
@@ -373,6 +407,16 @@ def main() -> int:
             if not layers:
                 print(f"error: no layer of {net} is named {' or '.join(a.only)}", file=sys.stderr)
                 return 2
+        if a.net_floor:
+            r = results[net] = floor_network(layers, hier, settings)
+            print(f"{net}: {len(layers)} layers; zigzag network EDP {r['zigzag_edp_model']:.3e} (model), "
+                  f"{r['zigzag_edp_sim']:.3e} (simulated); floor {r['floor_edp']:.3e} pJ.ns (latency "
+                  f"{r['floor_latency_ns'] / 1e3:.1f} us, energy {r['floor_energy_pj'] / 1e6:.2f} uJ) -> no mapping "
+                  f"beats zigzag's network EDP by more than {r['max_gain_vs_zigzag_model']:.2f}x (model), "
+                  f"{r['max_gain_vs_zigzag_sim']:.2f}x (simulated)", flush=True)
+            if a.json:  # after every network
+                Path(a.json).write_text(json.dumps(out, indent=1, default=float))
+            continue
         if a.bounds:
             results[net] = bounds_network(layers, hier, a.bounds, settings)
             out["wall_s"] = time.perf_counter() - t0

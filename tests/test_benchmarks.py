@@ -87,6 +87,14 @@ def test_miredo_floor_bounds_what_miredo_reaches(tmp_path):
         assert r["max_gain_vs_zigzag"] >= r["miredo_gain_vs_zigzag"]
 
 
+def test_miredo_net_floor_is_below_zigzags_network_edp(tmp_path):
+    res, out = bench("miredo.py", "--quick", "--net-floor", "--only", "layer1.0.conv1", "fc", tmp=tmp_path)
+    r = res["networks"]["resnet18"]
+    assert len(r["layers"]) == 2 and "beats zigzag's network EDP by more than" in out
+    assert 0 < r["floor_edp"] <= min(r["zigzag_edp_model"], r["zigzag_edp_sim"])
+    assert r["max_gain_vs_zigzag_model"] >= 1 and r["max_gain_vs_zigzag_sim"] >= 1
+
+
 def test_miredo_runs_chosen_layers_with_a_warm_start(tmp_path):
     res, _ = bench("miredo.py", "--quick", "--only", "layer1.0.conv1", "fc", "--warm", "on", "--node-limit", "5",
                    tmp=tmp_path)

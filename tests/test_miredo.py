@@ -225,6 +225,29 @@ def test_the_analytic_edp_floor_is_below_every_enumerated_mapping(hier, shape, s
         assert 0 < fl[what] <= key(best) * (1 + 1e-9)
 
 
+def test_the_network_edp_floor_is_below_every_choice_of_enumerated_mappings(hier):
+    """dataflow.network_edp_floor: for two tiny layers (3x3 s1, 1x1 s2), (sum of latencies) x (sum of energies)
+    of any pair of enumerated mappings is at least (sum of least latencies) x (sum of least energies) of the
+    enumeration, and the network floor is below that."""
+    layers = [LN.Layer.conv("a", 1, 16, 8, 2, 4, 3, 3), LN.Layer.conv("b", 1, 16, 32, 4, 4, 1, 1, stride=(2, 2))]
+    fl = DF.network_edp_floor(layers, hier, spatial_top=1)
+    least = {}
+    for what, key in (("cycles", lambda c: c.cycles), ("energy_pj", lambda c: c.energy_pj)):
+        least[what] = [key(DF.exhaustive(x, hier, DF.spatial_candidates(x, hier, 1)[0], key=key)[1]) for x in layers]
+        assert all(0 < f <= b * (1 + 1e-9) for f, b in zip(fl[what], least[what]))
+    assert 0 < fl["edp"] <= sum(least["cycles"]) * hier.cycle_ns * sum(least["energy_pj"]) * (1 + 1e-9)
+    wider = DF.network_edp_floor(layers, hier, spatial_top=6)  # more candidates: a floor of a larger space
+    assert wider["edp"] <= fl["edp"] * (1 + 1e-9)
+
+
+def test_the_warm_start_rule_leaves_depthwise_and_1x1_layers_cold():
+    """dataflow.warm_start (optimise(warm=None)): warm on windowed dense layers only."""
+    assert DF.warm_start(LN.Layer.conv("3x3", 1, 64, 64, 56, 56, 3, 3))
+    assert DF.warm_start(LN.Layer.conv("7x7", 1, 64, 3, 112, 112, 7, 7, stride=(2, 2)))
+    assert not DF.warm_start(LN.Layer.conv("1x1", 1, 64, 64, 56, 56, 1, 1))
+    assert not DF.warm_start(LN.Layer.conv("dw", 1, 1, 1, 56, 56, 3, 3, groups=144))
+
+
 def test_the_edp_floor_counts_only_the_inputs_a_strided_layer_reads(hier):
     """ResNet-18 layer2.0.downsample.0 (1x1, stride 2): a mapping whose input tiles follow the output rows moves
     fewer input bits than the strided input's bounding box; the floor stays below that mapping's model cost."""

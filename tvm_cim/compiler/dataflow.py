@@ -170,6 +170,33 @@ def edp_floor(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple) -> dict:
     return {"cycles": cycles, "energy_pj": e, "edp": e * cycles * hier.cycle_ns}
 
 
+def network_edp_floor(layers: list, hier: LN.Hierarchy, spatial_top: int = 6) -> dict:
+    """A lower bound of the network EDP of any mapping of every layer, from :func:`edp_floor`.
+
+    Network EDP is (sum over layers of latency) x (sum of energy), as
+    ``benchmarks/miredo.py`` defines it.  Per layer the least latency floor
+    and the least energy floor over the ``spatial_top`` spatial candidates
+    (:func:`spatial_candidates`, those miredo and zigzag search) bound every
+    mapping's latency and energy, so every choice of one mapping per layer
+    has a network EDP of at least ``(sum of latency floors) x (sum of energy
+    floors)`` (looser than choosing one candidate per layer: the two least
+    values may come from different candidates).
+
+    Returns
+    -------
+    dict
+        ``cycles`` and ``energy_pj`` (per layer, lists), ``latency_ns``,
+        ``energy_pj_total``, ``edp`` (pJ x ns).
+    """
+    cyc, en = [], []
+    for layer in layers:
+        fl = [edp_floor(layer, hier, sp) for sp in spatial_candidates(layer, hier, top=spatial_top)]
+        cyc.append(min(f["cycles"] for f in fl))
+        en.append(min(f["energy_pj"] for f in fl))
+    lat = sum(cyc) * hier.cycle_ns
+    return {"cycles": cyc, "energy_pj": en, "latency_ns": lat, "energy_pj_total": sum(en), "edp": lat * sum(en)}
+
+
 # ============================================================================ enumeration (tests, heuristic)
 def level_choices(hier: LN.Hierarchy, operand: str, n_slots: int):
     """Every assignment of cuts to the operand's inner levels (monotone; bypassable levels may be skipped)."""
@@ -488,26 +515,23 @@ _WS: dict = {}  # the ws baseline's result per (chip, layer shape, settings): mi
 
 
 def warm_start(layer: LN.Layer) -> bool:
-    """Whether ``optimise(..., warm=None)`` starts the MIP of ``layer`` from the best heuristic mapping.
+    """Whether ``optimise(..., warm=None)`` (the default) starts the MIP of ``layer`` from the best heuristic mapping.
 
     On windowed layers (``R x S > 1``) the LP relaxation is loose (ResNet-18@224
     layer3.0.conv1: root bound 0.26 of the start's latency), and a cold start
     under the start's latency as an upper bound finds no feasible mapping
     within 20 nodes on ResNet-18's eight 3x3 and 7x7 shapes; warm, HiGHS
-    improves on the start in less time (ResNet-18: 66.3 -> 48.7 s CPU for the
-    12 shapes at load 9; conv1 simulated EDP 0.80x, layer3.0.conv1 0.94x).
-    On 1x1 layers and matrix products the cold search (its restart and RINS)
-    finds mappings the warm one misses within the same nodes
-    (layer4.0.downsample.0: model EDP 1.26x worse warm).  It is not the
-    default: warm, ResNet-18 layer1.0.conv1's simulated EDP is 1.1 % worse
-    (model 0.16 % better), and two depthwise layers of MobileNetV2 get worse
-    (features.4.conv.1.0 by 13.8 %, features.7.conv.1.0 by 21.5 %; the
-    network's first 15 shapes solved in 47.4 instead of 64.3 s CPU).
-    ``benchmarks/miredo.py --nets resnet18 --warm auto``: 53.5 s CPU (load
-    4.5-7.9; default 74.7 s at load 10-12), network EDP 1.13x zigzag's and
-    2.96x ws's (default 1.11x, 2.92x), model accuracy 0.967 (0.968).
+    improves on the start in less time (conv1 simulated EDP 0.80x,
+    layer3.0.conv1 0.94x).  On 1x1 layers and matrix products the cold search
+    (its restart and RINS) finds mappings the warm one misses within the same
+    nodes (layer4.0.downsample.0: model EDP 1.26x worse warm).  Depthwise
+    layers (more than one group) stay cold too: warm, two of MobileNetV2's got
+    worse (features.4.conv.1.0 by 13.8 %, features.7.conv.1.0 by 21.5 %
+    simulated EDP).  The README (``benchmarks/miredo.py``) gives the network
+    figures against the cold start (network EDP = total simulated latency x
+    total energy, every layer counted).
     """
-    return layer.bounds["R"] * layer.bounds["S"] > 1
+    return layer.bounds["R"] * layer.bounds["S"] > 1 and layer.bounds["G"] == 1
 
 
 def _ws_key(layer: LN.Layer, hier: LN.Hierarchy, settings: dict) -> tuple:
@@ -518,7 +542,7 @@ def _ws_key(layer: LN.Layer, hier: LN.Hierarchy, settings: dict) -> tuple:
 def optimise(layer: LN.Layer, hier: LN.Hierarchy, method: str = "miredo", objective: str = DEFAULT_OBJECTIVE,
              node_limit: int = dataflow_mip.NODE_LIMIT, spatial_top: int = 2, starts: int = 3,
              max_orders: int = 500, seed: int = 0, time_limit: float = dataflow_mip.SAFETY_TIME_LIMIT,
-             fix_starts: bool = False, polish_budget: int = POLISH_BUDGET, warm: bool | None = False,
+             fix_starts: bool = False, polish_budget: int = POLISH_BUDGET, warm: bool | None = None,
              energy_stage: bool = False, ws_point: bool = False) -> Result:
     """The dataflow of one layer.
 
@@ -552,10 +576,10 @@ def optimise(layer: LN.Layer, hier: LN.Hierarchy, method: str = "miredo", object
     warm : bool or None
         Give the MIP the best heuristic mapping as its first incumbent (HiGHS
         accepts it: the MIP at its integers gives its exact latency); when
-        False (default), the MIP starts cold with that mapping's latency as an
-        upper bound.  None: warm on layers with a window (``R x S > 1``), cold
-        on 1x1 layers and matrix products (:func:`warm_start`); not the default,
-        because some layers' mappings get worse (see there).
+        False, the MIP starts cold with that mapping's latency as an upper
+        bound.  None (default): warm on dense layers with a window
+        (``R x S > 1``, one group), cold on 1x1, depthwise and matrix-product
+        layers (:func:`warm_start`, which gives the measurements).
     energy_stage : bool
         After the latency solve, the energy solve(s) of the objective
         (lexicographic / epsilon-constraint, :data:`dataflow_mip.EPS`).  Off
