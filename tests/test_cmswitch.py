@@ -420,21 +420,13 @@ def test_cmswitch_bit_identical_to_cim_mlc_with_integer_reference(small):
     assert rep["latency_ns"] > 0 and dm["memory_mode_energy_pj"] > 0
 
 
-def test_segmented_network_switches_at_run_time_and_stays_exact(monkeypatch):
-    """MobileNetV2 (32x32) does not fit Dynaplasia's 96 arrays: segments rewrite weights and switch modes
-    every inference; outputs equal cim-mlc's, and the estimate follows the simulator.  (ResNet-18 at 32
-    keeps no array in memory mode since quantisation moved to the producing cores: its first segment's
-    memory-mode allocation is 0.1% slower by the estimate than all-compute, so MobileNetV2, where memory
-    mode pays clearly, exercises the switches.)  In the packed layout (memory arrays at the top, copies from
-    0), where keeping data across a boundary pays on this model; the spread layout has its own test."""
+def _mobilenet_cmswitch_equals_cim_mlc():
+    """MobileNetV2 (32x32) on Dynaplasia by cim-mlc and cmswitch: the outputs are equal; cmswitch's
+    ``(hw, info, stats)``."""
     from tvm import relax
 
     from tvm_cim.common import zoo
     from tvm_cim.common.onnx_io import import_onnx
-    from tvm_cim.compiler.strategies import modes
-    from tvm_cim.report import build_report
-
-    monkeypatch.setattr(modes, "SPREAD", False)
 
     mod = import_onnx(zoo.build_model("mobilenetv2", image_size=32), "mnv2")[0]
     x = np.random.default_rng(1).standard_normal((1, 3, 32, 32)).astype("float32")
@@ -444,6 +436,21 @@ def test_segmented_network_switches_at_run_time_and_stays_exact(monkeypatch):
         lowered, info = tvm_cim.offload(mod, hw, strategy=s)
         outs[s], stats = _run_vm(relax, lowered, x)
     np.testing.assert_array_equal(outs["cmswitch"], outs["cim-mlc"])
+    return hw, info, stats
+
+
+def test_segmented_network_switches_at_run_time_and_stays_exact(monkeypatch):
+    """MobileNetV2 (32x32) does not fit Dynaplasia's 96 arrays: segments rewrite weights and switch modes
+    every inference; outputs equal cim-mlc's, and the estimate follows the simulator.  (ResNet-18 at 32
+    keeps no array in memory mode since quantisation moved to the producing cores: its first segment's
+    memory-mode allocation is 0.1% slower by the estimate than all-compute, so MobileNetV2, where memory
+    mode pays clearly, exercises the switches.)  In the packed layout (memory arrays at the top, copies from
+    0), where keeping data across a boundary pays on this model; the spread layout has its own test."""
+    from tvm_cim.compiler.strategies import modes
+    from tvm_cim.report import build_report
+
+    monkeypatch.setattr(modes, "SPREAD", False)
+    hw, info, stats = _mobilenet_cmswitch_equals_cim_mlc()
     rep = build_report(info, stats, hw.name)
     dm = rep["dual_mode"]
     assert info.chip_map.segments > 1 and len(dm["segments"]) == info.chip_map.segments
@@ -510,20 +517,9 @@ def test_spread_layout_network_stays_exact():
     """MobileNetV2 (32x32) with the spread layout: outputs equal cim-mlc's; in every segment no copy
     computes on an array its segment holds in memory mode, some copies sit above the packed range, and the
     estimate follows the simulator."""
-    from tvm import relax
-
-    from tvm_cim.common import zoo
-    from tvm_cim.common.onnx_io import import_onnx
     from tvm_cim.report import build_report
 
-    mod = import_onnx(zoo.build_model("mobilenetv2", image_size=32), "mnv2")[0]
-    x = np.random.default_rng(1).standard_normal((1, 3, 32, 32)).astype("float32")
-    hw = _dyn()
-    outs = {}
-    for s in ("cim-mlc", "cmswitch"):
-        lowered, info = tvm_cim.offload(mod, hw, strategy=s)
-        outs[s], stats = _run_vm(relax, lowered, x)
-    np.testing.assert_array_equal(outs["cmswitch"], outs["cim-mlc"])
+    hw, info, stats = _mobilenet_cmswitch_equals_cim_mlc()
     dm = build_report(info, stats, hw.name)["dual_mode"]
     spread = False
     for seg in dm["segments"]:
