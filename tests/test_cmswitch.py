@@ -13,8 +13,12 @@ import numpy as np
 import pytest
 
 import tvm_cim
+from tvm_cim.common import zoo
+from tvm_cim.common.onnx_io import import_onnx
 from tvm_cim.compiler import codegen, mapping, schedule
 from tvm_cim.compiler.region import MATMUL, Region
+from tvm_cim.compiler.solvers import segments
+from tvm_cim.compiler.strategies import modes
 from tvm_cim.program import op, parse_program, print_program, verify
 from tvm_cim.program.verify import ProgramError
 from tvm_cim.simulator.engine import Chip, Options, SimulationError
@@ -366,6 +370,83 @@ def test_segment_dp_with_mip_costs_equals_brute_force():
         best = min(best, total)
     assert cost == pytest.approx(best) and math.isfinite(cost)
     assert cut[0][0] == 0 and cut[-1][1] == len(ops) - 1
+
+
+def _random_dp(rng, m):
+    """A seeded segmentation problem with many ties: integer intra costs (some segments infeasible) and
+    integer entry costs that depend on both segments (as CMSwitch's switches on their memory arrays)."""
+    c = {(i, j): float(rng.integers(1, 12)) * (j - i + 1) ** 0.5 // 1 for i in range(m) for j in range(i, m)}
+    for i, j in [tuple(sorted(x)) for x in rng.integers(0, m, size=(3, 2))]:
+        if i != j:
+            c[(i, j)] = math.inf
+    mem = {k: int(rng.integers(0, 3)) for k in c}
+
+    def inter(prev, seg):
+        return float(abs(mem[seg] - (mem[prev] if prev else 0)))
+
+    return c, inter, 2.0
+
+
+def test_pruned_dp_returns_the_unpruned_cut():
+    """The dominance pruning (a lower bound on every segment's cost, an upper bound on every entry cost)
+    returns the same cost and cut as the plain DP, ties broken the same way, on seeded problems full of ties,
+    while it skips segments; a bound above a segment's cost (invalid) changes some cut, so the test would see
+    one."""
+    pruned, broken = 0, 0
+    for seed in range(60):
+        rng = np.random.default_rng(seed)
+        m = int(rng.integers(3, 10))
+        c, inter, inter_max = _random_dp(rng, m)
+        calls = []
+
+        def intra(i, j, c=c, calls=calls):
+            calls.append((i, j))
+            return c[(i, j)]
+
+        share = {k: float(rng.uniform(0.2, 1.0)) for k in c}
+        ref = segments.segment(m, intra, inter, max_len=5)
+        calls.clear()
+        stats = {}
+        got = segments.segment(m, intra, inter, max_len=5, stats=stats, inter_max=inter_max,
+                               lower=lambda i, j, c=c, share=share: c[(i, j)] * share[(i, j)]
+                               if math.isfinite(c[(i, j)]) else 0.0)
+        assert got == ref
+        assert len(calls) == stats["costed"] and len(set(calls)) == len(calls)
+        pruned += stats["pruned"]
+        bad = segments.segment(m, intra, inter, max_len=5, inter_max=inter_max,
+                               lower=lambda i, j, c=c: 3.0 * c[(i, j)] if math.isfinite(c[(i, j)]) else 0.0)
+        broken += bad != ref
+    assert pruned > 0 and broken > 0
+
+
+def test_segment_dp_prunes_with_the_weight_fetch_bound_and_keeps_the_cut(monkeypatch):
+    """MobileNetV2 (32x32) on Dynaplasia: the weight-fetch bound is below the shared estimate of every
+    segment the DP costs (the estimate of the segment under its allocation, alone), the DP with pruning
+    skips some segments and returns the same segmentation, allocations and plans as without."""
+    mod = import_onnx(zoo.build_model("mobilenetv2", image_size=32), "mnv2")[0]
+    hw = _dyn()
+    seen = {}
+    real = segments.segment
+
+    def spy(m, intra, inter, max_len=None, lower=None, inter_max=0.0, stats=None):
+        def intra2(i, j):
+            seen[(i, j)] = (intra(i, j), lower(i, j) if lower else None)
+            return seen[(i, j)][0]
+        return real(m, intra2, inter, max_len, lower, inter_max, stats)
+
+    monkeypatch.setattr(modes, "dp_segment", spy)
+    out = {}
+    for prune in (False, True):
+        monkeypatch.setattr(modes, "DP_PRUNE", prune)
+        seen.clear()
+        _, info = tvm_cim.offload(mod, hw, strategy="cmswitch")
+        out[prune] = (info.schedule.segments, info.schedule.plans, info.schedule.estimate_ns)
+        if prune:
+            assert modes.DP_STATS["pruned"] > 0 and modes.DP_STATS["costed"] == len(seen)
+            for cost, bound in seen.values():
+                assert bound <= cost
+    assert out[True][0] > 1
+    assert out[True] == out[False]
 
 
 # ============================================================================ compiler: passes, end to end

@@ -87,6 +87,10 @@ SPREAD_MIP = True  # the MIP sees the spread layout's cores (copies on different
 # layout where it pays (a compile-time bound: each spread candidate is costed twice, +25% of cmswitch's compile
 # CPU on MobileNetV2 at 224)
 DP_PACKED = True
+# the segmentation DP skips candidate segments that a costed one ending at the same operator provably beats
+# (:func:`tvm_cim.compiler.solvers.segments.segment`, the weight-fetch bound :func:`fetch_bounds`): same cut
+DP_PRUNE = True
+DP_STATS: dict = {}  # the last DP's segments costed and pruned
 
 
 @dataclass
@@ -192,6 +196,22 @@ def needed_until(regions: list[Region], producers: dict[str, list[str]]) -> list
     return out
 
 
+_FLOW: dict = {}  # (region names and kinds, producers) -> what :func:`_flow` derives from them (the last few networks)
+
+
+def _flow(regions: list[Region], producers: dict[str, list[str]]) -> tuple[dict, list[int], dict]:
+    """:func:`sources`, :func:`needed_until` and the readers of every region (who loads its output), memoised
+    on the names and producers (the DP asks for them with every candidate segment)."""
+    key = (tuple((r.name, r.kind) for r in regions), tuple((k, tuple(v)) for k, v in producers.items()))
+    if key not in _FLOW:
+        if len(_FLOW) >= 8:
+            _FLOW.clear()
+        src = sources(regions, producers)
+        readers = _consumers([r.name for r in regions], {c: [p] for c, p in src.items() if p is not None})
+        _FLOW[key] = (src, needed_until(regions, producers), readers)
+    return _FLOW[key]
+
+
 _BASE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Estimator -> region name -> its terms
 
 
@@ -247,9 +267,7 @@ def op_terms(regions: list[Region], first: int, last: int, est: Estimator,
     hw = est.hw
     seg = regions[first:last + 1]
     idx = {r.name: i for i, r in enumerate(seg)}
-    src = sources(regions, producers)
-    until = needed_until(regions, producers)
-    readers = _consumers([r.name for r in regions], {c: [p] for c, p in src.items() if p is not None})
+    src, until, readers = _flow(regions, producers)
     cap = hw.memory_capacity_bytes
     n_arr = hw.total_crossbars
     carry_in, carry_out = carry_in or {}, carry_out or set()
@@ -642,8 +660,29 @@ def segment_dp(regions: list[Region], est: Estimator, producers: dict[str, list[
         while j + 1 < m and prefix[j + 2] - prefix[i] <= n and j + 2 - i <= PIPELINE_MAX:
             j += 1
         longest = max(longest, j - i + 1, min(SERIAL_MAX, m - i))
-    _, cut = dp_segment(m, intra, inter, longest)
+    fetched = np.concatenate([[0.0], np.cumsum(fetch_bounds(regions, est))])
+    _, cut = dp_segment(m, intra, inter, longest, lower=(lambda i, j: float(fetched[j + 1] - fetched[i])) if DP_PRUNE
+                        else None, inter_max=switch_bound(hw), stats=DP_STATS)
     return [modes(i, j) for i, j in cut], False
+
+
+def fetch_bounds(regions: list[Region], est: Estimator) -> list[float]:
+    """Per region, a lower bound on what its constant weights add to a segment's estimate (non-resident).
+
+    The shared estimate (:meth:`~tvm_cim.compiler.estimate.Estimator.graph_ns`) ends a segment no earlier than
+    the off-chip interface has fetched the weights of all its regions, one after another: a region's pass
+    fetches take :meth:`~tvm_cim.compiler.estimate.Estimator.fetch_ns` each, at least the fetch of all its
+    tiles at once (the interface's cycles round up per transfer), whatever its copies and memory arrays.
+    A ``dmatmul`` fetches nothing.  The segmentation DP's ``lower`` (:func:`segment_dp`).
+    """
+    rows = est.hw.crossbar.rows
+    return [float(np.sum(est.fetch_ns(r, rows, 1, max(1, est.tiles(r, rows))))) for r in regions]
+
+
+def switch_bound(hw: CIMHardware) -> float:
+    """The longest switch between two segments (:func:`switch_ns` of any TOM and TOC counts)."""
+    top = hw.dual_mode.switchable_arrays
+    return max((switch_ns(hw, t, t) for t in range(top + 1)), default=0.0)
 
 
 def place(hw: CIMHardware, sm: SegmentModes) -> tuple[list[tuple], set, dict]:
@@ -786,8 +825,7 @@ def carry(regions: list[Region], segs: list[SegmentModes], est: Estimator, produ
     if (len(segs) < 2 or top <= 0 or hw.dual_mode.memory_bandwidth_bits <= 0 or hw.memory_capacity_bytes <= 0
             or hw.chip.computing_mode == "core"):
         return []
-    src = sources(regions, producers)
-    until = needed_until(regions, producers)
+    src, until, _ = _flow(regions, producers)
     order = {r.name: i for i, r in enumerate(regions)}
 
     seg_of = [s for s, sm in enumerate(segs) for _ in range(sm.last - sm.first + 1)]
