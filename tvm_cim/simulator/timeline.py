@@ -74,6 +74,7 @@ class Events:
     kind: list = field(default_factory=list)  # meta-operator kind
     inputs: list = field(default_factory=list)  # (index, frac0, frac1) region-input loads
     outputs: list = field(default_factory=list)  # (index, frac0, frac1) region-output stores
+    ring: float = 0.0  # share of its output a line buffer in memory-mode arrays holds at once (0: whole)
     _last: tuple = field(default=(), repr=False, compare=False)  # the last short dependency tuple (shared)
     # (start, finish) arrays of the rows scheduled alone from time 0 (:func:`schedule_graph` records them)
     alone: tuple | None = field(default=None, repr=False, compare=False)
@@ -377,9 +378,17 @@ def _schedule_graph(regions, producers, pipeline, power_cap_mw, summary=True) ->
     seg_floor, cur_seg = 0.0, None
     power = _Power(power_cap_mw) if power_cap_mw is not None else None
     pending: list = []  # regions placed from their schedule alone whose intervals are not booked yet
-    for name, ev, seg in regions:
+    held = None  # a producer with a line buffer, placed together with its consumer (the next region)
+    for k, (name, ev, seg) in enumerate(regions):
         if seg != cur_seg:
             cur_seg, seg_floor = seg, prev_end
+        paired = False  # a line buffer (its consumer on this timeline): placed with the consumer
+        if ev.ring and any(name in producers.get(r, ()) for r, _, _ in regions[k + 1:]):
+            nxt = regions[k + 1]
+            if not pipeline or nxt[2] != seg or list(producers.get(nxt[0], [])) != [name]:
+                raise RuntimeError(f"region '{name}' keeps its output in a line buffer: its only consumer must be "
+                                   "the next region, in its segment, with the inter-layer pipeline")
+            paired = True
         base = len(starts)
         n_ev = len(ev)
         st = [0.0] * n_ev
@@ -394,12 +403,33 @@ def _schedule_graph(regions, producers, pipeline, power_cap_mw, summary=True) ->
                         t = max(t, finishes[j])
             ext_ready[idx] = t
         floor = prev_end if not pipeline else seg_floor
+        if paired:  # placed with its consumer
+            held = (name, ev, ext_ready, st, fin)
+            continue
         ev_dur, ev_res = ev.dur, ev.res
         # Isolated (every earlier operation has finished by the floor, where all its inputs are ready): the
         # region's schedule is its schedule alone, shifted to the floor -- exactly, when every time is an
         # integer (then no sum rounds, and every comparison the scheduler makes is the same).
-        alone = ev.alone if power is None and floor == prev_end and floor > 0.0 else None
-        if alone is not None and _shifts_exactly(alone, ev, floor):
+        alone = ev.alone if power is None and floor == prev_end and floor > 0.0 and held is None else None
+        if held is not None:  # the consumer of a line buffer and its producer, interleaved
+            for pev, pst in pending:
+                _book(pev, pst, res)
+            pending.clear()
+            _place_ring(held, (ev, ext_ready, st, fin), floor, res, power)
+            pname, pev, _, pst, pfin = held
+            held = None
+            starts.extend(pst)
+            finishes.extend(pfin)
+            analog.extend(pev.analog)
+            energy.extend(pev.energy)
+            durs.extend(pev.dur)
+            outs[pname] = [(base + j, g0, g1) for j, g0, g1 in pev.outputs]
+            span[pname] = (float(min(prev_end, min(pst))) if len(pev) else prev_end,
+                           float(max(prev_end, max(pfin, default=prev_end))))
+            busy[pname] = float(np.sum(pev.dur))
+            prev_end = max(prev_end, span[pname][1])
+            base = len(starts)
+        elif alone is not None and _shifts_exactly(alone, ev, floor):
             st = (floor + np.frombuffer(alone[0])).tolist()
             fin = (floor + np.frombuffer(alone[1])).tolist()
             for i, dur in enumerate(ev_dur):  # busy time in the same order as booking it would add it
@@ -431,6 +461,63 @@ def _schedule_graph(regions, producers, pipeline, power_cap_mw, summary=True) ->
     return _summary(regions, res, starts, finishes, analog, energy, durs, span, busy)
 
 
+def _place_ring(prod: tuple, cons: tuple, floor: float, res: dict, power) -> None:
+    """Place a producer whose output is a line buffer (``Events.ring``: the share of it the memory-mode arrays
+    hold at once) and its consumer together, in slices of their programs: a consumer load waits for the
+    stores of the output it reads, and a producer store of the share ``[g0, g1)`` waits until every consumer
+    load that starts below ``g1 - ring`` (what the store overwrites) has finished.  Slices alternate, each as
+    far as those waits allow; a buffer that cannot hold a window and a store is an error (it would deadlock)."""
+    pname, pev, pext, pst, pfin = prod
+    cev, cext, cst, cfin = cons
+    ring = pev.ring
+    stores = sorted(pev.outputs)  # (event, g0, g1) in program order
+    loads = sorted(cev.inputs)
+    if loads and stores and (max(f1 - f0 for _, f0, f1 in loads) + max(g1 - g0 for _, g0, g1 in stores)
+                             > ring + 1e-9):
+        raise RuntimeError(f"region '{pname}': its line buffer ({ring:.4g} of its output) cannot hold a window "
+                           "of its consumer and a store")
+    # per store, the last consumer load (program order) that must have finished; per load, the last store
+    by_start = sorted((f0, i) for i, f0, _ in loads)
+    f0s = [f for f, _ in by_start]
+    last_to = list(itertools.accumulate((i for _, i in by_start), max))
+    n_load = [bisect.bisect_left(f0s, g1 - ring - 1e-12) for _, _, g1 in stores]
+    need_load = [last_to[n - 1] if n else -1 for n in n_load]
+    bp, bmax = 0, floor  # the latest finish of the first bp loads by start
+    need_store = [max((j for j, g0, g1 in stores if g0 < f1 - 1e-12 and g1 > f0 + 1e-12), default=-1)
+                  for _, f0, f1 in loads]
+    pi = ci = si = li = 0
+    while pi < len(pev) or ci < len(cev):
+        moved = False
+        stop = len(pev)  # the producer up to its first store whose loads are not all placed
+        while si < len(stores) and need_load[si] < ci:
+            j = stores[si][0]
+            while bp < n_load[si]:  # all placed: need_load is the last of them in program order
+                bmax = max(bmax, cfin[by_start[bp][1]])
+                bp += 1
+            if n_load[si]:
+                pext[j] = max(pext.get(j, floor), bmax)
+            si += 1
+        if si < len(stores):
+            stop = stores[si][0]
+        if stop > pi:
+            _place(pev, pst, pfin, floor, pext, res, power, pi, stop)
+            pi, moved = stop, True
+        stop = len(cev)  # the consumer up to its first load whose stores are not all placed
+        while li < len(loads) and need_store[li] < pi:
+            i = loads[li][0]
+            if need_store[li] >= 0:
+                t = max(pfin[j] for j, g0, g1 in stores if g0 < loads[li][2] - 1e-12 and g1 > loads[li][1] + 1e-12)
+                cext[i] = max(cext.get(i, floor), t)
+            li += 1
+        if li < len(loads):
+            stop = loads[li][0]
+        if stop > ci:
+            _place(cev, cst, cfin, floor, cext, res, power, ci, stop)
+            ci, moved = stop, True
+        if not moved:
+            raise RuntimeError(f"region '{pname}': its line buffer and its consumer wait for each other")
+
+
 def _shifts_exactly(alone: tuple, ev: Events, floor: float) -> bool:
     """Whether the schedule alone, shifted by ``floor``, is computed without rounding: every time and
     duration an integer (ns) and the shifted times below 2**53."""
@@ -453,15 +540,16 @@ def _book(ev: Events, st: list, res: dict) -> None:
                 res[r].reserve(t, dur, count=False)
 
 
-def _place(ev: Events, st: list, fin: list, floor: float, ext_ready: dict, res: dict, power) -> None:
-    """List-schedule one region's operations in order (``st``, ``fin``: filled in)."""
+def _place(ev: Events, st: list, fin: list, floor: float, ext_ready: dict, res: dict, power, lo: int = 0,
+           hi: int | None = None) -> None:
+    """List-schedule one region's operations ``lo .. hi - 1`` (default all) in order (``st``, ``fin``: filled in)."""
     ev_deps, ev_dur, ev_res = ev.deps, ev.dur, ev.res
     n_ev = len(ev)
     ready = ext_ready.get  # an input load's time is never below the floor (it starts from it)
     fin_at = fin.__getitem__
     run_max: dict = {}  # id(shared list) -> running maxima of its members' finish times
     prev_deps, prev_t = None, 0.0  # rows sharing one stored dependency list (reads of a parallel block)
-    for i in range(n_ev):
+    for i in range(lo, n_ev if hi is None else hi):
         t = ready(i, floor)
         deps = ev_deps[i]
         if deps is prev_deps:  # the same operations, already finished: the same latest finish

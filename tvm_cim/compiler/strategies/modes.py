@@ -57,7 +57,7 @@ import numpy as np
 from ...hardware import cost
 from ...hardware.schema import CIMHardware
 from ..estimate import Estimator
-from ..region import DMATMUL, Region, sources
+from ..region import DMATMUL, Region, line_buffer_pairs, sources
 from ..solvers import arrays as mip
 from ..solvers.segments import segment as dp_segment
 from . import duplication
@@ -193,6 +193,56 @@ def needed_until(regions: list[Region], producers: dict[str, list[str]]) -> list
 
 
 _BASE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Estimator -> region name -> its terms
+_RING: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Estimator -> (producer, consumer) -> bytes
+
+
+def ring_bytes(p: Region, c: Region, est: Estimator) -> int:
+    """Bytes of a line buffer in memory-mode arrays between producer ``p`` and its only consumer ``c`` of a
+    pipelined segment: the largest input window a chunk of ``c`` loads plus two of ``p``'s output chunks (one
+    being stored while the consumer reads its window, one of slack), with one copy of each (the largest
+    chunks: more copies cut smaller ones).  The simulator holds a store until the consumer's loads have
+    released the rows it overwrites (:func:`tvm_cim.simulator.timeline.schedule_graph`); a window and a chunk
+    within the buffer cannot deadlock.  0 when the buffer would not be smaller than the whole output."""
+    cache = _RING.setdefault(est, {})
+    key = (p.name, c.name)
+    if key not in cache:
+        total = p.mkn[0] * p.mkn[2] * est.obytes
+        chp, chc = est.chunks(p, 1), est.chunks(c, 1)
+        window = float(np.max(chc.f1 - chc.f0)) if len(chc) else 1.0
+        chunk = float(np.max(chp.stops - chp.starts)) / p.mkn[0] if len(chp) else 1.0
+        ring = math.ceil((window + 2.0 * chunk) * total)
+        cache[key] = ring if ring < total else 0
+    return cache[key]
+
+
+def line_buffers(regions: list[Region], first: int, last: int, est: Estimator,
+                 producers: dict[str, list[str]]) -> dict[int, int]:
+    """Outputs of a pipelined segment that may be kept in memory-mode arrays as a rolling line buffer
+    (:func:`ring_bytes`) instead of whole: index in the segment -> bytes.
+
+    Where :func:`tvm_cim.compiler.region.line_buffer_pairs` allows it (the only consumer is the next region
+    and reads that output alone, in order).  Not in a serial segment (the producer runs whole before its
+    consumer).
+    """
+    hw = est.hw
+    seg = regions[first:last + 1]
+    if (hw.dual_mode.switchable_arrays <= 0 or hw.dual_mode.memory_bandwidth_bits <= 0
+            or hw.memory_capacity_bytes <= 0 or sum(_base_terms(r, est)["tiles"] for r in seg) > hw.total_crossbars):
+        return {}
+    cache = _RING.setdefault(est, {})
+    key = ("pairs", tuple(r.name for r in regions))
+    if key not in cache:  # the network's pairs, once (the DP asks for every candidate segment)
+        cache[key] = line_buffer_pairs(regions, producers)
+    pairs = cache[key]
+    out = {}
+    for i, p in enumerate(seg[:-1]):
+        c = seg[i + 1]
+        if pairs.get(p.name) != c.name:
+            continue
+        ring = ring_bytes(p, c, est)
+        if ring:
+            out[i] = ring
+    return out
 
 
 def _base_terms(r: Region, est: Estimator) -> dict:
@@ -227,6 +277,22 @@ def _base_terms(r: Region, est: Estimator) -> dict:
     return cache[r.name]
 
 
+def rings_of(regions: list[Region], sm: SegmentModes, est: Estimator, producers: dict[str, list[str]]) -> dict:
+    """The line buffers a segment's allocation uses (index in the segment -> bytes): outputs
+    :func:`line_buffers` allows whose memory-mode arrays cannot hold them whole."""
+    if sm.pass_xbs or sm.alloc is None:
+        return {}
+    cap = est.hw.memory_capacity_bytes
+    live = sm.live or [False] * (sm.last - sm.first + 1)
+    out = {}
+    for i, ring in line_buffers(regions, sm.first, sm.last, est, producers).items():
+        b = _base_terms(regions[sm.first + i], est)
+        whole = math.ceil((b["out_bytes"] + b["chunks"] + est.hw.total_crossbars) / cap)
+        if 0 < sm.alloc.memory[i] < whole and not live[i] and i not in sm.carry_out:
+            out[i] = ring
+    return out
+
+
 def op_terms(regions: list[Region], first: int, last: int, est: Estimator,
              producers: dict[str, list[str]], carry_in: dict | None = None,
              carry_out: set | None = None, per_copy: bool = False, spread: bool = False) -> tuple[list[mip.OpTerms], list]:
@@ -253,6 +319,7 @@ def op_terms(regions: list[Region], first: int, last: int, est: Estimator,
     cap = hw.memory_capacity_bytes
     n_arr = hw.total_crossbars
     carry_in, carry_out = carry_in or {}, carry_out or set()
+    rings = line_buffers(regions, first, last, est, producers)
     terms, prod = [], []
     for i, r in enumerate(seg):
         b = _base_terms(r, est)
@@ -262,7 +329,8 @@ def op_terms(regions: list[Region], first: int, last: int, est: Estimator,
         keep = bool(inside) or i in carry_out
         live = keep and until[first + i] > last and i not in carry_out  # needed later: written back (T^wb)
         chunks_max = b["chunks"] + n_arr  # chunk count grows with copies; each store rounds up per array
-        need = math.ceil((b["out_bytes"] + chunks_max) / cap) if (keep and cap and b["dual"]) else 0
+        held_bytes = rings[i] if (i in rings and not live and i not in carry_out) else b["out_bytes"]
+        need = math.ceil((held_bytes + chunks_max) / cap) if (keep and cap and b["dual"]) else 0
         terms.append(mip.OpTerms(
             tiles=b["tiles"], compute_ns=b["compute_all_ns"] if per_copy else b["compute_ns"],
             core_ns=0.0 if per_copy else (b["core_load"] if spread and CORE_SHARED else b["core_ns"]),
