@@ -378,7 +378,7 @@ def _schedule_graph(regions, producers, pipeline, power_cap_mw, summary=True) ->
     seg_floor, cur_seg = 0.0, None
     power = _Power(power_cap_mw) if power_cap_mw is not None else None
     pending: list = []  # regions placed from their schedule alone whose intervals are not booked yet
-    held = None  # a producer with a line buffer, placed together with its consumer (the next region)
+    chain: list = []  # regions with a line buffer for the next one: placed together with the last consumer
     for k, (name, ev, seg) in enumerate(regions):
         if seg != cur_seg:
             cur_seg, seg_floor = seg, prev_end
@@ -404,31 +404,31 @@ def _schedule_graph(regions, producers, pipeline, power_cap_mw, summary=True) ->
             ext_ready[idx] = t
         floor = prev_end if not pipeline else seg_floor
         if paired:  # placed with its consumer
-            held = (name, ev, ext_ready, st, fin)
+            chain.append((name, ev, ext_ready, st, fin))
             continue
         ev_dur, ev_res = ev.dur, ev.res
         # Isolated (every earlier operation has finished by the floor, where all its inputs are ready): the
         # region's schedule is its schedule alone, shifted to the floor -- exactly, when every time is an
         # integer (then no sum rounds, and every comparison the scheduler makes is the same).
-        alone = ev.alone if power is None and floor == prev_end and floor > 0.0 and held is None else None
-        if held is not None:  # the consumer of a line buffer and its producer, interleaved
+        alone = ev.alone if power is None and floor == prev_end and floor > 0.0 and not chain else None
+        if chain:  # the last consumer of line buffers and their producers, interleaved
             for pev, pst in pending:
                 _book(pev, pst, res)
             pending.clear()
-            _place_ring(held, (ev, ext_ready, st, fin), floor, res, power)
-            pname, pev, _, pst, pfin = held
-            held = None
-            starts.extend(pst)
-            finishes.extend(pfin)
-            analog.extend(pev.analog)
-            energy.extend(pev.energy)
-            durs.extend(pev.dur)
-            outs[pname] = [(base + j, g0, g1) for j, g0, g1 in pev.outputs]
-            span[pname] = (float(min(prev_end, min(pst))) if len(pev) else prev_end,
-                           float(max(prev_end, max(pfin, default=prev_end))))
-            busy[pname] = float(np.sum(pev.dur))
-            prev_end = max(prev_end, span[pname][1])
-            base = len(starts)
+            _place_chain(chain + [(name, ev, ext_ready, st, fin)], floor, res, power)
+            for pname, pev, _, pst, pfin in chain:
+                starts.extend(pst)
+                finishes.extend(pfin)
+                analog.extend(pev.analog)
+                energy.extend(pev.energy)
+                durs.extend(pev.dur)
+                outs[pname] = [(base + j, g0, g1) for j, g0, g1 in pev.outputs]
+                span[pname] = (float(min(prev_end, min(pst))) if len(pev) else prev_end,
+                               float(max(prev_end, max(pfin, default=prev_end))))
+                busy[pname] = float(np.sum(pev.dur))
+                prev_end = max(prev_end, span[pname][1])
+                base = len(starts)
+            chain = []
         elif alone is not None and _shifts_exactly(alone, ev, floor):
             st = (floor + np.frombuffer(alone[0])).tolist()
             fin = (floor + np.frombuffer(alone[1])).tolist()
@@ -461,61 +461,64 @@ def _schedule_graph(regions, producers, pipeline, power_cap_mw, summary=True) ->
     return _summary(regions, res, starts, finishes, analog, energy, durs, span, busy)
 
 
-def _place_ring(prod: tuple, cons: tuple, floor: float, res: dict, power) -> None:
-    """Place a producer whose output is a line buffer (``Events.ring``: the share of it the memory-mode arrays
-    hold at once) and its consumer together, in slices of their programs: a consumer load waits for the
-    stores of the output it reads, and a producer store of the share ``[g0, g1)`` waits until every consumer
-    load that starts below ``g1 - ring`` (what the store overwrites) has finished.  Slices alternate, each as
-    far as those waits allow; a buffer that cannot hold a window and a store is an error (it would deadlock)."""
-    pname, pev, pext, pst, pfin = prod
-    cev, cext, cst, cfin = cons
-    ring = pev.ring
-    stores = sorted(pev.outputs)  # (event, g0, g1) in program order
-    loads = sorted(cev.inputs)
-    if loads and stores and (max(f1 - f0 for _, f0, f1 in loads) + max(g1 - g0 for _, g0, g1 in stores)
-                             > ring + 1e-9):
-        raise RuntimeError(f"region '{pname}': its line buffer ({ring:.4g} of its output) cannot hold a window "
-                           "of its consumer and a store")
-    # per store, the last consumer load (program order) that must have finished; per load, the last store
-    by_start = sorted((f0, i) for i, f0, _ in loads)
-    f0s = [f for f, _ in by_start]
-    last_to = list(itertools.accumulate((i for _, i in by_start), max))
-    n_load = [bisect.bisect_left(f0s, g1 - ring - 1e-12) for _, _, g1 in stores]
-    need_load = [last_to[n - 1] if n else -1 for n in n_load]
-    bp, bmax = 0, floor  # the latest finish of the first bp loads by start
-    need_store = [max((j for j, g0, g1 in stores if g0 < f1 - 1e-12 and g1 > f0 + 1e-12), default=-1)
-                  for _, f0, f1 in loads]
-    pi = ci = si = li = 0
-    while pi < len(pev) or ci < len(cev):
+def _place_chain(items: list, floor: float, res: dict, power) -> None:
+    """Place regions each of which keeps its output in a line buffer for the next (``Events.ring``: the share
+    of it the memory-mode arrays hold at once), the last one included, together, in slices of their programs:
+    a consumer load waits for the stores of the output it reads, and a producer store of the share
+    ``[g0, g1)`` waits until every load of its consumer that starts below ``g1 - ring`` (what the store
+    overwrites) has finished.  Each region is placed as far as those waits allow, in turn; a buffer that
+    cannot hold a window and a store is an error (it would deadlock)."""
+    edges = []
+    for (pname, pev, _, _, _), (_, cev, _, _, _) in zip(items, items[1:]):
+        ring = pev.ring
+        stores, loads = sorted(pev.outputs), sorted(cev.inputs)  # (event, f0, f1) in program order
+        if loads and stores and (max(f1 - f0 for _, f0, f1 in loads) + max(g1 - g0 for _, g0, g1 in stores)
+                                 > ring + 1e-9):
+            raise RuntimeError(f"region '{pname}': its line buffer ({ring:.4g} of its output) cannot hold a "
+                               "window of its consumer and a store")
+        by_start = sorted((f0, i) for i, f0, _ in loads)
+        f0s = [f for f, _ in by_start]
+        last_to = list(itertools.accumulate((i for _, i in by_start), max))
+        n_load = [bisect.bisect_left(f0s, g1 - ring - 1e-12) for _, _, g1 in stores]
+        over = [[j for j, g0, g1 in stores if g0 < f1 - 1e-12 and g1 > f0 + 1e-12] for _, f0, f1 in loads]
+        edges.append({"stores": stores, "loads": loads, "by_start": by_start, "n_load": n_load,
+                      "need_load": [last_to[n - 1] if n else -1 for n in n_load], "over": over,
+                      "need_store": [max(o, default=-1) for o in over], "si": 0, "li": 0, "bp": 0, "bmax": floor})
+    cur = [0] * len(items)
+    while any(c < len(it[1]) for c, it in zip(cur, items)):
         moved = False
-        stop = len(pev)  # the producer up to its first store whose loads are not all placed
-        while si < len(stores) and need_load[si] < ci:
-            j = stores[si][0]
-            while bp < n_load[si]:  # all placed: need_load is the last of them in program order
-                bmax = max(bmax, cfin[by_start[bp][1]])
-                bp += 1
-            if n_load[si]:
-                pext[j] = max(pext.get(j, floor), bmax)
-            si += 1
-        if si < len(stores):
-            stop = stores[si][0]
-        if stop > pi:
-            _place(pev, pst, pfin, floor, pext, res, power, pi, stop)
-            pi, moved = stop, True
-        stop = len(cev)  # the consumer up to its first load whose stores are not all placed
-        while li < len(loads) and need_store[li] < pi:
-            i = loads[li][0]
-            if need_store[li] >= 0:
-                t = max(pfin[j] for j, g0, g1 in stores if g0 < loads[li][2] - 1e-12 and g1 > loads[li][1] + 1e-12)
-                cext[i] = max(cext.get(i, floor), t)
-            li += 1
-        if li < len(loads):
-            stop = loads[li][0]
-        if stop > ci:
-            _place(cev, cst, cfin, floor, cext, res, power, ci, stop)
-            ci, moved = stop, True
+        for m, (name, ev, ext, st, fin) in enumerate(items):
+            stop = len(ev)
+            if m + 1 < len(items):  # its stores wait for the loads of its consumer
+                e, cfin = edges[m], items[m + 1][4]
+                stores, n_load = e["stores"], e["n_load"]
+                while e["si"] < len(stores) and e["need_load"][e["si"]] < cur[m + 1]:
+                    si = e["si"]
+                    while e["bp"] < n_load[si]:  # all placed: need_load is the last of them in program order
+                        e["bmax"] = max(e["bmax"], cfin[e["by_start"][e["bp"]][1]])
+                        e["bp"] += 1
+                    if n_load[si]:
+                        j = stores[si][0]
+                        ext[j] = max(ext.get(j, floor), e["bmax"])
+                    e["si"] += 1
+                if e["si"] < len(stores):
+                    stop = min(stop, stores[e["si"]][0])
+            if m:  # its loads wait for the stores of its producer
+                e, pfin = edges[m - 1], items[m - 1][4]
+                loads = e["loads"]
+                while e["li"] < len(loads) and e["need_store"][e["li"]] < cur[m - 1]:
+                    li = e["li"]
+                    if e["over"][li]:
+                        i = loads[li][0]
+                        ext[i] = max(ext.get(i, floor), max(pfin[j] for j in e["over"][li]))
+                    e["li"] += 1
+                if e["li"] < len(loads):
+                    stop = min(stop, loads[e["li"]][0])
+            if stop > cur[m]:
+                _place(ev, st, fin, floor, ext, res, power, cur[m], stop)
+                cur[m], moved = stop, True
         if not moved:
-            raise RuntimeError(f"region '{pname}': its line buffer and its consumer wait for each other")
+            raise RuntimeError(f"region '{items[0][0]}': line buffers and their consumers wait for each other")
 
 
 def _shifts_exactly(alone: tuple, ev: Events, floor: float) -> bool:
