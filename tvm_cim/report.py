@@ -88,6 +88,9 @@ def batch_summary(info: CompileInfo, stats: list, batch: int, latency_ns: float,
     if batch > 1 and any(s.buffers for s in stats if s.events is not None):
         scope += ("; not modelled across inputs: the waits of the local-memory heap shared by a core's regions "
                   "(one input's are in latency_ns)")
+    if batch > 1 and any(s.events.ring for s in stats if s.events is not None):
+        scope += ("; line buffers (CMSwitch) are enforced within one input only: a region whose crossbars are "
+                  "rewritten every input waits for its whole input, which its line buffer cannot hold")
     return {
         "inputs": batch,
         "makespan_ns": makespan,

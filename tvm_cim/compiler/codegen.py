@@ -76,7 +76,8 @@ def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | 
         the memory-mode arrays its input is loaded from / its output stored
         into (``DMOV level="xbmem"``), ``writeback`` whether that output is
         written back from them at the end (``DMOV.writeback``: a consumer is
-        in a later segment), ``toc`` / ``tom`` the arrays switched
+        in a later segment), ``ring`` the bytes of the rolling line buffer
+        they hold the output in (``DMOV store ring=``; 0: whole), ``toc`` / ``tom`` the arrays switched
         (``CM.switch``) before anything else, in ``run`` if ``in_run`` (the
         segment's first region, every inference) else in ``setup``.
     local_bytes : int
@@ -122,6 +123,8 @@ def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | 
     lv_in, lv_out = ("xbmem" if mem_in else level), ("xbmem" if mem_out else level)
     at_in = {"xbs": mem_in} if mem_in else {}
     at_out = {"xbs": mem_out} if mem_out else {}
+    if mem_out and mem.get("ring"):  # a rolling line buffer: the arrays hold this many bytes at once
+        at_out["ring"] = int(mem["ring"])
     chunks = [Range(int(a), int(b)) for a, b in zip(ch.starts, ch.stops)]
     n_blocks = len(P.row_blocks(pl.tiles))
     attrs = [

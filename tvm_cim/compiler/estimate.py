@@ -38,7 +38,7 @@ from ..hardware.schema import CIMHardware
 from ..simulator.timeline import _Resource
 from . import plan as P
 from .mapping import tile_matrix
-from .region import CONV2D, DMATMUL, Region, sources
+from .region import CONV2D, DMATMUL, Region, line_buffer_pairs, sources
 
 
 def maxplus(ready: np.ndarray, work: np.ndarray, axis: int = 0) -> np.ndarray:
@@ -898,9 +898,10 @@ def forced_activation_ns(hw: CIMHardware, regions: list[Region], wbits: int, ibi
     off-chip (:func:`tvm_cim.compiler.plan.spill_level`, fixed by the region
     alone) unless through memory-mode arrays.  Those can hold at most what
     every switchable array but one holds (one must compute); a store into
-    them holds the region's whole output, and a region loads from them only
-    what its source producer (:func:`tvm_cim.compiler.region.sources`) stored
-    there.  So an output larger than that crosses the link when stored
+    them holds the region's whole output (or, when its next region alone reads
+    it, :func:`tvm_cim.compiler.region.line_buffer_pairs`, only rows of it: a
+    line buffer), and a region loads from them only what its source producer
+    (:func:`tvm_cim.compiler.region.sources`) stored there.  So an output larger than that crosses the link when stored
     (batch x M x N bytes), and so does every input read (the elements some
     window reads, :func:`input_elements_read`) whose source output is larger,
     or that has no producer.  Times at the off-chip bandwidth, unrounded.
@@ -920,14 +921,16 @@ def forced_activation_ns(hw: CIMHardware, regions: list[Region], wbits: int, ibi
     def out_bytes(r):
         return r.batch * int(np.prod(r.mkn[::2]))
 
+    # an output its next region alone reads may be kept as a line buffer, which needs only rows of it
+    ring = set(line_buffer_pairs(regions, producers)) if dual else set()
     loads = stores = 0.0
     for r in regions:
         if P.spill_level(r, hw, wbits, ibits) != "offchip":
             continue
-        if out_bytes(r) > cap:
+        if out_bytes(r) > cap and r.name not in ring:
             stores += out_bytes(r) * 8 / bits * hw.cycle_ns
         s = src.get(r.name)
-        if s is None or out_bytes(by[s]) > cap:
+        if s is None or (out_bytes(by[s]) > cap and s not in ring):
             loads += input_elements_read(r) * ibits / 8 * 8 / bits * hw.cycle_ns
     return {"loads_ns": loads, "stores_ns": stores, "capacity_bytes": cap}
 

@@ -246,3 +246,17 @@ def sources(regions: list[Region], producers: dict[str, list[str]]) -> dict[str,
         ps = [p for p in producers.get(r.name, []) if p in order]
         out[r.name] = max(ps, key=order.__getitem__) if len(ps) == 1 or (ps and r.kind != DMATMUL) else None
     return out
+
+
+def line_buffer_pairs(regions: list[Region], producers: dict[str, list[str]]) -> dict[str, str]:
+    """Producers whose output may be kept in memory-mode arrays as a rolling line buffer (CMSwitch,
+    :func:`tvm_cim.compiler.strategies.modes.line_buffers`), with their consumer: the producer's only consumer
+    is the next region, reads only that output (no join), exactly all of it, in order by chunks (not a
+    ``dmatmul``), one batch element."""
+    out = {}
+    for p, c in zip(regions, regions[1:]):
+        if (c.kind != DMATMUL and list(producers.get(c.name, [])) == [p.name] and p.batch == 1 and c.batch == 1
+                and int(np.prod(c.in_shapes[0])) == p.mkn[0] * p.mkn[2]
+                and not any(p.name in ps for n, ps in producers.items() if n != c.name)):
+            out[p.name] = c.name
+    return out

@@ -82,6 +82,10 @@ class RegionPlan:
         PIMCOMP's AG layout: per replica, the core of each of its AG units
         (:func:`~tvm_cim.compiler.strategies.replication.unit_cores`); ``Place``
         puts the crossbars there.  None: replicas packed.
+    mem_ring : int
+        CMSwitch's line buffer: its output is kept in its ``mem_out`` arrays as a rolling buffer of this many
+        bytes (the rows its only consumer's window still needs, :func:`~tvm_cim.compiler.strategies.modes.ring_bytes`),
+        not whole; 0: whole (or not in memory mode).
     compute_xbs : tuple of tuple of int
         CMSwitch's spread layout (:func:`~tvm_cim.compiler.strategies.modes.compute_layout`): per replica,
         the crossbar of every tile; empty: replicas packed from the segment's first crossbar.
@@ -104,6 +108,7 @@ class RegionPlan:
     inplace_xbs: tuple = ()
     ag_cores: list | None = None
     compute_xbs: tuple = ()
+    mem_ring: int = 0
 
 
 @dataclass
@@ -382,6 +387,9 @@ def allocate_modes(regions: list[Region], segment_of: list[int], resident: bool,
         plans.update(modes.segment_plans(regions, sm, est, s_idx, resident, make_plan, sw, latency=True,
                                          inplace_xbs=lay["inplace"]))
         names = [r.name for r in regions[sm.first:sm.last + 1]]
+        rings = modes.rings_of(regions, sm, est, producers)
+        for i, ring in rings.items():  # a rolling line buffer in its memory-mode arrays
+            plans[names[i]].mem_ring = ring
         a = sm.alloc
         carried = {names[c]: regions[g].name for c, g in sm.carry_in.items()}
         summary.append({
@@ -390,8 +398,10 @@ def allocate_modes(regions: list[Region], segment_of: list[int], resident: bool,
             "idle_arrays": int(hw.total_crossbars - a.compute_arrays - a.memory_arrays - sm.reserved),
             "serial_xbs": int(sm.pass_xbs),
             "allocation": {n: {"replicas": int(d), "memory_out": int(b), "input_from": (
-                names[p] if p is not None and a.memory[p] else carried.get(n)), "write_back": bool(b and lv)}
-                for n, d, b, p, lv in zip(names, a.replicas, a.memory, sm.producer, sm.live or [False] * len(names))},
+                names[p] if p is not None and a.memory[p] else carried.get(n)), "write_back": bool(b and lv),
+                "line_buffer_bytes": int(rings.get(i, 0))}
+                for i, (n, d, b, p, lv) in enumerate(zip(names, a.replicas, a.memory, sm.producer,
+                                                         sm.live or [False] * len(names)))},
             "carried_in": {regions[g].name: list(x) for g, x in sm.held.items()},
             "memory_xbs": {n: list(x) for n, x in zip(names, lay["out"]) if x},
             "switch": {"TOM": list(lay["tom"]), "TOC": list(lay["toc"]), "ns": sw},

@@ -802,7 +802,8 @@ class AllocateArrayModes:
     switchable range) and the ``CM.switch`` lists at the segment's start.
     Writes ``cim.replicas``, ``cim.mem_out``, ``cim.mem_xbs``, ``cim.mem_in_xbs``
     (the producer's arrays it loads from), ``cim.mem_writeback`` (its output is
-    needed after the segment: written back from the arrays), ``cim.switch_tom`` /
+    needed after the segment: written back from the arrays), ``cim.mem_ring`` (bytes of the rolling line
+    buffer its output is kept in, when its arrays cannot hold it whole; 0: whole), ``cim.switch_tom`` /
     ``cim.switch_toc`` / ``cim.switch_in_run`` on a segment's first region,
     and the module attribute ``cim.modes`` (JSON: per segment the
     allocation, the switches and the solver's status and time).  Other
@@ -848,6 +849,8 @@ class AllocateArrayModes:
                   "mem_xbs": _xbs_text([out_xbs[r.name]]) if r.name in out_xbs else "",
                   "mem_writeback": bool(p.mem_wb),
                   "compute_xbs": _xbs_text([list(x) for x in p.compute_xbs]) if p.compute_xbs else ""}
+            if p.mem_ring:
+                kv["mem_ring"] = int(p.mem_ring)
             seg = summary[p.segment]
             src = seg["allocation"][r.name]["input_from"]
             kv["mem_in_xbs"] = _xbs_text([out_xbs[src]]) if src else ""
@@ -882,7 +885,7 @@ def _memory_of(f) -> dict | None:
     return {"out": xs["mem_xbs"], "in": xs["mem_in_xbs"], "tom": xs["switch_tom"], "toc": xs["switch_toc"],
             "in_run": bool(_attr(f, "switch_in_run", False)), "writeback": bool(_attr(f, "mem_writeback", False)),
             "inplace": xs["inplace_xbs"] if region_of(f).kind == DMATMUL else (),
-            "tom_run": bool(_attr(f, "mem_tom_run", False))}
+            "tom_run": bool(_attr(f, "mem_tom_run", False)), "ring": int(_attr(f, "mem_ring", 0))}
 
 
 @tvm.transform.module_pass(opt_level=0, name="Place")

@@ -117,7 +117,9 @@ _BYTES = _o("bytes", INT, doc="bytes moved (its cost)")
 define("DMOV.load", "buffer", "bring the region input (codes) from the global buffer, off-chip memory "
        "or memory-mode arrays", _SUB, _o("src", REF), _VECS, _LEVEL, _FRAC, _BYTES, _MEMXBS)
 define("DMOV.store", "buffer", "store region output to the global buffer, off-chip memory or memory-mode arrays",
-       _SUB, _o("src", REF), _VECS, _LEVEL, _FRAC, _BYTES, _MEMXBS)
+       _SUB, _o("src", REF), _VECS, _LEVEL, _FRAC, _BYTES, _MEMXBS,
+       _o("ring", INT, False, "level 'xbmem': the arrays hold the output as a rolling line buffer of this many "
+          "bytes (a store waits until the consumer's loads have released what it overwrites)"))
 define("DMOV.scatter", "link", "send input codes over a core's link to a virtual crossbar (or one row block)",
        _SUB, _o("src", REF), _VECS, _o("vxb", INT), _LEVEL, _BYTES, _BLOCK)
 define("DMOV.writeback", "buffer", "write live data back from memory-mode arrays that switch to compute mode "

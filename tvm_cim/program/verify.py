@@ -80,6 +80,8 @@ def _check_values(o: Op, where: str, crossbars: int | None) -> None:
         raise ProgramError(f"{where}: CM.switch type must be 'TOM' or 'TOC', got {o['type']!r}")
     if o.kind in ("DMOV.load", "DMOV.store") and (o["level"] == "xbmem") != (o.get("xbs") is not None):
         raise ProgramError(f"{where}: {o.kind} names memory-mode arrays (xbs) exactly when its level is 'xbmem'")
+    if o.kind == "DMOV.store" and o.get("ring") is not None and (o["level"] != "xbmem" or int(o["ring"]) <= 0):
+        raise ProgramError(f"{where}: DMOV.store ring= (a line buffer) needs level 'xbmem' and a positive size")
     if o.kind == "DMOV.writeback" and o["level"] not in ("global", "offchip"):
         raise ProgramError(f"{where}: DMOV.writeback goes to 'global' or 'offchip', got {o['level']!r}")
     if o.kind == "CM.switch" and not o["xbs"]:

@@ -597,12 +597,17 @@ class Chip:
                 if x not in self._stored_now:
                     self._stored_now.add(x)
                     self.xb_stored[x] = 0
-            over = [x for x in xbs if self.xb_stored[x] + share > cap]
+            ring = int(o.get("ring", 0))  # a line buffer: each array holds at most its share of the ring
+            held = -(-ring // len(xbs)) if ring else None
+            if ring and (held > cap or nbytes > ring):
+                raise SimulationError(f"program '{self.prog.name}': a line buffer of {ring} bytes in memory-mode "
+                                      f"crossbars {xbs} ({cap} bytes each) cannot take a store of {nbytes} bytes")
+            over = [x for x in xbs if self.xb_stored[x] + share > cap and not ring]
             if over:
                 raise SimulationError(f"program '{self.prog.name}': storing {nbytes} bytes into memory-mode "
                                       f"crossbars {xbs} exceeds their capacity ({cap} bytes each)")
             for x in xbs:
-                self.xb_stored[x] += share
+                self.xb_stored[x] = min(self.xb_stored[x] + share, held) if ring else self.xb_stored[x] + share
         elif not any(self.xb_stored.get(x, 0) for x in xbs):
             raise SimulationError(f"program '{self.prog.name}': {o.kind} reads memory-mode crossbars {xbs} "
                                   "that hold no data")
@@ -1593,6 +1598,8 @@ class Chip:
             self._mark(src, v, i, True)
         else:  # store
             i = ev.add(dur, res, self._deps(src, v, False) + mem_deps, e, False, "DMOV.store")
+            if o.get("ring") and f[1] > f[0]:  # the share of the output the line buffer holds
+                ev.ring = float(o["ring"]) * (float(f[1]) - float(f[0])) / nbytes
             held = self._lbuf.get(("out", v.start, v.stop)) if self._lmem is not None else None
             if held is not None:  # the output pixels it sends leave the core's local memory
                 held[0].read(held[1], i)

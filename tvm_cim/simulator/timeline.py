@@ -74,6 +74,7 @@ class Events:
     kind: list = field(default_factory=list)  # meta-operator kind
     inputs: list = field(default_factory=list)  # (index, frac0, frac1) region-input loads
     outputs: list = field(default_factory=list)  # (index, frac0, frac1) region-output stores
+    ring: float = 0.0  # share of its output a line buffer in memory-mode arrays holds at once (0: whole)
     _last: tuple = field(default=(), repr=False, compare=False)  # the last short dependency tuple (shared)
     # (start, finish) arrays of the rows scheduled alone from time 0 (:func:`schedule_graph` records them)
     alone: tuple | None = field(default=None, repr=False, compare=False)
@@ -377,9 +378,17 @@ def _schedule_graph(regions, producers, pipeline, power_cap_mw, summary=True) ->
     seg_floor, cur_seg = 0.0, None
     power = _Power(power_cap_mw) if power_cap_mw is not None else None
     pending: list = []  # regions placed from their schedule alone whose intervals are not booked yet
-    for name, ev, seg in regions:
+    chain: list = []  # regions with a line buffer for the next one: placed together with the last consumer
+    for k, (name, ev, seg) in enumerate(regions):
         if seg != cur_seg:
             cur_seg, seg_floor = seg, prev_end
+        paired = False  # a line buffer (its consumer on this timeline): placed with the consumer
+        if ev.ring and any(name in producers.get(r, ()) for r, _, _ in regions[k + 1:]):
+            nxt = regions[k + 1]
+            if not pipeline or nxt[2] != seg or list(producers.get(nxt[0], [])) != [name]:
+                raise RuntimeError(f"region '{name}' keeps its output in a line buffer: its only consumer must be "
+                                   "the next region, in its segment, with the inter-layer pipeline")
+            paired = True
         base = len(starts)
         n_ev = len(ev)
         st = [0.0] * n_ev
@@ -394,12 +403,33 @@ def _schedule_graph(regions, producers, pipeline, power_cap_mw, summary=True) ->
                         t = max(t, finishes[j])
             ext_ready[idx] = t
         floor = prev_end if not pipeline else seg_floor
+        if paired:  # placed with its consumer
+            chain.append((name, ev, ext_ready, st, fin))
+            continue
         ev_dur, ev_res = ev.dur, ev.res
         # Isolated (every earlier operation has finished by the floor, where all its inputs are ready): the
         # region's schedule is its schedule alone, shifted to the floor -- exactly, when every time is an
         # integer (then no sum rounds, and every comparison the scheduler makes is the same).
-        alone = ev.alone if power is None and floor == prev_end and floor > 0.0 else None
-        if alone is not None and _shifts_exactly(alone, ev, floor):
+        alone = ev.alone if power is None and floor == prev_end and floor > 0.0 and not chain else None
+        if chain:  # the last consumer of line buffers and their producers, interleaved
+            for pev, pst in pending:
+                _book(pev, pst, res)
+            pending.clear()
+            _place_chain(chain + [(name, ev, ext_ready, st, fin)], floor, res, power)
+            for pname, pev, _, pst, pfin in chain:
+                starts.extend(pst)
+                finishes.extend(pfin)
+                analog.extend(pev.analog)
+                energy.extend(pev.energy)
+                durs.extend(pev.dur)
+                outs[pname] = [(base + j, g0, g1) for j, g0, g1 in pev.outputs]
+                span[pname] = (float(min(prev_end, min(pst))) if len(pev) else prev_end,
+                               float(max(prev_end, max(pfin, default=prev_end))))
+                busy[pname] = float(np.sum(pev.dur))
+                prev_end = max(prev_end, span[pname][1])
+                base = len(starts)
+            chain = []
+        elif alone is not None and _shifts_exactly(alone, ev, floor):
             st = (floor + np.frombuffer(alone[0])).tolist()
             fin = (floor + np.frombuffer(alone[1])).tolist()
             for i, dur in enumerate(ev_dur):  # busy time in the same order as booking it would add it
@@ -431,6 +461,66 @@ def _schedule_graph(regions, producers, pipeline, power_cap_mw, summary=True) ->
     return _summary(regions, res, starts, finishes, analog, energy, durs, span, busy)
 
 
+def _place_chain(items: list, floor: float, res: dict, power) -> None:
+    """Place regions each of which keeps its output in a line buffer for the next (``Events.ring``: the share
+    of it the memory-mode arrays hold at once), the last one included, together, in slices of their programs:
+    a consumer load waits for the stores of the output it reads, and a producer store of the share
+    ``[g0, g1)`` waits until every load of its consumer that starts below ``g1 - ring`` (what the store
+    overwrites) has finished.  Each region is placed as far as those waits allow, in turn; a buffer that
+    cannot hold a window and a store is an error (it would deadlock)."""
+    edges = []
+    for (pname, pev, _, _, _), (_, cev, _, _, _) in zip(items, items[1:]):
+        ring = pev.ring
+        stores, loads = sorted(pev.outputs), sorted(cev.inputs)  # (event, f0, f1) in program order
+        if loads and stores and (max(f1 - f0 for _, f0, f1 in loads) + max(g1 - g0 for _, g0, g1 in stores)
+                                 > ring + 1e-9):
+            raise RuntimeError(f"region '{pname}': its line buffer ({ring:.4g} of its output) cannot hold a "
+                               "window of its consumer and a store")
+        by_start = sorted((f0, i) for i, f0, _ in loads)
+        f0s = [f for f, _ in by_start]
+        last_to = list(itertools.accumulate((i for _, i in by_start), max))
+        n_load = [bisect.bisect_left(f0s, g1 - ring - 1e-12) for _, _, g1 in stores]
+        over = [[j for j, g0, g1 in stores if g0 < f1 - 1e-12 and g1 > f0 + 1e-12] for _, f0, f1 in loads]
+        edges.append({"stores": stores, "loads": loads, "by_start": by_start, "n_load": n_load,
+                      "need_load": [last_to[n - 1] if n else -1 for n in n_load], "over": over,
+                      "need_store": [max(o, default=-1) for o in over], "si": 0, "li": 0, "bp": 0, "bmax": floor})
+    cur = [0] * len(items)
+    while any(c < len(it[1]) for c, it in zip(cur, items)):
+        moved = False
+        for m, (name, ev, ext, st, fin) in enumerate(items):
+            stop = len(ev)
+            if m + 1 < len(items):  # its stores wait for the loads of its consumer
+                e, cfin = edges[m], items[m + 1][4]
+                stores, n_load = e["stores"], e["n_load"]
+                while e["si"] < len(stores) and e["need_load"][e["si"]] < cur[m + 1]:
+                    si = e["si"]
+                    while e["bp"] < n_load[si]:  # all placed: need_load is the last of them in program order
+                        e["bmax"] = max(e["bmax"], cfin[e["by_start"][e["bp"]][1]])
+                        e["bp"] += 1
+                    if n_load[si]:
+                        j = stores[si][0]
+                        ext[j] = max(ext.get(j, floor), e["bmax"])
+                    e["si"] += 1
+                if e["si"] < len(stores):
+                    stop = min(stop, stores[e["si"]][0])
+            if m:  # its loads wait for the stores of its producer
+                e, pfin = edges[m - 1], items[m - 1][4]
+                loads = e["loads"]
+                while e["li"] < len(loads) and e["need_store"][e["li"]] < cur[m - 1]:
+                    li = e["li"]
+                    if e["over"][li]:
+                        i = loads[li][0]
+                        ext[i] = max(ext.get(i, floor), max(pfin[j] for j in e["over"][li]))
+                    e["li"] += 1
+                if e["li"] < len(loads):
+                    stop = min(stop, loads[e["li"]][0])
+            if stop > cur[m]:
+                _place(ev, st, fin, floor, ext, res, power, cur[m], stop)
+                cur[m], moved = stop, True
+        if not moved:
+            raise RuntimeError(f"region '{items[0][0]}': line buffers and their consumers wait for each other")
+
+
 def _shifts_exactly(alone: tuple, ev: Events, floor: float) -> bool:
     """Whether the schedule alone, shifted by ``floor``, is computed without rounding: every time and
     duration an integer (ns) and the shifted times below 2**53."""
@@ -453,15 +543,16 @@ def _book(ev: Events, st: list, res: dict) -> None:
                 res[r].reserve(t, dur, count=False)
 
 
-def _place(ev: Events, st: list, fin: list, floor: float, ext_ready: dict, res: dict, power) -> None:
-    """List-schedule one region's operations in order (``st``, ``fin``: filled in)."""
+def _place(ev: Events, st: list, fin: list, floor: float, ext_ready: dict, res: dict, power, lo: int = 0,
+           hi: int | None = None) -> None:
+    """List-schedule one region's operations ``lo .. hi - 1`` (default all) in order (``st``, ``fin``: filled in)."""
     ev_deps, ev_dur, ev_res = ev.deps, ev.dur, ev.res
     n_ev = len(ev)
     ready = ext_ready.get  # an input load's time is never below the floor (it starts from it)
     fin_at = fin.__getitem__
     run_max: dict = {}  # id(shared list) -> running maxima of its members' finish times
     prev_deps, prev_t = None, 0.0  # rows sharing one stored dependency list (reads of a parallel block)
-    for i in range(n_ev):
+    for i in range(lo, n_ev if hi is None else hi):
         t = ready(i, floor)
         deps = ev_deps[i]
         if deps is prev_deps:  # the same operations, already finished: the same latest finish

@@ -29,7 +29,10 @@ its arrays (``must_keep``) keeps it (``z_i = 1``).
 
 ``r * z`` is linearised exactly (``r`` is bounded).  Ties are broken towards
 more compute copies and fewer memory arrays (a tiny weight), so spare arrays
-compute, as CMSwitch's post-allocation duplication does.
+compute, as CMSwitch's post-allocation duplication does, and towards less
+traffic through the shared port (its use, at most 1, with the same weight):
+the port and the off-chip link it spills to are busier in the simulator than
+the rate bound says (scatters and loads queue behind one another).
 """
 
 from __future__ import annotations
@@ -290,7 +293,10 @@ def allocate(ops: list[OpTerms], arrays: int, switchable: int, time_limit: float
             y = m.binary("any_memory")
             m.add(mem <= switchable * y)
             m.add(comp + mem <= switchable + (arrays - switchable) * (1 - y))
-    sol = m.maximize(r + TIE * (comp - mem) / arrays)
+    obj = r + TIE * (comp - mem) / arrays
+    if not isinstance(port, (int, float)):  # then less traffic through the shared port (at most 1: a tie-break)
+        obj = obj - TIE * port
+    sol = m.maximize(obj)
     if not sol.feasible:
         raise RuntimeError(f"allocation MIP: {sol.status}")
     reps = [int(round(sol[x])) for x in d]
