@@ -531,7 +531,7 @@ def _bit_serial_lsbs(x: np.ndarray, cg: np.ndarray, hw: CIMHardware, input_bits:
 
 def mvm(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, weight_bits: int, input_bits: int,
         exact_shortcut: bool | str = True, weights: np.ndarray | None = None, lsb=None,
-        offset=None) -> np.ndarray:
+        offset=None, product: np.ndarray | None = None) -> np.ndarray:
     """Bit-serial matrix-vector products on crossbars, vectorised over tiles.
 
     Parameters
@@ -566,6 +566,9 @@ def mvm(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, weight_bits: int, inp
         ADC input offsets in LSBs, shape ``(T, S, P, n)`` (a non-ideal device,
         :class:`Nonideal`; the cells may then hold non-integer conductances,
         and every conversion is computed).
+    product : np.ndarray, optional
+        ``x @ weights`` as float64, shape ``(T, Bt, V, n)``, if the caller has
+        it (the shortcuts start from it; it is not modified).
 
     Returns
     -------
@@ -584,8 +587,7 @@ def mvm(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, weight_bits: int, inp
         offset = np.asarray(offset, dtype=np.float32).reshape(t_n, 1, 1, 1, s_n * p_n * n)
         return _mvm_nonideal(x, cells, hw, weight_bits, input_bits, lsb, offset)
     if exact_shortcut is True and exact(hw, lsb, r):
-        w = decode(cells, hw, weight_bits) if weights is None else weights
-        return np.rint(np.matmul(x.astype(np.float64), w.astype(np.float64))).astype(np.int64)
+        return np.rint(_product(x, cells, hw, weight_bits, weights, product)).astype(np.int64)
 
     sp, spn = s_n * p_n, s_n * p_n * n
     sw = _slice_weights(hw, weight_bits).reshape(sp)
@@ -594,9 +596,9 @@ def mvm(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, weight_bits: int, inp
     if ok is not None and (ok.all() or _SPLIT_MAX_CONVERTED * ok[..., 0].size * sp >= (~ok).reshape(
             t_n, -1, sp, n).any(axis=3).sum()):
         # the integer product of every bitline, plus what the ADC changes on the blocks no bound proves
-        w = decode(cells, hw, weight_bits) if weights is None else weights
-        out = np.matmul(x.astype(np.float64), w.astype(np.float64))
+        out = _product(x, cells, hw, weight_bits, weights, product)
         if not ok.all():
+            out = out.copy() if out is product else out
             _corrections(x, cg, hw, input_bits, lsb, ok, sw, n, out)
         return np.rint(out).astype(np.int64)
     out = np.zeros((t_n, bt, v, n), dtype=np.float64)
@@ -605,6 +607,14 @@ def mvm(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, weight_bits: int, inp
     if xb.weight_encoding == "offset":
         out -= float(2 ** (weight_bits - 1)) * x.astype(np.float64).sum(axis=-1, keepdims=True)
     return np.rint(out).astype(np.int64)
+
+
+def _product(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, weight_bits: int, weights, product) -> np.ndarray:
+    """The integer product ``x @ decode(cells)`` in float64 (``product`` if given; ``weights`` if given)."""
+    if product is not None:
+        return product
+    w = decode(cells, hw, weight_bits) if weights is None else weights
+    return np.matmul(x.astype(np.float64), w.astype(np.float64))
 
 
 def mvm_lsbs(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, weight_bits: int, input_bits: int,
