@@ -428,6 +428,8 @@ def _corrections(x: np.ndarray, cg: np.ndarray, hw: CIMHardware, input_bits: int
     mask = (1 << d) - 1
     top = float(2**xb.adc_bits - 1)
     lsb_b = np.asarray(lsb).reshape(t_n, sp, n) if np.ndim(lsb) else None
+    # a conversion differs from its sum by at most the larger of the two: float32 adds the groups' exactly
+    exact32 = g_n * (ra * mask * float(2**xb.cell_bits - 1) + top * float(np.max(lsb))) < 2.0**24
     plan = []  # per block: None (every tile and group) or the (tile, group) pairs to convert
     for s in range(sp):
         m = int(bad[:, :, s].sum())
@@ -448,9 +450,10 @@ def _corrections(x: np.ndarray, cg: np.ndarray, hw: CIMHardware, input_bits: int
                 ti, gi = pairs
                 a = np.matmul(xs[ti, :, gi], cb[ti, :, gi, :, s])  # (M, Bt, B*V, n)
                 tiles = ti
-            if lsb_b is None and lsb == 1:
-                conv = np.minimum(a, top)
-            else:  # round to the nearest multiple of the LSB (ties up), saturate at the top code (as _adc)
+            if lsb_b is None and lsb == 1:  # min(a, top) - a
+                conv = np.subtract(top, a, out=a)
+                np.minimum(conv, 0.0, out=conv)
+            else:  # round to the nearest multiple of the LSB (ties up), saturate at the top code (as _adc), - a
                 if lsb_b is None:
                     lb = lsb
                 elif tiles is None:
@@ -462,14 +465,20 @@ def _corrections(x: np.ndarray, cg: np.ndarray, hw: CIMHardware, input_bits: int
                 np.floor(conv, out=conv)
                 np.minimum(conv, top, out=conv)
                 conv *= lb
-            conv -= a
-            if tiles is None:  # sum the groups of each tile
-                conv = conv.sum(axis=2, dtype=np.float64)  # (T, Bt, B*V, n)
-                tiles = np.arange(t_n)
-            live = np.flatnonzero(conv.reshape(len(conv), -1).any(axis=1))
-            for i in live.tolist():
-                delta = np.einsum("bsvn,s->bvn", conv[i].reshape(bt, steps, vc, n).astype(np.float64), step_w)
-                out[tiles[i], :, v0:v1] += sw[s] * delta
+                conv -= a
+            if not conv.any():  # (the usual case: no conversion of the block saturates or rounds)
+                continue
+            if tiles is None:  # sum the groups of each tile (integers: exact in float32 below 2^24)
+                conv = conv.sum(axis=2, dtype=np.float32 if conv.dtype == np.float32 and exact32 else np.float64)
+            delta = np.einsum("mbsvn,s->mbvn", conv.reshape(len(conv), bt, steps, vc, n), step_w)
+            delta *= sw[s]
+            if tiles is None:
+                out[:, :, v0:v1] += delta
+            else:  # the pairs are in tile order: one sum per tile
+                uniq, first = np.unique(tiles, return_index=True)
+                if len(uniq) < len(tiles):
+                    delta = np.add.reduceat(delta, first, axis=0)
+                out[uniq, :, v0:v1] += delta
 
 
 def _bit_serial(x: np.ndarray, cg: np.ndarray, hw: CIMHardware, input_bits: int, lsb) -> np.ndarray:
