@@ -385,9 +385,12 @@ def _exact_groups(x: np.ndarray, cg: np.ndarray, hw: CIMHardware, input_bits: in
         return np.broadcast_to(lsb_ok, (t_n, g_n, k)).copy()
     xm = np.minimum(x.max(axis=(1, 2)), level).astype(np.float32)  # (T, R): the largest level each row is driven with
     bound = np.empty((t_n, g_n, k), dtype=np.float32)
-    for g in range(g_n):  # per row group: the drive levels times the cells, summed over rows
-        g0, g1 = g * ra, min(r, g * ra + ra)
-        bound[:, g] = np.matmul(xm[:, None, None, g0:g1], cg[:, :, g0:g1]).max(axis=(1, 2))
+    full = r // ra  # per row group: the drive levels times the cells, summed over rows (the full groups at once)
+    if full:
+        xg = xm[:, None, : full * ra].reshape(t_n, 1, full, 1, ra)
+        bound[:, :full] = np.matmul(xg, cg[:, :, : full * ra].reshape(t_n, -1, full, ra, k)).max(axis=(1, 3))
+    if full < g_n:
+        bound[:, full] = np.matmul(xm[:, None, None, full * ra :], cg[:, :, full * ra :]).max(axis=(1, 2))
     return (bound <= float(top)) & lsb_ok
 
 
