@@ -96,10 +96,10 @@ from ..hardware.schema import CIMHardware
 
 # Bound the working set of the bitwise path (bytes of float32 partial sums).
 _CHUNK_BYTES = 16 * 2**20  # (larger chunks are slower: the partial sums are reduced after they leave the caches)
-#: The proven share of the bitlines of the tiles of a product above which :func:`mvm` sums them apart
-#: (an integer product of their weights, the others bit-serially); below it every bitline is converted
-#: bit-serially (the same results, and no gathering of cells).
-_SPLIT_MIN_PROVEN = 0.25
+#: The share of (tile, row group, weight slice) blocks that no bound proves below which :func:`mvm` computes
+#: the integer product and converts only those blocks (:func:`_corrections`); above it every bitline is
+#: converted bit-serially in one batched product (the same results).
+_SPLIT_MAX_CONVERTED = 0.75
 _BLAS: list = []  # the ThreadpoolController, made on first use (finding the libraries costs about a millisecond)
 
 
@@ -355,38 +355,133 @@ def bitline_peaks(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, input_bits:
     return peak.reshape((t_n,) + cells.shape[-3:])
 
 
-def _exact_bitlines(x: np.ndarray, cg: np.ndarray, hw: CIMHardware, input_bits: int, lsb) -> np.ndarray:
-    """Which bitlines of each tile the ADC provably leaves unaltered on these inputs, shape ``(T, K)``.
+def _exact_groups(x: np.ndarray, cg: np.ndarray, hw: CIMHardware, input_bits: int, lsb) -> np.ndarray:
+    """Which (tile, row group, bitline) the ADC provably leaves unaltered on these inputs, shape ``(T, G, K)``.
 
     A bound, not a measurement: in a read step, row ``r`` is driven with at
-    most ``min(2^dac_bits - 1, max_v x[v, r])``, so a bitline's sum over a
-    row group never exceeds ``sum_r that level * cell[r]``.  When that bound
-    is within the top code and the bitline's LSB is one, every conversion of
-    the bitline returns its sum unchanged, and its shift-and-add equals its
-    integer product.  ``cg``: integer cells ``(T, Bt, R, K)``; ``lsb``: one
-    value or ``(T, 1, 1, 1, K)``.
+    most ``min(2^dac_bits - 1, max_v x[v, r])``, so a bitline's sum over a row
+    group (``rows_active`` rows) never exceeds ``sum_r that level * cell[r]``.
+    When that bound is within the top code and the bitline's LSB is one, every
+    conversion of the bitline in that group returns its sum unchanged.
+    ``cg``: integer cells ``(T, Bt, R, K)``; ``lsb``: one value or
+    ``(T, 1, 1, 1, K)``.
     """
     xb = hw.crossbar
     t_n, _, v, r = x.shape
     k = cg.shape[-1]
+    ra = xb.rows_active
+    g_n = max(1, -(-r // ra))
     if np.ndim(lsb):
-        lsb_ok = np.asarray(lsb).reshape(t_n, k) == 1
+        lsb_ok = np.asarray(lsb).reshape(t_n, 1, k) == 1
     elif lsb != 1:
-        return np.zeros((t_n, k), dtype=bool)
+        return np.zeros((t_n, g_n, k), dtype=bool)
     else:
-        lsb_ok = np.ones((t_n, k), dtype=bool)
+        lsb_ok = np.ones((t_n, 1, k), dtype=bool)
     if v == 0 or r == 0:
-        return lsb_ok
+        return np.broadcast_to(lsb_ok, (t_n, g_n, k)).copy()
     top = 2**xb.adc_bits - 1
     level = min((1 << xb.dac_bits) - 1, (1 << input_bits) - 1)
-    if min(r, xb.rows_active) * level * (2**xb.cell_bits - 1) <= top:  # every cell at its top level still fits
-        return lsb_ok
+    if min(r, ra) * level * (2**xb.cell_bits - 1) <= top:  # every cell at its top level still fits
+        return np.broadcast_to(lsb_ok, (t_n, g_n, k)).copy()
     xm = np.minimum(x.max(axis=(1, 2)), level).astype(np.float32)  # (T, R): the largest level each row is driven with
-    bound = np.zeros((t_n, k), dtype=np.float32)
-    for g0 in range(0, r, xb.rows_active):  # per row group: the drive levels times the cells, summed over rows
-        g1 = min(r, g0 + xb.rows_active)
-        np.maximum(bound, np.matmul(xm[:, None, None, g0:g1], cg[:, :, g0:g1]).max(axis=(1, 2)), out=bound)
+    bound = np.empty((t_n, g_n, k), dtype=np.float32)
+    full = r // ra  # per row group: the drive levels times the cells, summed over rows (the full groups at once)
+    if full:
+        xg = xm[:, None, : full * ra].reshape(t_n, 1, full, 1, ra)
+        bound[:, :full] = np.matmul(xg, cg[:, :, : full * ra].reshape(t_n, -1, full, ra, k)).max(axis=(1, 3))
+    if full < g_n:
+        bound[:, full] = np.matmul(xm[:, None, None, full * ra :], cg[:, :, full * ra :]).max(axis=(1, 2))
     return (bound <= float(top)) & lsb_ok
+
+
+def _exact_bitlines(x: np.ndarray, cg: np.ndarray, hw: CIMHardware, input_bits: int, lsb) -> np.ndarray:
+    """Which bitlines of each tile the ADC provably leaves unaltered on these inputs, shape ``(T, K)``: those
+    :func:`_exact_groups` proves in every row group."""
+    return _exact_groups(x, cg, hw, input_bits, lsb).all(axis=1)
+
+
+def _corrections(x: np.ndarray, cg: np.ndarray, hw: CIMHardware, input_bits: int, lsb, ok: np.ndarray,
+                 sw: np.ndarray, n: int, out: np.ndarray) -> None:
+    """Add to ``out`` (float64 ``(T, Bt, V, n)``, holding the integer product) what the ADC changes.
+
+    The bitlines are taken in blocks of ``n`` (one weight slice and plane).  Where ``ok`` (``(T, G, K)``,
+    :func:`_exact_groups`) does not prove every bitline of a block in a (tile, row group), the block is
+    converted bit-serially there (all input steps of a chunk of vectors in one batched product, as
+    :func:`_bit_serial`): every conversion minus its analogue sum, shift-and-added over the input steps
+    (weights ``2^(b * dac_bits)``) and weighted with the block's slice weight ``sw``.  A proven bitline
+    converts to its sum (nothing to add).  Every value is an integer that float64 holds exactly, so
+    ``out`` ends equal to the shift-and-add of every conversion.
+    """
+    xb = hw.crossbar
+    t_n, bt, v, r = x.shape
+    k = cg.shape[-1]
+    sp = k // n
+    ra, d = xb.rows_active, xb.dac_bits
+    g_n = ok.shape[1]
+    pad = g_n * ra - r
+    xi = x.astype(np.int32)
+    if pad:
+        xi = np.concatenate([xi, np.zeros(x.shape[:-1] + (pad,), np.int32)], axis=-1)
+        cg = np.concatenate([cg, np.zeros((t_n, bt, pad, k), cg.dtype)], axis=2)
+    cb = cg.reshape(t_n, bt, g_n, ra, sp, n)
+    bad = (~ok).reshape(t_n, g_n, sp, n).any(axis=3)  # (T, G, SP): blocks to convert
+    steps = hw.input_steps(input_bits)
+    shifts = (d * np.arange(steps, dtype=np.int32))[:, None, None]  # (B, 1, 1)
+    step_w = 2.0 ** (d * np.arange(steps, dtype=np.float64))
+    mask = (1 << d) - 1
+    top = float(2**xb.adc_bits - 1)
+    lsb_b = np.asarray(lsb).reshape(t_n, sp, n) if np.ndim(lsb) else None
+    # a conversion differs from its sum by at most the larger of the two: float32 adds the groups' exactly
+    exact32 = g_n * (ra * mask * float(2**xb.cell_bits - 1) + top * float(np.max(lsb))) < 2.0**24
+    plan = []  # per block: None (every tile and group) or the (tile, group) pairs to convert
+    for s in range(sp):
+        m = int(bad[:, :, s].sum())
+        if m:
+            plan.append((s, None if 2 * m > t_n * g_n else np.nonzero(bad[:, :, s])))
+    per_vec = t_n * bt * g_n * steps * (n + ra) * 8
+    chunk = max(1, _CHUNK_BYTES // max(1, per_vec))
+    for v0 in range(0, v, chunk):
+        v1 = min(v, v0 + chunk)
+        vc = v1 - v0
+        xv = xi[:, :, v0:v1].reshape(t_n, bt, vc, g_n, ra).transpose(0, 1, 3, 2, 4)  # (T, Bt, G, V, ra)
+        xs = ((xv[:, :, :, None] >> shifts) & mask).astype(np.float32).reshape(t_n, bt, g_n, steps * vc, ra)
+        for s, pairs in plan:
+            if pairs is None:
+                a = np.matmul(xs, cb[:, :, :, :, s])  # (T, Bt, G, B*V, n): the analogue sums
+                tiles = None
+            else:
+                ti, gi = pairs
+                a = np.matmul(xs[ti, :, gi], cb[ti, :, gi, :, s])  # (M, Bt, B*V, n)
+                tiles = ti
+            if lsb_b is None and lsb == 1:  # min(a, top) - a
+                conv = np.subtract(top, a, out=a)
+                np.minimum(conv, 0.0, out=conv)
+            else:  # round to the nearest multiple of the LSB (ties up), saturate at the top code (as _adc), - a
+                if lsb_b is None:
+                    lb = lsb
+                elif tiles is None:
+                    lb = lsb_b[:, None, None, None, s]
+                else:
+                    lb = lsb_b[tiles, None, None, s]
+                conv = np.divide(a, lb, dtype=np.result_type(a, lb))
+                conv += 0.5
+                np.floor(conv, out=conv)
+                np.minimum(conv, top, out=conv)
+                conv *= lb
+                conv -= a
+            if not conv.any():  # (the usual case: no conversion of the block saturates or rounds)
+                continue
+            if tiles is None:  # sum the groups of each tile (integers: exact in float32 below 2^24)
+                conv = conv.sum(axis=2, dtype=np.float32 if conv.dtype == np.float32 and exact32 else np.float64)
+            delta = np.einsum("mbsvn,s->mbvn", conv.reshape(len(conv), bt, steps, vc, n), step_w)
+            delta *= sw[s]
+            if tiles is None:
+                out[:, :, v0:v1] += delta
+            else:  # the pairs are in tile order: one sum per tile
+                uniq, first = np.unique(tiles, return_index=True)
+                if len(uniq) < len(tiles):
+                    delta = np.add.reduceat(delta, first, axis=0)
+                out[uniq, :, v0:v1] += delta
 
 
 def _bit_serial(x: np.ndarray, cg: np.ndarray, hw: CIMHardware, input_bits: int, lsb) -> np.ndarray:
@@ -448,7 +543,7 @@ def _bit_serial_lsbs(x: np.ndarray, cg: np.ndarray, hw: CIMHardware, input_bits:
 
 def mvm(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, weight_bits: int, input_bits: int,
         exact_shortcut: bool | str = True, weights: np.ndarray | None = None, lsb=None,
-        offset=None) -> np.ndarray:
+        offset=None, product: np.ndarray | None = None) -> np.ndarray:
     """Bit-serial matrix-vector products on crossbars, vectorised over tiles.
 
     Parameters
@@ -466,10 +561,12 @@ def mvm(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, weight_bits: int, inp
     exact_shortcut : bool or "tile"
         ``True``: one integer product when the ADC provably cannot alter any
         conversion of this hardware setting, otherwise as ``"tile"``.
-        ``"tile"``: per tile and bitline, a bound on these inputs
-        (:func:`_exact_bitlines`) proves which bitlines' conversions are
-        unaltered; those are summed as one integer product and only the others
-        are converted bit-serially.  ``False``: every conversion bit-serially.
+        ``"tile"``: per tile, row group and bitline, a bound on these inputs
+        (:func:`_exact_groups`) proves which conversions are unaltered; the
+        integer product of every bitline is computed, and only the blocks
+        (tile, row group, weight slice) holding an unproven bitline are
+        converted bit-serially, adding what their ADC changes
+        (:func:`_corrections`).  ``False``: every conversion bit-serially.
         The three give the same results; the proofs only skip work.
     weights : np.ndarray, optional
         ``decode(cells)`` if the caller has it cached (shortcut only).
@@ -481,6 +578,9 @@ def mvm(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, weight_bits: int, inp
         ADC input offsets in LSBs, shape ``(T, S, P, n)`` (a non-ideal device,
         :class:`Nonideal`; the cells may then hold non-integer conductances,
         and every conversion is computed).
+    product : np.ndarray, optional
+        ``x @ weights`` as float64, shape ``(T, Bt, V, n)``, if the caller has
+        it (the shortcuts start from it; it is not modified).
 
     Returns
     -------
@@ -499,43 +599,34 @@ def mvm(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, weight_bits: int, inp
         offset = np.asarray(offset, dtype=np.float32).reshape(t_n, 1, 1, 1, s_n * p_n * n)
         return _mvm_nonideal(x, cells, hw, weight_bits, input_bits, lsb, offset)
     if exact_shortcut is True and exact(hw, lsb, r):
-        w = decode(cells, hw, weight_bits) if weights is None else weights
-        return np.rint(np.matmul(x.astype(np.float64), w.astype(np.float64))).astype(np.int64)
+        return np.rint(_product(x, cells, hw, weight_bits, weights, product)).astype(np.int64)
 
     sp, spn = s_n * p_n, s_n * p_n * n
     sw = _slice_weights(hw, weight_bits).reshape(sp)
     cg = cells.reshape(t_n, bt, r, spn)
-    ok = _exact_bitlines(x, cg, hw, input_bits, lsb) if exact_shortcut else np.zeros((t_n, spn), dtype=bool)
-    if ok.all():
-        w = decode(cells, hw, weight_bits) if weights is None else weights
-        return np.rint(np.matmul(x.astype(np.float64), w.astype(np.float64))).astype(np.int64)
+    ok = _exact_groups(x, cg, hw, input_bits, lsb) if exact_shortcut else None
+    if ok is not None and (ok.all() or _SPLIT_MAX_CONVERTED * ok[..., 0].size * sp >= (~ok).reshape(
+            t_n, -1, sp, n).any(axis=3).sum()):
+        # the integer product of every bitline, plus what the ADC changes on the blocks no bound proves
+        out = _product(x, cells, hw, weight_bits, weights, product)
+        if not ok.all():
+            out = out.copy() if out is product else out
+            _corrections(x, cg, hw, input_bits, lsb, ok, sw, n, out)
+        return np.rint(out).astype(np.int64)
     out = np.zeros((t_n, bt, v, n), dtype=np.float64)
-    k = int((~ok).sum(axis=1).max())
-    if _SPLIT_MIN_PROVEN * spn <= spn - k:  # the proven bitlines: one integer product with the weight they hold
-        # float32 holds every sum of cells times slice weights exactly when it stays below 2^24
-        f = np.float32 if float(np.abs(sw).sum()) * float(cg.max(initial=0.0)) < 2.0**24 else np.float64
-        idx = np.argsort(ok, axis=1, kind="stable")[:, :k]  # (T, K): each tile's other bitlines first
-        live = ~np.take_along_axis(ok, idx, axis=1)
-        cells_k = np.empty((t_n, bt, r, k), dtype=cg.dtype)
-        for t in range(t_n):
-            np.take(cg[t], idx[t], axis=-1, out=cells_k[t])
-        if not live.all():
-            cells_k *= live[:, None, None, :]
-        scatter = np.zeros((t_n, k, n), dtype=f)  # bitline k -> its column, with its slice weight
-        scatter[np.arange(t_n)[:, None], np.arange(k)[None, :], idx % n] = sw[idx // n] * live
-        okw = (ok.reshape(t_n, sp, n) * sw[:, None]).astype(f)  # (from the cells: ``weights`` may differ where
-        held = np.einsum("tbrsn,tsn->tbrn", cg.reshape(t_n, bt, r, sp, n).astype(f, copy=False), okw)  # padded)
-        out += np.matmul(x.astype(np.float64), held.astype(np.float64, copy=False))
-        lsb_k = lsb if not np.ndim(lsb) else np.take_along_axis(lsb.reshape(t_n, spn), idx, axis=1).reshape(
-            t_n, 1, 1, 1, k)
-        acc = _bit_serial(x, cells_k, hw, input_bits, lsb_k)  # (T, Bt, V, K)
-        out += np.matmul(acc, scatter[:, None])
-    else:
-        acc = _bit_serial(x, cg, hw, input_bits, lsb).reshape(t_n, bt, v, sp, n)
-        out += np.einsum("tbvsn,s->tbvn", acc, sw)
+    acc = _bit_serial(x, cg, hw, input_bits, lsb).reshape(t_n, bt, v, sp, n)
+    out += np.einsum("tbvsn,s->tbvn", acc, sw)
     if xb.weight_encoding == "offset":
         out -= float(2 ** (weight_bits - 1)) * x.astype(np.float64).sum(axis=-1, keepdims=True)
     return np.rint(out).astype(np.int64)
+
+
+def _product(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, weight_bits: int, weights, product) -> np.ndarray:
+    """The integer product ``x @ decode(cells)`` in float64 (``product`` if given; ``weights`` if given)."""
+    if product is not None:
+        return product
+    w = decode(cells, hw, weight_bits) if weights is None else weights
+    return np.matmul(x.astype(np.float64), w.astype(np.float64))
 
 
 def mvm_lsbs(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, weight_bits: int, input_bits: int,

@@ -1082,12 +1082,15 @@ class Chip:
             cells = np.zeros(shape, dtype=np.result_type(*parts))  # (one copy: no padded intermediates)
             for t, c in enumerate(parts):
                 cells[t, :, : c.shape[1], ..., : c.shape[-1]] = c
-        if self.signed_input:  # as the input encoding applies them (two unsigned phases by default)
-            res = X.mvm_signed(xs, cells, hw, self.wbits, self.ibits, sc, weights=wts, lsb=lsb, offset=offset)
-        else:
-            res = X.mvm(xs, cells, hw, self.wbits, self.ibits, sc, weights=wts, lsb=lsb, offset=offset)
+        ideal = None
         if self.options.measure_adc_error and (offset is not None or not X.exact(hw, lsb, r_max)):
             ideal = np.matmul(xs.astype(np.float64), wts.astype(np.float64))
+        if self.signed_input:  # as the input encoding applies them (two unsigned phases by default)
+            res = X.mvm_signed(xs, cells, hw, self.wbits, self.ibits, sc, weights=wts, lsb=lsb, offset=offset)
+        else:  # (the unsigned product starts from the ideal one)
+            res = X.mvm(xs, cells, hw, self.wbits, self.ibits, sc, weights=wts, lsb=lsb, offset=offset,
+                        product=ideal)
+        if ideal is not None:
             # only the tiles' own bitlines: a padded column holds no weight (with offset encoding its zero
             # cells decode to -2^(b-1), so the chip's result there is not 0, and no output reads it)
             cols = np.arange(n_max) < np.array([k[5] - k[4] for k in keys])[:, None]
