@@ -7,7 +7,10 @@ buffering -- minimising the stall-aware latency of
 :mod:`tvm_cim.hardware.loopnest`.  Three methods share the cost model:
 
 * ``miredo``: the MIP of :mod:`tvm_cim.compiler.solvers.dataflow_mip`, one
-  per spatial candidate (candidates ranked by a utilisation lower bound);
+  per spatial candidate (candidates ranked by a utilisation lower bound),
+  among greedy, structured and (on large dense windowed layers,
+  :func:`blocked_start`) position-blocked starts on weight-split cores
+  (:func:`weight_split_candidates`);
 * ``ws``: the same MIP with the weight-stationary constraints (every weight
   tile is loaded into the macro once; the loops weights do not depend on run
   innermost);
