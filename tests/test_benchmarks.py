@@ -69,7 +69,7 @@ def test_miredo_quick(tmp_path):
     res, out = bench("miredo.py", "--quick", "--layers", "3", "--plots", tmp_path, tmp=tmp_path)
     net = res["networks"]["resnet18"]
     assert len(net["layers"]) == 3 and "EDP gain of miredo" in out
-    assert set(net["totals"]) == {"miredo", "ws", "zigzag"} and res["objective"] == "edp"  # the default (issue 12: EDP is the figure of merit)
+    assert set(net["totals"]) == {"miredo", "ws", "zigzag", "miredo_layer_choice"} and res["objective"] == "edp"  # the default (issue 12: EDP is the figure of merit)
     assert all(p.endswith(".png") for p in res["plots"])
 
 

@@ -1,5 +1,7 @@
 """MIREDO (paper 001): preset, loop-nest cost model, flexible factorisation, per-layer MIP, strategy."""
 
+import math
+
 import numpy as np
 import pytest
 import tvm
@@ -238,6 +240,93 @@ def test_the_network_edp_floor_is_below_every_choice_of_enumerated_mappings(hier
     assert 0 < fl["edp"] <= sum(least["cycles"]) * hier.cycle_ns * sum(least["energy_pj"]) * (1 + 1e-9)
     wider = DF.network_edp_floor(layers, hier, spatial_top=6)  # more candidates: a floor of a larger space
     assert wider["edp"] <= fl["edp"] * (1 + 1e-9)
+
+
+def _enumerated_points(layer, hier, sp):
+    """(cycles, energy) of every valid mapping of one spatial unrolling (DF.exhaustive calls its key on each)."""
+    pts = []
+    DF.exhaustive(layer, hier, sp, key=lambda c: (pts.append((c.cycles, c.energy_pj)), c.cycles)[1])
+    return pts
+
+
+def test_the_network_edp_floor_is_the_least_choice_of_candidates_and_below_every_choice_of_mappings(hier):
+    """dataflow.network_edp_floor's Pareto-front DP: its EDP is the least (sum of latency floors) x (sum of energy
+    floors) over every choice of one spatial candidate per layer (brute force over the choices), at least the
+    earlier loose floor, and below (sum of latencies) x (sum of energies) of every choice of one enumerated mapping
+    per layer among those candidates (the space it bounds)."""
+    import itertools
+
+    layers = [LN.Layer.conv("a", 1, 16, 8, 2, 4, 3, 3), LN.Layer.conv("b", 1, 16, 32, 4, 4, 1, 1, stride=(2, 2))]
+    for top, split in ((6, True), (2, False)):
+        fl = DF.network_edp_floor(layers, hier, spatial_top=top, weight_split=split)
+        brute = min(sum(c for c, _ in ch) * hier.cycle_ns * sum(e for _, e in ch)
+                    for ch in itertools.product(*fl["pairs"]))
+        assert fl["edp"] == pytest.approx(brute, rel=1e-12)
+        assert fl["edp"] >= fl["edp_loose"] * (1 - 1e-12)
+    pts = [np.array([p for sp in DF.spatial_candidates(x, hier, top=2) for p in _enumerated_points(x, hier, sp)])
+           for x in layers]
+    assert all(len(p) > 100 for p in pts)
+    lat = (pts[0][:, None, 0] + pts[1][None, :, 0]) * hier.cycle_ns
+    en = pts[0][:, None, 1] + pts[1][None, :, 1]
+    assert 0 < fl["edp"] <= float((lat * en).min()) * (1 + 1e-9)
+
+
+def test_choose_network_finds_the_least_product_of_sums_over_every_choice():
+    """dataflow.choose_network (the Pareto-front DP of network_edp_floor and of the benchmark's network choice)
+    against brute force over every choice of one point per layer, on seeded random fronts where the choices
+    conflict (each layer trades latency for energy), with repeat counts."""
+    import itertools
+    import random
+
+    rng = random.Random(7)
+    for _ in range(20):
+        fronts = [[(rng.uniform(1, 10), rng.uniform(1, 10)) for _ in range(rng.randint(1, 4))] for _ in range(5)]
+        counts = [rng.randint(1, 3) for _ in fronts]
+        def cost(ch):
+            lat = sum(n * fronts[i][j][0] for i, (j, n) in enumerate(zip(ch, counts)))
+            return lat * sum(n * fronts[i][j][1] for i, (j, n) in enumerate(zip(ch, counts)))
+        brute = min(cost(ch) for ch in itertools.product(*[range(len(f)) for f in fronts]))
+        got = DF.choose_network(fronts, counts)
+        assert all(0 <= j < len(f) for j, f in zip(got, fronts))
+        assert cost(got) == pytest.approx(brute, rel=1e-12)
+
+
+def test_weight_split_candidates_give_each_core_its_own_weights(hier):
+    """dataflow.weight_split_candidates: the cores unroll only loops the weights depend on, the macro axes are
+    used as fully as by the best unrolling, and spatial_candidates' first six (all position splits on VGG-16's
+    features.12 shape) do not contain it."""
+    layer = LN.Layer.conv("f12", 1, 256, 256, 56, 56, 3, 3)
+    ws = DF.weight_split_candidates(layer, hier)
+    assert len(ws) == 1
+    m = LN.Mapping(ws[0], (), ())
+    assert set(m.spatial_of("cores")) <= LN.RELEVANT["W"] and math.prod(m.spatial_of("cores").values()) == 8
+    best = LN.Mapping(DF.spatial_candidates(layer, hier, top=1)[0], (), ())
+    for ax in ("rows", "cols"):
+        assert math.prod(m.spatial_of(ax).values()) == math.prod(best.spatial_of(ax).values())
+    assert ws[0] not in DF.spatial_candidates(layer, hier, top=6)
+
+
+def test_position_blocked_starts_put_the_weight_loops_between_two_position_groups(hier):
+    """heuristic_starts(blk=True): valid mappings whose loops are (loops the weights do not depend on), (loops
+    they depend on), (loops they do not depend on), each group non-empty."""
+    layer = LN.Layer.conv("blk", 1, 64, 64, 8, 8, 3, 3)
+    sp = DF.weight_split_candidates(layer, hier)[0]
+    ms = DF.heuristic_starts(layer, hier, sp, "edp", keep=5, split=(4, 2), blk=True)
+    assert ms
+    for m in ms:
+        assert LN.check(layer, hier, m) == []
+        rel = [d in LN.RELEVANT["W"] for d, _ in m.loops]
+        first, last = rel.index(True), len(rel) - 1 - rel[::-1].index(True)
+        assert first > 0 and last < len(rel) - 1 and all(rel[first:last + 1])
+
+
+def test_the_blocked_rule_takes_dense_windowed_layers_only():
+    """dataflow.blocked_start (optimise(blocked=None)): dense layers with a window and many output positions."""
+    assert DF.blocked_start(LN.Layer.conv("3x3", 1, 64, 64, 56, 56, 3, 3))
+    assert DF.blocked_start(LN.Layer.conv("3x3 28", 1, 64, 64, 28, 28, 3, 3))
+    assert not DF.blocked_start(LN.Layer.conv("3x3 14", 1, 64, 64, 14, 14, 3, 3))
+    assert not DF.blocked_start(LN.Layer.conv("1x1", 1, 64, 64, 56, 56, 1, 1))
+    assert not DF.blocked_start(LN.Layer.conv("dw", 1, 1, 1, 56, 56, 3, 3, groups=144))
 
 
 def test_the_warm_start_rule_leaves_depthwise_and_1x1_layers_cold():

@@ -7,7 +7,10 @@ buffering -- minimising the stall-aware latency of
 :mod:`tvm_cim.hardware.loopnest`.  Three methods share the cost model:
 
 * ``miredo``: the MIP of :mod:`tvm_cim.compiler.solvers.dataflow_mip`, one
-  per spatial candidate (candidates ranked by a utilisation lower bound);
+  per spatial candidate (candidates ranked by a utilisation lower bound),
+  among greedy, structured and (on large dense windowed layers,
+  :func:`blocked_start`) position-blocked starts on weight-split cores
+  (:func:`weight_split_candidates`);
 * ``ws``: the same MIP with the weight-stationary constraints (every weight
   tile is loaded into the macro once; the loops weights do not depend on run
   innermost);
@@ -25,6 +28,7 @@ minimal latency, then the least energy within 0.1 % of it).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import random
@@ -48,6 +52,8 @@ STRUCTURED_SPLIT = (12, 4)  # weight-/output-stationary greedy orders among mire
 # whose simulated EDP falls to 0.92x (model: miredo 1.07x zigzag's EDP instead of 1.00x), for 1 % more solve CPU
 # (75.5 -> 76.3 s at load 10), but MobileNetV2 and VGG-16 are not checked yet
 STRUCTURED = ("ws", "os")
+BLOCKED_MIN_POSITIONS = 28 * 28  # blocked_start: output positions (P x Q) from which the blocked search runs
+BLOCKED_KEEP = 3  # position-blocked greedy orders per spatial candidate, each polished (optimise(blocked=True))
 POLISH_BUDGET = 400  # exact-model evaluations per local search (dataflow.polish)
 DEFAULT_OBJECTIVE = "edp"  # the figure of merit of the issue and of the paper's results (EDP gains)
 
@@ -99,6 +105,22 @@ def spatial_candidates(layer: LN.Layer, hier: LN.Hierarchy, top: int = 4) -> lis
             seen.add(sp)
             ranked.append(sp)
     return ranked[:top]
+
+
+def weight_split_candidates(layer: LN.Layer, hier: LN.Hierarchy, top: int = 1) -> list[tuple]:
+    """The best-utilised spatial unrollings whose cores take only loops the weights depend on (``K``, ``G``).
+
+    Every core then holds its own slice of the weights, so each weight enters
+    one macro only, and a weight tile loaded into the macro can serve a block
+    of output positions before the next is loaded.  :func:`spatial_candidates`
+    rarely ranks them among its first few (the cores' options are cut at six
+    per axis, in dimension order, and position splits tie with them on
+    utilisation); ``miredo`` adds them on the layers :func:`blocked_start`
+    selects.  Ranked like :func:`spatial_candidates`.
+    """
+    core = hier.axes[0]
+    rel = LN.Axis(core.name, core.order, core.size, frozenset(d for d in core.loops if d in LN.RELEVANT["W"]))
+    return spatial_candidates(layer, dataclasses.replace(hier, axes=(rel,) + hier.axes[1:]), top=top)
 
 
 def edp_floor(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple) -> dict:
@@ -170,31 +192,88 @@ def edp_floor(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple) -> dict:
     return {"cycles": cycles, "energy_pj": e, "edp": e * cycles * hier.cycle_ns}
 
 
-def network_edp_floor(layers: list, hier: LN.Hierarchy, spatial_top: int = 6) -> dict:
+def network_edp_floor(layers: list, hier: LN.Hierarchy, spatial_top: int = 6, weight_split: bool = True) -> dict:
     """A lower bound of the network EDP of any mapping of every layer, from :func:`edp_floor`.
 
     Network EDP is (sum over layers of latency) x (sum of energy), as
-    ``benchmarks/miredo.py`` defines it.  Per layer the least latency floor
-    and the least energy floor over the ``spatial_top`` spatial candidates
-    (:func:`spatial_candidates`, those miredo and zigzag search) bound every
-    mapping's latency and energy, so every choice of one mapping per layer
-    has a network EDP of at least ``(sum of latency floors) x (sum of energy
-    floors)`` (looser than choosing one candidate per layer: the two least
-    values may come from different candidates).
+    ``benchmarks/miredo.py`` defines it.  Per layer and spatial candidate (the
+    ``spatial_top`` of :func:`spatial_candidates`, which zigzag and miredo
+    search, and, with ``weight_split``, :func:`weight_split_candidates`,
+    which miredo adds) the
+    floor's latency and energy bound every mapping of that candidate, so a
+    choice of one mapping per layer has a network EDP of at least
+    ``(sum of the chosen candidates' latency floors) x (sum of their energy
+    floors)``.  ``edp`` is the least of that over every choice of one
+    candidate per layer, exact over the discrete choices: a dynamic programme
+    over the layers keeps the Pareto front of (latency sum, energy sum), on
+    which the least product lies (the product grows with either sum).
+    ``edp_loose`` is the earlier bound, (sum of the least latency floors) x
+    (sum of the least energy floors), which may take a layer's latency and
+    energy from different candidates.
 
     Returns
     -------
     dict
-        ``cycles`` and ``energy_pj`` (per layer, lists), ``latency_ns``,
-        ``energy_pj_total``, ``edp`` (pJ x ns).
+        ``pairs`` (per layer, the ``(cycles, energy_pj)`` floor of every
+        candidate), ``cycles`` and ``energy_pj`` (per layer, the least over
+        its candidates), ``latency_ns`` and ``energy_pj_total`` (the sums of
+        the optimal choice), ``edp`` and ``edp_loose`` (pJ x ns),
+        ``front_size`` (the largest Pareto front kept).
     """
-    cyc, en = [], []
+    pairs = []
     for layer in layers:
-        fl = [edp_floor(layer, hier, sp) for sp in spatial_candidates(layer, hier, top=spatial_top)]
-        cyc.append(min(f["cycles"] for f in fl))
-        en.append(min(f["energy_pj"] for f in fl))
-    lat = sum(cyc) * hier.cycle_ns
-    return {"cycles": cyc, "energy_pj": en, "latency_ns": lat, "energy_pj_total": sum(en), "edp": lat * sum(en)}
+        sps = spatial_candidates(layer, hier, top=spatial_top)
+        sps += [sp for sp in weight_split_candidates(layer, hier) if weight_split and sp not in sps]
+        fl = [edp_floor(layer, hier, sp) for sp in sps]
+        pairs.append(sorted({(f["cycles"], f["energy_pj"]) for f in fl}))
+    front, widest = [(0.0, 0.0)], 1
+    for ps in pairs:
+        front = pareto_front([(a + c, b + e) for a, b in front for c, e in ps])
+        widest = max(widest, len(front))
+    cyc, en = min(front, key=lambda x: x[0] * x[1])
+    least_c = [min(c for c, _ in ps) for ps in pairs]
+    least_e = [min(e for _, e in ps) for ps in pairs]
+    return {"pairs": pairs, "cycles": least_c, "energy_pj": least_e, "latency_ns": cyc * hier.cycle_ns,
+            "energy_pj_total": en, "edp": cyc * hier.cycle_ns * en,
+            "edp_loose": sum(least_c) * hier.cycle_ns * sum(least_e), "front_size": widest}
+
+
+def choose_network(fronts: list, counts: list | None = None) -> list[int]:
+    """One point per layer minimising the network EDP, (sum of latencies) x (sum of energies).
+
+    Parameters
+    ----------
+    fronts : list of list of (float, float)
+        Per layer (or distinct shape), ``(cycles, energy_pj)`` of its choices.
+    counts : list of int, optional
+        How often each shape occurs in the network (its choice counts that often).
+
+    Returns
+    -------
+    list of int
+        The index chosen in each front.  Exact over the discrete choices: a
+        dynamic programme over the layers keeps the Pareto front of the
+        partial sums (on which the least product lies), with the choices
+        that reach each point.
+    """
+    counts = counts or [1] * len(fronts)
+    states = {(0.0, 0.0): ()}
+    for pts, n in zip(fronts, counts):
+        nxt: dict = {}
+        for (a, b), ch in states.items():
+            for j, (c, e) in enumerate(pts):
+                nxt.setdefault((a + n * c, b + n * e), ch + (j,))
+        states = {p: nxt[p] for p in pareto_front(list(nxt))}
+    return list(states[min(states, key=lambda p: p[0] * p[1])])
+
+
+def pareto_front(points: list) -> list:
+    """The points no other point is below in both coordinates (ties: one kept), sorted by the first."""
+    out: list = []
+    for a, b in sorted(set(points)):
+        if not out or b < out[-1][1]:
+            out.append((a, b))
+    return out
 
 
 # ============================================================================ enumeration (tests, heuristic)
@@ -336,7 +415,8 @@ def zigzag(layer: LN.Layer, hier: LN.Hierarchy, objective: str = "latency", seed
 
 def heuristic_starts(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, objective: str = "latency",
                      ws: bool = False, rng: random.Random | None = None, max_orders: int = 300,
-                     keep: int = 3, os: bool = False, split: tuple = (40, 8), wo: bool = False) -> list:
+                     keep: int = 3, os: bool = False, split: tuple = (40, 8), wo: bool = False,
+                     blk: bool = False) -> list:
     """The best greedy-filled loop orders of a spatial unrolling (the MIP's first incumbents), best first.
 
     With ``ws``, only weight-stationary orders (every loop the weights do not
@@ -348,7 +428,12 @@ def heuristic_starts(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, object
     each core's macro once, and a macro tile of several compartments serves
     every output position before the next is loaded; the partial sums wait in
     the output levels).  ``split``: orders of the outer and the inner group
-    sampled for ``ws``, ``os`` and ``wo`` (their product is filled).
+    sampled for ``ws``, ``os`` and ``wo`` (their product is filled); with ``blk``,
+    position-blocked orders: the loops the weights do not depend on split into
+    an outer group (blocks of output positions) and an inner one, with the
+    loops the weights depend on between them, so every weight tile in the
+    macro serves a whole block of positions (every split point of each
+    sampled inner order; ``split`` as for ``ws``).
     """
     rng = rng or random.Random(0)
     key = (lambda c: c.cycles) if objective == "latency" else (lambda c: c.edp)
@@ -365,6 +450,11 @@ def heuristic_starts(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, object
         for a in _orders(rel, split[0], rng):
             k = _macro_suffix(layer, hier, spatial, a)
             orders += [a[:len(a) - k] + b + a[len(a) - k:] for b in _orders(irr, split[1], rng)]
+    elif blk:
+        rel = [f for f in facs if f[0] in LN.RELEVANT["W"]]
+        irr = [f for f in facs if f[0] not in LN.RELEVANT["W"]]
+        orders = [b[:k] + a + b[k:] for a in _orders(rel, split[0], rng) for b in _orders(irr, split[1], rng)
+                  for k in range(1, len(b))]
     elif os:
         red = [f for f in facs if f[0] in LN.REDUCTION]
         rest = [f for f in facs if f[0] not in LN.REDUCTION]
@@ -498,6 +588,12 @@ class Result:
     time_limit_hit : bool
         Some solve stopped at the wall-clock safety net instead of its node
         limit (the mapping may then depend on the machine's load).
+    cpu_seconds : float
+    front : tuple
+        ``(Mapping, Cost)`` of the mappings the search evaluated that no
+        other beats in both latency and energy, fastest first (``miredo`` and
+        ``ws``; empty for the heuristic): the choices of
+        :func:`choose_network`.
     """
 
     mapping: LN.Mapping
@@ -509,6 +605,7 @@ class Result:
     mip_cycles: float = math.nan
     time_limit_hit: bool = False
     cpu_seconds: float = math.nan
+    front: tuple = ()
 
 
 _WS: dict = {}  # the ws baseline's result per (chip, layer shape, settings): miredo's candidate and the baseline
@@ -534,6 +631,25 @@ def warm_start(layer: LN.Layer) -> bool:
     return layer.bounds["R"] * layer.bounds["S"] > 1 and layer.bounds["G"] == 1
 
 
+def blocked_start(layer: LN.Layer) -> bool:
+    """Whether ``optimise(..., blocked=None)`` (the default) adds position-blocked starts on weight-split cores.
+
+    On dense windowed layers (``R x S > 1``, one group) with a macro written
+    far slower than it computes (the ``miredo`` preset: one 8-bit weight per
+    cycle, one MVM of 512 weights in 8 cycles) every weight must serve many
+    output positions per load; the unrollings whose cores split the output
+    channels (:func:`weight_split_candidates`) with position-blocked loop
+    orders (``heuristic_starts(blk=True)``) do that (VGG-16 features.12: model
+    EDP 1.22e16 against 2.10e16 without).  Only on layers with at least
+    :data:`BLOCKED_MIN_POSITIONS` output positions: on ResNet-18's and
+    VGG-16's 14x14 and 7x7 layers it found nothing better (one block holds
+    every position already) and cost about 1 s CPU per shape.  The README
+    gives the per-shape and network figures.
+    """
+    b = layer.bounds
+    return b["R"] * b["S"] > 1 and b["G"] == 1 and b["P"] * b["Q"] >= BLOCKED_MIN_POSITIONS
+
+
 def _ws_key(layer: LN.Layer, hier: LN.Hierarchy, settings: dict) -> tuple:
     return (repr(hier), tuple(sorted(layer.bounds.items())), layer.stride, layer.dilation,
             tuple(sorted(settings.items())))
@@ -543,7 +659,7 @@ def optimise(layer: LN.Layer, hier: LN.Hierarchy, method: str = "miredo", object
              node_limit: int = dataflow_mip.NODE_LIMIT, spatial_top: int = 2, starts: int = 3,
              max_orders: int = 500, seed: int = 0, time_limit: float = dataflow_mip.SAFETY_TIME_LIMIT,
              fix_starts: bool = False, polish_budget: int = POLISH_BUDGET, warm: bool | None = None,
-             energy_stage: bool = False, ws_point: bool = False) -> Result:
+             energy_stage: bool = False, ws_point: bool = False, blocked: bool | None = None) -> Result:
     """The dataflow of one layer.
 
     Parameters
@@ -600,6 +716,12 @@ def optimise(layer: LN.Layer, hier: LN.Hierarchy, method: str = "miredo", object
         to 153 s CPU, past the one-minute budget, for a network EDP against
         ws of 3.09x instead of 2.96x (benchmarks/miredo.py --ws-point).
 
+    blocked : bool or None
+        ``miredo`` only: also the weight-split spatial unrolling
+        (:func:`weight_split_candidates`) and position-blocked greedy orders
+        (``heuristic_starts(blk=True)``) on every candidate.  None (default):
+        :func:`blocked_start` decides (dense windowed layers).
+
     With ``miredo`` the result is never worse, in the exact model, than any
     heuristic mapping it contains: the greedy orders of every spatial
     candidate (the zigzag baseline's sample when ``max_orders`` is the same),
@@ -616,6 +738,8 @@ def optimise(layer: LN.Layer, hier: LN.Hierarchy, method: str = "miredo", object
     t0, c0 = time.perf_counter(), time.process_time()
     if warm is None:
         warm = warm_start(layer)
+    if blocked is None:
+        blocked = blocked_start(layer)
     if method == "zigzag":
         m, c = zigzag(layer, hier, objective, seed=seed, max_orders=max_orders, spatial_top=6)
         return Result(m, c, time.perf_counter() - t0, method, objective, "heuristic",
@@ -630,13 +754,14 @@ def optimise(layer: LN.Layer, hier: LN.Hierarchy, method: str = "miredo", object
         return _WS[wkey]
     res = _optimise(layer, hier, method, objective, node_limit, spatial_top, starts, max_orders, seed, time_limit,
                     fix_starts, polish_budget, warm, energy_stage, t0, c0,
-                    ws_settings if ws_point else None)
+                    ws_settings if ws_point else None, blocked)
     return res
 
 
 def _optimise(layer, hier, method, objective, node_limit, spatial_top, starts, max_orders, seed, time_limit,
-              fix_starts, polish_budget, warm, energy_stage, t0, c0, ws_settings=None) -> Result:
-    """:func:`optimise` after the argument checks (``ws_settings``: take the ws baseline's point too)."""
+              fix_starts, polish_budget, warm, energy_stage, t0, c0, ws_settings=None, blocked=False) -> Result:
+    """:func:`optimise` after the argument checks (``ws_settings``: take the ws baseline's point too;
+    ``blocked``: the weight-split unrolling and position-blocked starts too)."""
     key = (lambda c: c.cycles) if objective == "latency" else (lambda c: c.edp)
     best = None
     rng = random.Random(seed)
@@ -646,7 +771,15 @@ def _optimise(layer, hier, method, objective, node_limit, spatial_top, starts, m
     # miredo these are greedy orders (the same sample as the zigzag baseline's), weight- and output-stationary
     # orders, each polished in the exact model -- every one of them is also a candidate of the final choice
     ranked, extra = [], []
-    for sp in spatial_candidates(layer, hier, top=max(spatial_top, 6)):
+    # blocked: position-blocked starts on every candidate and the weight-split unrollings, each polished, are
+    # candidates of the final choice only; the ranking and the MIP's candidate and start stay those without them
+    blocked = blocked and not ws
+    sps = spatial_candidates(layer, hier, top=max(spatial_top, 6))
+    base = len(sps)
+    if blocked:
+        sps += [sp for sp in weight_split_candidates(layer, hier) if sp not in sps]
+    blk_pts: list = []
+    for n_sp, sp in enumerate(sps):
         sts = heuristic_starts(layer, hier, sp, objective, ws=ws, rng=rng, keep=starts, max_orders=max_orders)
         if not ws:
             sub = random.Random(seed)
@@ -656,13 +789,22 @@ def _optimise(layer, hier, method, objective, node_limit, spatial_top, starts, m
             if polish_budget and sts:
                 sts = sorted(sts, key=lambda m: key(LN.evaluate(layer, hier, m)))
                 sts.insert(0, polish(layer, hier, sts[0], key, polish_budget)[0])
+            if blocked:
+                bl = heuristic_starts(layer, hier, sp, objective, rng=sub, keep=BLOCKED_KEEP,
+                                      max_orders=max_orders, split=STRUCTURED_SPLIT, blk=True)
+                blk_pts += bl + [polish(layer, hier, m, key, polish_budget)[0] for m in bl if polish_budget]
+        if n_sp >= base:
+            blk_pts += sts
+            continue
         if sts:
             scored = sorted((key(LN.evaluate(layer, hier, m)), i, m) for i, m in enumerate(sts))
             sts = [m for _, _, m in scored]
             ranked.append((scored[0][0], len(ranked), sp, sts))
     ranked.sort(key=lambda x: x[:2])
+    others = []  # the other heuristic mappings of those candidates: not better by the key, points of the front
     for _, _, _, sts in ranked[spatial_top:] if not ws else ():
         extra += [(m, math.nan, "heuristic") for m in sts[:1]]
+        others += [(m, math.nan, "heuristic") for m in sts[1:]]
     for _, _, sp, sts in ranked[:spatial_top]:
         # warm start: the best heuristic mapping (with fix_starts, each with its levels and buffering solved)
         pool = [(st, math.nan, "heuristic") for st in sts]
@@ -692,17 +834,21 @@ def _optimise(layer, hier, method, objective, node_limit, spatial_top, starts, m
         extra.append((w.mapping, w.mip_cycles, "ws " + w.status))
         if polish_budget:
             extra.append((polish(layer, hier, w.mapping, key, polish_budget)[0], math.nan, "polished ws " + w.status))
+    extra += [(m, math.nan, "blocked heuristic") for m in blk_pts]  # last: they win only when strictly better
     # the final choice: every candidate by the exact model
-    for m, mip_cyc, status in extra:
+    seen: dict = {}
+    for i, (m, mip_cyc, status) in enumerate(extra + others):
         if LN.check(layer, hier, m):
             continue
         c = LN.evaluate(layer, hier, m)
-        if best is None or key(c) < key(best[1]) - 1e-9:
+        seen.setdefault((c.cycles, c.energy_pj), (m, c))
+        if i < len(extra) and (best is None or key(c) < key(best[1]) - 1e-9):
             best = (m, c, status, mip_cyc)
     if best is None:
         raise ValueError(f"the {method} MIP found no mapping of {layer.name}")
+    front = tuple(seen[p] for p in pareto_front(list(seen)))
     return Result(best[0], best[1], time.perf_counter() - t0, method, objective, best[2], best[3], hit,
-                  time.process_time() - c0 + ws_cpu)
+                  time.process_time() - c0 + ws_cpu, front)
 
 
 # ============================================================================ the dataflow piece of the pipeline
