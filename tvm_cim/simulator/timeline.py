@@ -374,6 +374,7 @@ def _schedule_graph(regions, producers, pipeline, power_cap_mw, summary=True) ->
     starts, finishes, analog, energy, durs = [], [], [], [], []
     span, busy = {}, {}
     outs: dict[str, list] = {}
+    acc = (starts, finishes, analog, energy, durs, outs, span, busy)
     prev_end = 0.0
     seg_floor, cur_seg = 0.0, None
     power = _Power(power_cap_mw) if power_cap_mw is not None else None
@@ -389,7 +390,6 @@ def _schedule_graph(regions, producers, pipeline, power_cap_mw, summary=True) ->
                 raise RuntimeError(f"region '{name}' keeps its output in a line buffer: its only consumer must be "
                                    "the next region, in its segment, with the inter-layer pipeline")
             paired = True
-        base = len(starts)
         n_ev = len(ev)
         st = [0.0] * n_ev
         fin = [0.0] * n_ev
@@ -417,17 +417,7 @@ def _schedule_graph(regions, producers, pipeline, power_cap_mw, summary=True) ->
             pending.clear()
             _place_chain(chain + [(name, ev, ext_ready, st, fin)], floor, res, power)
             for pname, pev, _, pst, pfin in chain:
-                starts.extend(pst)
-                finishes.extend(pfin)
-                analog.extend(pev.analog)
-                energy.extend(pev.energy)
-                durs.extend(pev.dur)
-                outs[pname] = [(base + j, g0, g1) for j, g0, g1 in pev.outputs]
-                span[pname] = (float(min(prev_end, min(pst))) if len(pev) else prev_end,
-                               float(max(prev_end, max(pfin, default=prev_end))))
-                busy[pname] = float(np.sum(pev.dur))
-                prev_end = max(prev_end, span[pname][1])
-                base = len(starts)
+                prev_end = _append(acc, pname, pev, pst, pfin, prev_end)
             chain = []
         elif alone is not None and _shifts_exactly(alone, ev, floor):
             st = (floor + np.frombuffer(alone[0])).tolist()
@@ -444,21 +434,29 @@ def _schedule_graph(regions, producers, pipeline, power_cap_mw, summary=True) ->
             _place(ev, st, fin, floor, ext_ready, res, power)
             if power is None and prev_end == 0.0:  # scheduled alone from time 0: remembered for a later shift
                 ev.alone = (array("d", st), array("d", fin))
-        starts.extend(st)
-        finishes.extend(fin)
-        analog.extend(ev.analog)
-        energy.extend(ev.energy)
-        durs.extend(ev.dur)
-        outs[name] = [(base + j, g0, g1) for j, g0, g1 in ev.outputs]
-        span[name] = (float(min(prev_end, min(st))) if n_ev else prev_end, float(max(prev_end, max(fin, default=prev_end))))
-        busy[name] = float(np.sum(ev.dur))
-        prev_end = max(prev_end, span[name][1])
+        prev_end = _append(acc, name, ev, st, fin, prev_end)
     if not summary:
         finish = np.asarray(finishes)
         return Timeline(latency_ns=float(finish.max(initial=0.0)), region_span=span, region_busy=busy,
                         peak_power_mw=0.0, peak_write_power_mw=0.0, analog_energy_pj=0.0, utilisation={},
                         start=np.asarray(starts), finish=finish)
     return _summary(regions, res, starts, finishes, analog, energy, durs, span, busy)
+
+
+def _append(acc: tuple, name: str, ev, st: list, fin: list, prev_end: float) -> float:
+    """Add a placed region's events to the timeline's lists ``acc`` (starts, finishes, analog and dynamic
+    energy, durations, outputs, spans, busy times); return the new end of the regions placed so far."""
+    starts, finishes, analog, energy, durs, outs, span, busy = acc
+    base = len(starts)
+    starts.extend(st)
+    finishes.extend(fin)
+    analog.extend(ev.analog)
+    energy.extend(ev.energy)
+    durs.extend(ev.dur)
+    outs[name] = [(base + j, g0, g1) for j, g0, g1 in ev.outputs]
+    span[name] = (float(min(prev_end, min(st))) if len(ev) else prev_end, float(max(prev_end, max(fin, default=prev_end))))
+    busy[name] = float(np.sum(ev.dur))
+    return max(prev_end, span[name][1])
 
 
 def _place_chain(items: list, floor: float, res: dict, power) -> None:
