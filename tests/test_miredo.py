@@ -320,13 +320,31 @@ def test_position_blocked_starts_put_the_weight_loops_between_two_position_group
         assert first > 0 and last < len(rel) - 1 and all(rel[first:last + 1])
 
 
-def test_the_blocked_rule_takes_dense_windowed_layers_only():
-    """dataflow.blocked_start (optimise(blocked=None)): dense layers with a window and many output positions."""
+def test_the_blocked_rule_takes_dense_windowed_layers_with_many_positions_and_1x1_with_few():
+    """dataflow.blocked_start (optimise(blocked=None)): dense layers with a window and many output positions,
+    dense 1x1 layers with few."""
     assert DF.blocked_start(LN.Layer.conv("3x3", 1, 64, 64, 56, 56, 3, 3))
     assert DF.blocked_start(LN.Layer.conv("3x3 28", 1, 64, 64, 28, 28, 3, 3))
     assert not DF.blocked_start(LN.Layer.conv("3x3 14", 1, 64, 64, 14, 14, 3, 3))
     assert not DF.blocked_start(LN.Layer.conv("1x1", 1, 64, 64, 56, 56, 1, 1))
     assert not DF.blocked_start(LN.Layer.conv("dw", 1, 1, 1, 56, 56, 3, 3, groups=144))
+    assert DF.blocked_start(LN.Layer.conv("1x1 7", 1, 160, 960, 7, 7, 1, 1))
+    assert DF.blocked_start(LN.Layer.conv("1x1 14", 1, 64, 384, 14, 14, 1, 1))
+    assert not DF.blocked_start(LN.Layer.conv("1x1 28", 1, 64, 64, 28, 28, 1, 1))
+    assert not DF.blocked_start(LN.Layer.conv("dw 7", 1, 1, 1, 7, 7, 3, 3, groups=960))
+
+
+def test_a_weight_fill_bound_1x1_layer_runs_below_the_latency_floor_of_the_ranked_unrollings(hier):
+    """MobileNetV2 features.15.conv.2 (960 -> 160 channels at 7x7): every unrolling miredo ranks splits the
+    positions over the cores, so each core's macro is filled with every weight; the default (blocked_start)
+    also searches the weight-split cores, and the simulator, running the chosen mapping, takes fewer cycles than
+    the analytic latency floor (dataflow.edp_floor) of every ranked unrolling."""
+    layer = LN.Layer.conv("features.15.conv.2", 1, 160, 960, 7, 7, 1, 1)
+    six = DF.spatial_candidates(layer, hier, top=6)
+    assert DF.weight_split_candidates(layer, hier)[0] not in six
+    floor = min(DF.edp_floor(layer, hier, sp)["cycles"] for sp in six)
+    r = DF.optimise(layer, hier, "miredo", "edp", node_limit=20, spatial_top=1, starts=1, max_orders=100)
+    assert simulate(layer, hier, r.mapping).cycles < floor
 
 
 def test_the_warm_start_rule_leaves_depthwise_and_1x1_layers_cold():

@@ -52,7 +52,7 @@ STRUCTURED_SPLIT = (12, 4)  # weight-/output-stationary greedy orders among mire
 # whose simulated EDP falls to 0.92x (model: miredo 1.07x zigzag's EDP instead of 1.00x), for 1 % more solve CPU
 # (75.5 -> 76.3 s at load 10), but MobileNetV2 and VGG-16 are not checked yet
 STRUCTURED = ("ws", "os")
-BLOCKED_MIN_POSITIONS = 28 * 28  # blocked_start: output positions (P x Q) from which the blocked search runs
+BLOCKED_MIN_POSITIONS = 28 * 28  # blocked_start: output positions (P x Q) from which (windowed) / below which (1x1) it runs
 BLOCKED_KEEP = 3  # position-blocked greedy orders per spatial candidate, each polished (optimise(blocked=True))
 POLISH_BUDGET = 400  # exact-model evaluations per local search (dataflow.polish)
 DEFAULT_OBJECTIVE = "edp"  # the figure of merit of the issue and of the paper's results (EDP gains)
@@ -643,11 +643,22 @@ def blocked_start(layer: LN.Layer) -> bool:
     EDP 1.22e16 against 2.10e16 without).  Only on layers with at least
     :data:`BLOCKED_MIN_POSITIONS` output positions: on ResNet-18's and
     VGG-16's 14x14 and 7x7 layers it found nothing better (one block holds
-    every position already) and cost about 1 s CPU per shape.  The README
-    gives the per-shape and network figures.
+    every position already) and cost about 1 s CPU per shape.  Also on dense
+    1x1 layers with fewer output positions: few positions per weight make
+    them weight-fill bound, and the six ranked unrollings cut the cores'
+    options before they reach the output channels (MobileNetV2
+    features.15.conv.2, 960 -> 160 channels at 7x7: simulated EDP 0.281x,
+    the position-split cores reload every weight into every core;
+    features.8.conv.2 0.89x).  On MobileNetV2's 1x1 layers with at least
+    28x28 outputs it found nothing better (features.1.conv.1 1.000x).  The
+    README gives the per-shape and network figures.
     """
     b = layer.bounds
-    return b["R"] * b["S"] > 1 and b["G"] == 1 and b["P"] * b["Q"] >= BLOCKED_MIN_POSITIONS
+    if b["G"] != 1:
+        return False
+    if b["R"] * b["S"] > 1:
+        return b["P"] * b["Q"] >= BLOCKED_MIN_POSITIONS
+    return b["P"] * b["Q"] < BLOCKED_MIN_POSITIONS
 
 
 def _ws_key(layer: LN.Layer, hier: LN.Hierarchy, settings: dict) -> tuple:
@@ -720,7 +731,8 @@ def optimise(layer: LN.Layer, hier: LN.Hierarchy, method: str = "miredo", object
         ``miredo`` only: also the weight-split spatial unrolling
         (:func:`weight_split_candidates`) and position-blocked greedy orders
         (``heuristic_starts(blk=True)``) on every candidate.  None (default):
-        :func:`blocked_start` decides (dense windowed layers).
+        :func:`blocked_start` decides (dense windowed layers with many
+        output positions, dense 1x1 layers with few).
 
     With ``miredo`` the result is never worse, in the exact model, than any
     heuristic mapping it contains: the greedy orders of every spatial
