@@ -205,6 +205,7 @@ class Estimator:
         self._tile_bytes: dict = {}
         self._tiles: dict = {}
         self._region_ns: dict = {}
+        self._chunks: dict = {}
 
     @classmethod
     def of(cls, hw: CIMHardware, wbits: int, ibits: int, opts) -> "Estimator":
@@ -299,8 +300,18 @@ class Estimator:
         return float(cost.writeback(self.hw, out_bytes, arrays, spill)[0])
 
     def chunks(self, r: Region, replicas: int) -> P.Chunks:
-        """The chunks the code generator emits (:func:`tvm_cim.compiler.plan.chunks`)."""
-        return P.chunks(r, replicas, self.hw, self.wbits, self.ibits, self.rounds, self.vectors)
+        """The chunks the code generator emits (:func:`tvm_cim.compiler.plan.chunks`), computed once per region
+        and replica count (the strategies' searches ask for the same ones thousands of times); the arrays are
+        read-only, so no caller can change a shared one."""
+        key = (id(r), _region_key(r), replicas)
+        hit = self._chunks.get(key)
+        if hit is not None and hit[0] is r:
+            return hit[1]
+        ch = P.chunks(r, replicas, self.hw, self.wbits, self.ibits, self.rounds, self.vectors)
+        for a in (ch.starts, ch.stops, ch.f0, ch.f1, ch.load_bytes, ch.quant_elems, ch.im2col_elems):
+            a.flags.writeable = False
+        self._chunks[key] = (r, ch)  # r kept alive: its id stays its own
+        return ch
 
     # ------------------------------------------------------------------ per-chunk work
     def _chunk_work(self, r: Region, ch: P.Chunks, tile_rows: int, mem_in: int = 0, mem_out: int = 0):
