@@ -83,6 +83,17 @@ def add_outputs(rep: dict, spec: str, model, outs: list[np.ndarray], ref: list[n
     return rep
 
 
+def pareto(points: np.ndarray) -> np.ndarray:
+    """Indices of the points not dominated in both coordinates (lower is better), sorted by the first."""
+    order = np.lexsort((points[:, 1], points[:, 0]))
+    front, best = [], np.inf
+    for i in order:
+        if points[i, 1] < best:
+            front.append(i)
+            best = points[i, 1]
+    return np.asarray(front, dtype=int)
+
+
 def si(v: float, unit: str) -> str:
     """A quantity with an SI prefix and three significant digits (``1.57 ms``)."""
     for f, p in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1, ""), (1e-3, "m"), (1e-6, "u"), (1e-9, "n")):

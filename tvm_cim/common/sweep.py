@@ -37,6 +37,7 @@ from tqdm import tqdm
 
 from . import hardware
 from .cli import UserError
+from .report import pareto
 
 SOURCES = ("tvm_cim", "tvm_pim")
 RESERVED = ("model", "hw", "strategy")
@@ -246,17 +247,6 @@ def write_table(rows: list[dict], path: str | Path, swept: list[str]) -> Path:
         for r in rows:
             w.writerow({k: json.dumps(v) if isinstance(v, (dict, list)) else v for k, v in r.items()})
     return path
-
-
-def pareto(points: np.ndarray) -> np.ndarray:
-    """Indices of the points not dominated in both coordinates (lower is better), sorted by the first."""
-    order = np.lexsort((points[:, 1], points[:, 0]))
-    front, best = [], np.inf
-    for i in order:
-        if points[i, 1] < best:
-            front.append(i)
-            best = points[i, 1]
-    return np.asarray(front, dtype=int)
 
 
 def plot(rows: list[dict], out_dir: str | Path, swept: list[str], latency: str = "latency_ns",

@@ -35,7 +35,10 @@ import random
 import time
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..common import hardware as loader
+from ..common.report import pareto
 from ..hardware import loopnest as LN
 from ..hardware.schema import CIMHardware
 from .region import CONV2D, MATMUL, Region
@@ -268,12 +271,10 @@ def choose_network(fronts: list, counts: list | None = None) -> list[int]:
 
 
 def pareto_front(points: list) -> list:
-    """The points no other point is below in both coordinates (ties: one kept), sorted by the first."""
-    out: list = []
-    for a, b in sorted(set(points)):
-        if not out or b < out[-1][1]:
-            out.append((a, b))
-    return out
+    """The points no other point is below in both coordinates (ties: one kept), sorted by the first
+    (:func:`tvm_cim.common.report.pareto` on tuples)."""
+    pts = sorted(set(points))
+    return [pts[i] for i in pareto(np.asarray(pts, dtype=float))] if pts else []
 
 
 # ============================================================================ enumeration (tests, heuristic)
