@@ -394,12 +394,6 @@ def _exact_groups(x: np.ndarray, cg: np.ndarray, hw: CIMHardware, input_bits: in
     return (bound <= float(top)) & lsb_ok
 
 
-def _exact_bitlines(x: np.ndarray, cg: np.ndarray, hw: CIMHardware, input_bits: int, lsb) -> np.ndarray:
-    """Which bitlines of each tile the ADC provably leaves unaltered on these inputs, shape ``(T, K)``: those
-    :func:`_exact_groups` proves in every row group."""
-    return _exact_groups(x, cg, hw, input_bits, lsb).all(axis=1)
-
-
 def _corrections(x: np.ndarray, cg: np.ndarray, hw: CIMHardware, input_bits: int, lsb, ok: np.ndarray,
                  sw: np.ndarray, n: int, out: np.ndarray) -> None:
     """Add to ``out`` (float64 ``(T, Bt, V, n)``, holding the integer product) what the ADC changes.

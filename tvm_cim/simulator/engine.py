@@ -957,7 +957,7 @@ class Chip:
     def _exact_reads(self, env, meta: np.ndarray, tiles: list) -> bool:
         """Whether queued reads (:meth:`_read_table`) sum exact integer products: the simulator may take the
         shortcut (``exact_shortcut`` True or "tile": "tile" proves every bitline of every tile, the bound of
-        :func:`X._exact_bitlines` being at most the one of :func:`X.exact`), the device is ideal, its ADC
+        :func:`X._exact_groups` being at most the one of :func:`X.exact`), the device is ideal, its ADC
         cannot alter any conversion, the input encoding recombines to the signed product, and every tile
         holds one batch."""
         sc, ni = self.options.exact_shortcut, self.options.nonideal
