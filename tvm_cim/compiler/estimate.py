@@ -638,7 +638,7 @@ class Estimator:
         chs = [self.chunks(r, d) for r, d, _, _, _, _ in items]
         gens = [it[2] for it in items]
         recs = [it[3] for it in items]
-        req = [next(g) for g in gens]
+        req: list = [None] * n  # each region's next request; started in turn (its weight fetch is booked then)
         fins: list = [None] * n
         # per producer store: the last (in program order) of the consumer loads it waits for, and which
         waits = []
@@ -659,14 +659,22 @@ class Estimator:
             reads.append((lo, hi))
 
         def stored(m):  # stores of region m booked so far (in program order)
-            return len(chs[m]) if fins[m] is not None else req[m][1]
+            return len(chs[m]) if fins[m] is not None else 0 if req[m] is None else req[m][1]
 
         def loaded(m):  # loads of region m booked so far
-            return len(chs[m]) if fins[m] is not None else req[m][1] + (req[m][0] == "store")
+            if fins[m] is not None:
+                return len(chs[m])
+            return 0 if req[m] is None else req[m][1] + (req[m][0] == "store")
 
         while any(f is None for f in fins):
             moved = False
             for m in range(n):
+                if req[m] is None and fins[m] is None:
+                    try:
+                        req[m] = next(gens[m])
+                    except StopIteration as done:  # no chunk
+                        fins[m] = done.value
+                    moved = True
                 while fins[m] is None:
                     kind, c = req[m]
                     t = base
