@@ -175,7 +175,9 @@ class Estimator:
         activation traffic of the earlier regions of its segment (the
         simulator's timeline books them first and a fetch rarely fits between
         them); used by the dual-mode strategy, whose segments are chosen on
-        this estimate.
+        this estimate.  Not after regions booked on the shared units
+        (``shared_units``): there the fetch takes the first gap long enough
+        that their bookings leave, as on the simulator.
     rounds : int
         Chunks per replica at least (the pipeline granularity,
         :func:`tvm_cim.compiler.plan.chunk_count`).
@@ -962,6 +964,7 @@ class Estimator:
                 off_free, nxt = seg_start, 0
             ch = self.chunks(r, p.replicas)
             starts, stops = ch.starts, ch.stops
+            booked = True  # its operations booked on the shared units (a later fetch finds the gaps they leave)
             if r.name in joint:
                 fin, busy, t_in = joint.pop(r.name)
             else:
@@ -992,8 +995,9 @@ class Estimator:
                     xbs, nxt = place(r, p)
                     fin, busy = finish(r, p, t_in, xbs)
                     off_free = fetched(r, p)
-            if self.offchip_in_order and ch.level == "offchip" and not (getattr(p, "mem_in", 0)
-                                                                         and getattr(p, "mem_out", 0)):
+                    booked = xbs is not None or (p.passes > 1 and r.kind != DMATMUL)
+            if self.offchip_in_order and ch.level == "offchip" and not booked and not (
+                    getattr(p, "mem_in", 0) and getattr(p, "mem_out", 0)):
                 off_free = max(off_free, float(fin.max()))
             # the global-buffer port, the chip ALU and the off-chip interface serve every region of the segment
             shared = busy if p.segment != shared_seg else tuple(a + b for a, b in zip(shared, busy))
@@ -1002,7 +1006,11 @@ class Estimator:
             m = r.mkn[0]
             curves[r.name] = (starts / m, stops / m, fin)
             wb = self.writeback_ns(r, getattr(p, "mem_wb", 0))  # live data leaves its arrays after the region
-            end = max(end, float(fin.max()) + wb, base + (max(shared) if pipeline else max(busy)))
+            t_wb = float(fin.max()) + wb
+            if wb and units:  # through the global buffer (and off-chip), which later fetches and loads queue behind
+                t_wb = book(_unit(units, "gbuf", "offchip") if ch.level == "offchip" else _unit(units, "gbuf"),
+                            float(fin.max()), wb)
+            end = max(end, t_wb, base + (max(shared) if pipeline else max(busy)))
             if node is not None and not units:  # the state after this region: the scalars and the curves
                 node = prefix.add(node, keys[i], r.name, curves[r.name],
                                   (end, seg_start, cur_seg, shared_seg, shared, off_free, nxt))
