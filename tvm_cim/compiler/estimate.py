@@ -351,7 +351,8 @@ class Estimator:
                      t_offchip: float | None = None, mem_in: int = 0,
                      mem_out: int = 0, cap: int | None = None,
                      inplace: bool = False, spread: bool = False, units: dict | None = None,
-                     xbs: list | None = None, steps: dict | None = None) -> tuple[np.ndarray, tuple[float, float, float]]:
+                     xbs: list | None = None, steps: dict | None = None,
+                     arrays_free: float | None = None) -> tuple[np.ndarray, tuple[float, float, float]]:
         """When each chunk of a region is stored, given when its input is available.
 
         Weights written at run time (not resident, or a ``dmatmul``'s run-time
@@ -408,6 +409,11 @@ class Estimator:
             store times in ``steps``, so that regions sharing a line buffer are
             booked interleaved (:meth:`book_chain`); None where the booking
             does not apply.
+        arrays_free : float, optional
+            With ``units``: when the crossbars it computes on are free (a serial
+            segment's regions share them, one after another); its loads,
+            scatters and weight fetch need not wait for that, its writes and
+            reads do.
 
         Returns
         -------
@@ -464,7 +470,8 @@ class Estimator:
         busy = (moved, float(np.sum(prep)), float(np.sum(fetch)) + (moved if spill else 0.0))
         if units is not None and passes == 1 and xbs is not None:
             g = self._booked(r, tile_rows, ch, tiles, blocks, reps, t_in_given, tf, t_off0, fetch, resident,
-                             (load, prep, scatter, read, post, store), mem_in, mem_out, inplace, units, xbs, steps)
+                             (load, prep, scatter, read, post, store), mem_in, mem_out, inplace, units, xbs, steps,
+                             arrays_free)
             if steps is not None:
                 return g, busy
             try:
@@ -476,7 +483,7 @@ class Estimator:
             return None, busy
         if units is not None and passes > 1 and r.kind != DMATMUL:
             return self._booked_passes(r, tile_rows, ch, tiles, t_in_given, tf, t_off0, fetch, (load, prep, post, store),
-                                       mem_in, mem_out, cap or hw.total_crossbars, units), busy
+                                       mem_in, mem_out, cap or hw.total_crossbars, units, arrays_free), busy
         if passes > 1:
             # every pass rewrites all crossbars with the next tiles (row-major over row and column
             # blocks), then reads every chunk; the link sends the passes' inputs in program order
@@ -547,7 +554,7 @@ class Estimator:
 
     def _booked(self, r: Region, tile_rows: int, ch: P.Chunks, tiles: list, blocks: list, reps: int, t_in: np.ndarray, tf: float,
                 t_off: float, fetch: np.ndarray, resident: bool, work: tuple, mem_in: int, mem_out: int, inplace: bool,
-                units: dict, xbs: list, steps: dict | None = None):
+                units: dict, xbs: list, steps: dict | None = None, arrays_free: float | None = None):
         """:meth:`chunk_finish` of a region in one pass, booking the shared units in program order (:func:`book`).
 
         A generator whose return value is the store-completion time of every chunk.  With ``steps`` (a dict)
@@ -590,6 +597,9 @@ class Estimator:
         elif not resident:
             t = book(off, min(tf, t_off), float(fetch[0]))
             start = max(t0, t + self.write_ns(r, tile_rows))
+        if arrays_free is not None:  # its crossbars are written (and read) once the region before is done
+            writes = (not inplace) if r.kind == DMATMUL else not resident
+            start = max(start, arrays_free + (self.write_ns(r, tile_rows) if writes else 0.0))
         fin = np.empty(nch)
         last = [[start] * len(links[0]) for _ in range(reps)]
         tin = np.broadcast_to(t_in, (nch,)).tolist()
@@ -720,7 +730,7 @@ class Estimator:
     def _booked_passes(self, r: Region, tile_rows: int, ch: P.Chunks, tiles: list, t_in: np.ndarray, tf: float,
                        t_off: float,
                        fetch: np.ndarray, work: tuple, mem_in: int, mem_out: int, cap: int,
-                       units: dict) -> np.ndarray:
+                       units: dict, arrays_free: float | None = None) -> np.ndarray:
         """:meth:`chunk_finish` of a region run in passes, booking the shared units in program order.
 
         As the code generator emits it: every chunk is loaded and prepared
@@ -747,7 +757,7 @@ class Estimator:
             t = book(m_in if mem_in else port, tin[c], load[c])
             ready.append(book(alu, t, prep[c]))
         t_fetch = min(tf, t_off)
-        last = tf
+        last = tf if arrays_free is None else max(tf, arrays_free)
         for p_idx, idx in enumerate(P.pass_ranges(len(tiles), cap)):
             ptiles = [tiles[i] for i in idx]
             pblocks = P.row_blocks(ptiles)
@@ -928,9 +938,6 @@ class Estimator:
                     lo = np.searchsorted(g1, f0 + 1e-12, side="right")
                     hi = np.maximum(np.searchsorted(g0, f1 - 1e-12, side="left"), lo + 1)
                     t_in = np.maximum(t_in, range_max(fq, lo, np.minimum(hi, len(fq))))
-            serial = getattr(p, "pass_xbs", 0)  # its segment's regions share the compute arrays: one at a time
-            if serial:
-                t_in = np.maximum(t_in, end)
             return t_in
 
         def place(r, p):  # its tiles' crossbars, and the first crossbar free after them
@@ -941,14 +948,18 @@ class Estimator:
             return xbs, nxt
 
         def finish(r, p, t_in, xbs, steps=None):
-            serial = getattr(p, "pass_xbs", 0)
+            serial = getattr(p, "pass_xbs", 0)  # its segment's regions share the compute arrays: one at a time
+            booked = xbs is not None or (p.passes > 1 and r.kind != DMATMUL)
+            if serial and not booked:
+                t_in = np.maximum(t_in, end)
             return self.chunk_finish(r, p.replicas, p.tile_rows, p.resident, p.passes, t_in,
                                      t_free=end if (serial or not pipeline) else seg_start,
                                      t_offchip=off_free if pipeline else None,
                                      mem_in=getattr(p, "mem_in", 0), mem_out=getattr(p, "mem_out", 0),
                                      cap=getattr(p, "pass_xbs", 0) or None,
                                      inplace=bool(getattr(p, "inplace_xbs", ())),
-                                     units=units if (xbs is not None or p.passes > 1) else None, xbs=xbs, steps=steps)
+                                     units=units if (xbs is not None or p.passes > 1) else None, xbs=xbs, steps=steps,
+                                     arrays_free=end if serial and booked else None)
 
         def fetched(r, p):  # the off-chip interface after its weight fetches
             if p.resident:
