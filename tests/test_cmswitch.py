@@ -11,16 +11,19 @@ import math
 
 import numpy as np
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
 import tvm_cim
 from tvm_cim.common import zoo
 from tvm_cim.common.onnx_io import import_onnx
 from tvm_cim.compiler import codegen, mapping, schedule
+from tvm_cim.compiler.estimate import Estimator
 from tvm_cim.compiler.region import MATMUL, Region
 from tvm_cim.compiler.solvers import segments
 from tvm_cim.compiler.strategies import modes
 from tvm_cim.program import op, parse_program, print_program, verify
 from tvm_cim.program.verify import ProgramError
+from tvm_cim.report import simulate_timing
 from tvm_cim.simulator.engine import Chip, Options, SimulationError
 
 R = dataclasses.replace
@@ -911,6 +914,41 @@ def test_estimate_tracks_the_simulator_where_regions_contend(strategy):
     _, info = tvm_cim.offload(mod, _dyn(), strategy=strategy)
     _, tl = simulate_timing(info)
     assert abs(info.schedule.estimate_ns / tl.latency_ns - 1) < 0.03
+
+
+def _conv_stack(channels: list[int], size: int, seed: int = 0):
+    """3x3 convolutions (padding 1) with ReLUs, ``channels[0] -> channels[1] -> ...`` on a ``size`` x ``size`` input."""
+    rng = np.random.default_rng(seed)
+    nodes, inits, prev = [], [], "x"
+    for i, (a, b) in enumerate(zip(channels, channels[1:])):
+        inits.append(numpy_helper.from_array((rng.standard_normal((b, a, 3, 3)) * 0.05).astype("float32"), f"w{i}"))
+        out = "y" if i == len(channels) - 2 else f"r{i}"
+        nodes += [helper.make_node("Conv", [prev, f"w{i}"], [f"c{i}"], pads=[1] * 4),
+                  helper.make_node("Relu", [f"c{i}"], [out])]
+        prev = out
+    g = helper.make_graph(nodes, "stack", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, channels[0], size, size])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, channels[-1], size, size])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_estimate_of_a_serial_segment_follows_the_simulator():
+    """Four 3x3 convolutions (128 -> 256 -> 256 -> 256 -> 256 channels) at 28x28 take one serial segment on dynaplasia (its regions share
+    the compute arrays, one after another, their weights fetched at run time).  The estimate follows the
+    simulator within 1 % (measured: +0.0 %): the next region's loads, scatters and weight fetch proceed
+    while the region before computes (only its writes and reads wait for the arrays), and a fetch takes the
+    gaps the earlier regions' off-chip loads leave.  Measured without the first: +2.1 %; with every fetch
+    waiting for the earlier regions' last store: +3.7 %."""
+    hw = _dyn()
+    mod = import_onnx(_conv_stack([128, 256, 256, 256, 256], 28), "stack")[0]
+    _, info = tvm_cim.offload(mod, hw, strategy="cmswitch")
+    _, tl = simulate_timing(info)
+    plans = info.schedule.plans
+    assert len({p.segment for p in plans.values()}) == 1 and all(p.pass_xbs for p in plans.values())
+    assert not any(p.resident for p in plans.values())
+    est = Estimator.of(hw, hw.crossbar.weight_bits, hw.crossbar.input_bits, info.schedule.options).graph_ns(
+        info.regions, plans, True, info.producers)[0]
+    assert est == pytest.approx(info.schedule.estimate_ns)
+    assert abs(est / tl.latency_ns - 1) < 0.01
 
 
 # ============================================================================ latency lower bound (issue 10)

@@ -175,7 +175,9 @@ class Estimator:
         activation traffic of the earlier regions of its segment (the
         simulator's timeline books them first and a fetch rarely fits between
         them); used by the dual-mode strategy, whose segments are chosen on
-        this estimate.
+        this estimate.  Not after regions booked on the shared units
+        (``shared_units``): there the fetch takes the first gap long enough
+        that their bookings leave, as on the simulator.
     rounds : int
         Chunks per replica at least (the pipeline granularity,
         :func:`tvm_cim.compiler.plan.chunk_count`).
@@ -349,7 +351,8 @@ class Estimator:
                      t_offchip: float | None = None, mem_in: int = 0,
                      mem_out: int = 0, cap: int | None = None,
                      inplace: bool = False, spread: bool = False, units: dict | None = None,
-                     xbs: list | None = None) -> tuple[np.ndarray, tuple[float, float, float]]:
+                     xbs: list | None = None, steps: dict | None = None,
+                     arrays_free: float | None = None) -> tuple[np.ndarray, tuple[float, float, float]]:
         """When each chunk of a region is stored, given when its input is available.
 
         Weights written at run time (not resident, or a ``dmatmul``'s run-time
@@ -399,6 +402,18 @@ class Estimator:
             so it waits where earlier regions hold a unit.
         xbs : list of numpy.ndarray, optional
             With ``units``: the crossbar of every tile, per replica (its cores).
+        steps : dict, optional
+            With ``units`` and ``xbs`` (one pass): return, instead of the finish
+            times, the booking as a generator (:meth:`_booked`) that asks for
+            each chunk's input time and store floor and records its load and
+            store times in ``steps``, so that regions sharing a line buffer are
+            booked interleaved (:meth:`book_chain`); None where the booking
+            does not apply.
+        arrays_free : float, optional
+            With ``units``: when the crossbars it computes on are free (a serial
+            segment's regions share them, one after another); its loads,
+            scatters and weight fetch need not wait for that, its writes and
+            reads do.
 
         Returns
         -------
@@ -454,11 +469,21 @@ class Estimator:
         moved = float((0.0 if mem_in else np.sum(load)) + (0.0 if mem_out else np.sum(store)))
         busy = (moved, float(np.sum(prep)), float(np.sum(fetch)) + (moved if spill else 0.0))
         if units is not None and passes == 1 and xbs is not None:
-            return self._booked(r, tile_rows, ch, tiles, blocks, reps, t_in_given, tf, t_off0, fetch, resident,
-                                (load, prep, scatter, read, post, store), mem_in, mem_out, inplace, units, xbs), busy
+            g = self._booked(r, tile_rows, ch, tiles, blocks, reps, t_in_given, tf, t_off0, fetch, resident,
+                             (load, prep, scatter, read, post, store), mem_in, mem_out, inplace, units, xbs, steps,
+                             arrays_free)
+            if steps is not None:
+                return g, busy
+            try:
+                next(g)
+            except StopIteration as done:  # without steps it asks for nothing
+                return done.value, busy
+            raise AssertionError("the booking asked for input times without steps")
+        if steps is not None:
+            return None, busy
         if units is not None and passes > 1 and r.kind != DMATMUL:
             return self._booked_passes(r, tile_rows, ch, tiles, t_in_given, tf, t_off0, fetch, (load, prep, post, store),
-                                       mem_in, mem_out, cap or hw.total_crossbars, units), busy
+                                       mem_in, mem_out, cap or hw.total_crossbars, units, arrays_free), busy
         if passes > 1:
             # every pass rewrites all crossbars with the next tiles (row-major over row and column
             # blocks), then reads every chunk; the link sends the passes' inputs in program order
@@ -529,8 +554,16 @@ class Estimator:
 
     def _booked(self, r: Region, tile_rows: int, ch: P.Chunks, tiles: list, blocks: list, reps: int, t_in: np.ndarray, tf: float,
                 t_off: float, fetch: np.ndarray, resident: bool, work: tuple, mem_in: int, mem_out: int, inplace: bool,
-                units: dict, xbs: list) -> np.ndarray:
-        """:meth:`chunk_finish` of a region in one pass, booking the shared units in program order (:func:`book`)."""
+                units: dict, xbs: list, steps: dict | None = None, arrays_free: float | None = None):
+        """:meth:`chunk_finish` of a region in one pass, booking the shared units in program order (:func:`book`).
+
+        A generator whose return value is the store-completion time of every chunk.  With ``steps`` (a dict)
+        it yields ``("in", c)`` before chunk ``c`` is loaded and is sent the time its input is available
+        (``t_in`` then only bounds the first reads), and ``("store", c)`` before the chunk is stored and is
+        sent the earliest time the store may start (a line buffer's store waits for the loads that read the
+        rows it overwrites); ``steps["loaded"]`` and ``steps["fin"]`` hold the load- and store-completion
+        times so far.  Without ``steps`` it yields nothing.
+        """
         hw = self.hw
         load, prep, scatter, read, post, store = (np.asarray(w, dtype=float).tolist() for w in work)
         spill = ch.level == "offchip"
@@ -564,12 +597,20 @@ class Estimator:
         elif not resident:
             t = book(off, min(tf, t_off), float(fetch[0]))
             start = max(t0, t + self.write_ns(r, tile_rows))
+        if arrays_free is not None:  # its crossbars are written (and read) once the region before is done
+            writes = (not inplace) if r.kind == DMATMUL else not resident
+            start = max(start, arrays_free + (self.write_ns(r, tile_rows) if writes else 0.0))
         fin = np.empty(nch)
         last = [[start] * len(links[0]) for _ in range(reps)]
         tin = np.broadcast_to(t_in, (nch,)).tolist()
+        if steps is not None:
+            loaded = steps["loaded"] = np.full(nch, -np.inf)
+            steps["fin"] = fin
         for c in range(nch):
             q = c % reps
-            t = book(m_in if mem_in else port, tin[c], load[c])
+            t = book(m_in if mem_in else port, tin[c] if steps is None else (yield ("in", c)), load[c])
+            if steps is not None:
+                loaded[c] = t
             t = book(alu, t, prep[c])
             done = t
             for j, (link, w) in enumerate(links[q]):
@@ -577,13 +618,119 @@ class Estimator:
                 last[q][j] = max(s_, last[q][j]) + read[c]
                 done = max(done, last[q][j])
             t = book(alus[q], done, post[c])
+            if steps is not None:
+                t = max(t, (yield ("store", c)))
             fin[c] = book(m_out if mem_out else port, t, store[c])
         return fin
+
+    def book_chain(self, items: list, base: float) -> list:
+        """Book regions each of which keeps its output in a rolling line buffer for the next, the last one
+        the consumer of the one before it, interleaved as the simulator places them
+        (:func:`tvm_cim.simulator.timeline._place_chain`): a consumer's chunk is loaded once the producer's
+        chunks holding its window are stored, and a producer's store of the output share ``[g0, g1)``
+        waits until every load of its consumer that starts below ``g1 - ring`` (the rows it overwrites)
+        has finished.
+
+        Parameters
+        ----------
+        items : list of tuple
+            Per region ``(region, replicas, generator, steps, t_in, ring)``: the generator from
+            :meth:`chunk_finish` with the dict ``steps``, ``t_in`` when each chunk's input is available
+            from regions outside the chain, ``ring`` the share of its output its line buffer holds
+            (ignored for the last).
+        base : float
+            The earliest time of anything (the segment's start).
+
+        Returns
+        -------
+        list of numpy.ndarray
+            Per region, the store-completion time of every chunk.
+        """
+        n = len(items)
+        chs = [self.chunks(r, d) for r, d, _, _, _, _ in items]
+        gens = [it[2] for it in items]
+        recs = [it[3] for it in items]
+        req: list = [None] * n  # each region's next request; started in turn (its weight fetch is booked then)
+        fins: list = [None] * n
+        # per producer store: the last (in program order) of the consumer loads it waits for, and which
+        waits = []
+        for m in range(n - 1):
+            g1 = chs[m].stops / items[m][0].mkn[0]
+            f0 = np.asarray(chs[m + 1].f0)
+            order = np.argsort(f0, kind="stable")
+            cnt = np.searchsorted(f0[order], g1 - items[m][5] - 1e-12, side="left")
+            last = np.maximum.accumulate(order) if len(order) else order
+            waits.append([(int(last[k - 1]) if k else -1, order[:k]) for k in cnt])
+        reads = [None]  # per consumer chunk: the producer stores overlapping its window
+        for m in range(1, n):
+            pr = items[m - 1][0]
+            g0, g1 = chs[m - 1].starts / pr.mkn[0], chs[m - 1].stops / pr.mkn[0]
+            f0, f1 = chs[m].f0, chs[m].f1
+            lo = np.searchsorted(g1, f0 + 1e-12, side="right")
+            hi = np.minimum(np.maximum(np.searchsorted(g0, f1 - 1e-12, side="left"), lo + 1), len(g0))
+            reads.append((lo, hi))
+
+        def stored(m):  # stores of region m booked so far (in program order)
+            return len(chs[m]) if fins[m] is not None else 0 if req[m] is None else req[m][1]
+
+        def loaded(m):  # loads of region m booked so far
+            if fins[m] is not None:
+                return len(chs[m])
+            return 0 if req[m] is None else req[m][1] + (req[m][0] == "store")
+
+        while any(f is None for f in fins):
+            moved = False
+            for m in range(n):
+                if req[m] is None and fins[m] is None:
+                    try:
+                        req[m] = next(gens[m])
+                    except StopIteration as done:  # no chunk
+                        fins[m] = done.value
+                    moved = True
+                while fins[m] is None:
+                    kind, c = req[m]
+                    t = base
+                    if kind == "in":
+                        t = max(t, float(items[m][4][c]))
+                        if m:
+                            lo, hi = reads[m][0][c], reads[m][1][c]
+                            if stored(m - 1) < hi:
+                                break
+                            if hi > lo:
+                                t = max(t, float(np.max(recs[m - 1]["fin"][lo:hi])))
+                    elif m + 1 < n:
+                        need, which = waits[m][c]
+                        if need >= 0:
+                            if loaded(m + 1) <= need:
+                                break
+                            t = max(t, float(np.max(recs[m + 1]["loaded"][which])))
+                    try:
+                        req[m] = gens[m].send(t)
+                    except StopIteration as done:
+                        fins[m] = done.value
+                    moved = True
+            if not moved:
+                raise RuntimeError(f"region '{items[0][0].name}': line buffers and their consumers wait for each other")
+        return fins
+
+    @staticmethod
+    def _ring_chain(regions: list[Region], i: int, plans: dict, producers: dict[str, list[str]]) -> list[int]:
+        """Region ``i`` and the regions after it each reading the rolling line buffer (``mem_ring``) of the one
+        before it as its only input, in one segment and one pass each: their indices; [] if there is none."""
+        out = [i]
+        while out[-1] + 1 < len(regions):
+            p, c = regions[out[-1]], regions[out[-1] + 1]
+            pp, pc = plans[p.name], plans[c.name]
+            if not (getattr(pp, "mem_ring", 0) and pc.segment == pp.segment and pp.passes == 1 and pc.passes == 1
+                    and list(producers.get(c.name, [])) == [p.name]):
+                break
+            out.append(out[-1] + 1)
+        return out if len(out) > 1 else []
 
     def _booked_passes(self, r: Region, tile_rows: int, ch: P.Chunks, tiles: list, t_in: np.ndarray, tf: float,
                        t_off: float,
                        fetch: np.ndarray, work: tuple, mem_in: int, mem_out: int, cap: int,
-                       units: dict) -> np.ndarray:
+                       units: dict, arrays_free: float | None = None) -> np.ndarray:
         """:meth:`chunk_finish` of a region run in passes, booking the shared units in program order.
 
         As the code generator emits it: every chunk is loaded and prepared
@@ -610,7 +757,7 @@ class Estimator:
             t = book(m_in if mem_in else port, tin[c], load[c])
             ready.append(book(alu, t, prep[c]))
         t_fetch = min(tf, t_off)
-        last = tf
+        last = tf if arrays_free is None else max(tf, arrays_free)
         for p_idx, idx in enumerate(P.pass_ranges(len(tiles), cap)):
             ptiles = [tiles[i] for i in idx]
             pblocks = P.row_blocks(ptiles)
@@ -775,19 +922,10 @@ class Estimator:
             if first:
                 curves = node.curves()
                 end, seg_start, cur_seg, shared_seg, shared, off_free, nxt = node.state
-        for i in range(first, len(regions)):
-            r = regions[i]
-            p = plans[r.name]
-            if p.segment != cur_seg:  # a new segment starts once the previous one is done (and its switches)
-                cur_seg, seg_start = p.segment, end + getattr(p, "switch_ns", 0.0)
-                off_free, nxt = seg_start, 0
-            xbs = self._placement(r, p, nxt) if self.shared_units else None
-            if xbs is not None and not (getattr(p, "inplace_xbs", ()) or getattr(p, "pass_xbs", 0)
-                                        or getattr(p, "compute_xbs", ())):
-                nxt = int(xbs[-1][-1]) + 1
-            ch = self.chunks(r, p.replicas)
-            starts, stops = ch.starts, ch.stops
-            t_in = np.full(len(starts), seg_start if pipeline else end)
+        joint: dict = {}  # regions booked with the line buffer of the region before them: (finish, busy)
+
+        def inputs(r, p, ch):  # when each chunk's input is available from the regions estimated so far
+            t_in = np.full(len(ch.starts), seg_start if pipeline else end)
             if pipeline:
                 f0, f1 = ch.f0, ch.f1
                 for q in producers.get(r.name, []):
@@ -800,21 +938,77 @@ class Estimator:
                     lo = np.searchsorted(g1, f0 + 1e-12, side="right")
                     hi = np.maximum(np.searchsorted(g0, f1 - 1e-12, side="left"), lo + 1)
                     t_in = np.maximum(t_in, range_max(fq, lo, np.minimum(hi, len(fq))))
+            return t_in
+
+        def place(r, p):  # its tiles' crossbars, and the first crossbar free after them
+            xbs = self._placement(r, p, nxt) if self.shared_units else None
+            if xbs is not None and not (getattr(p, "inplace_xbs", ()) or getattr(p, "pass_xbs", 0)
+                                        or getattr(p, "compute_xbs", ())):
+                return xbs, int(xbs[-1][-1]) + 1
+            return xbs, nxt
+
+        def finish(r, p, t_in, xbs, steps=None):
             serial = getattr(p, "pass_xbs", 0)  # its segment's regions share the compute arrays: one at a time
-            if serial:
+            booked = xbs is not None or (p.passes > 1 and r.kind != DMATMUL)
+            if serial and not booked:
                 t_in = np.maximum(t_in, end)
-            fin, busy = self.chunk_finish(r, p.replicas, p.tile_rows, p.resident, p.passes, t_in,
-                                          t_free=end if (serial or not pipeline) else seg_start,
-                                          t_offchip=off_free if pipeline else None,
-                                          mem_in=getattr(p, "mem_in", 0), mem_out=getattr(p, "mem_out", 0),
-                                          cap=getattr(p, "pass_xbs", 0) or None,
-                                          inplace=bool(getattr(p, "inplace_xbs", ())),
-                                          units=units if (xbs is not None or p.passes > 1) else None, xbs=xbs)
-            if not p.resident:
-                off_free = max(off_free, seg_start if pipeline else end) + float(
-                    np.sum(self.fetch_ns(r, p.tile_rows, p.passes, getattr(p, "pass_xbs", 0) or None)))
-            if self.offchip_in_order and ch.level == "offchip" and not (getattr(p, "mem_in", 0)
-                                                                         and getattr(p, "mem_out", 0)):
+            return self.chunk_finish(r, p.replicas, p.tile_rows, p.resident, p.passes, t_in,
+                                     t_free=end if (serial or not pipeline) else seg_start,
+                                     t_offchip=off_free if pipeline else None,
+                                     mem_in=getattr(p, "mem_in", 0), mem_out=getattr(p, "mem_out", 0),
+                                     cap=getattr(p, "pass_xbs", 0) or None,
+                                     inplace=bool(getattr(p, "inplace_xbs", ())),
+                                     units=units if (xbs is not None or p.passes > 1) else None, xbs=xbs, steps=steps,
+                                     arrays_free=end if serial and booked else None)
+
+        def fetched(r, p):  # the off-chip interface after its weight fetches
+            if p.resident:
+                return off_free
+            return max(off_free, seg_start if pipeline else end) + float(
+                np.sum(self.fetch_ns(r, p.tile_rows, p.passes, getattr(p, "pass_xbs", 0) or None)))
+
+        for i in range(first, len(regions)):
+            r = regions[i]
+            p = plans[r.name]
+            if p.segment != cur_seg:  # a new segment starts once the previous one is done (and its switches)
+                cur_seg, seg_start = p.segment, end + getattr(p, "switch_ns", 0.0)
+                off_free, nxt = seg_start, 0
+            ch = self.chunks(r, p.replicas)
+            starts, stops = ch.starts, ch.stops
+            booked = True  # its operations booked on the shared units (a later fetch finds the gaps they leave)
+            if r.name in joint:
+                fin, busy, t_in = joint.pop(r.name)
+            else:
+                t_in = inputs(r, p, ch)
+                fin = None
+                chain = self._ring_chain(regions, i, plans, producers) if pipeline and self.shared_units else []
+                if chain:  # line buffers: the producers' stores wait for their consumers' loads
+                    state = (nxt, off_free)  # (the generators book nothing before book_chain runs them)
+                    items, got = [], []
+                    for j in chain:
+                        rj, pj = regions[j], plans[regions[j].name]
+                        xbs, nxt = place(rj, pj)
+                        rec: dict = {}
+                        tj = t_in if j == i else inputs(rj, pj, self.chunks(rj, pj.replicas))
+                        g, bj = finish(rj, pj, tj, xbs, rec)
+                        if g is None:  # not booked chunk by chunk: each region on its own
+                            (nxt, off_free), items = state, []
+                            break
+                        off_free = fetched(rj, pj)
+                        total = rj.mkn[0] * rj.mkn[2] * self.obytes
+                        items.append((rj, pj.replicas, g, rec, tj, getattr(pj, "mem_ring", 0) / total))
+                        got.append((rj.name, bj, tj))
+                    if items:
+                        for (name, bj, tj), fj in zip(got, self.book_chain(items, seg_start)):
+                            joint[name] = (fj, bj, tj)
+                        fin, busy, t_in = joint.pop(r.name)
+                if fin is None:
+                    xbs, nxt = place(r, p)
+                    fin, busy = finish(r, p, t_in, xbs)
+                    off_free = fetched(r, p)
+                    booked = xbs is not None or (p.passes > 1 and r.kind != DMATMUL)
+            if self.offchip_in_order and ch.level == "offchip" and not booked and not (
+                    getattr(p, "mem_in", 0) and getattr(p, "mem_out", 0)):
                 off_free = max(off_free, float(fin.max()))
             # the global-buffer port, the chip ALU and the off-chip interface serve every region of the segment
             shared = busy if p.segment != shared_seg else tuple(a + b for a, b in zip(shared, busy))
@@ -823,7 +1017,11 @@ class Estimator:
             m = r.mkn[0]
             curves[r.name] = (starts / m, stops / m, fin)
             wb = self.writeback_ns(r, getattr(p, "mem_wb", 0))  # live data leaves its arrays after the region
-            end = max(end, float(fin.max()) + wb, base + (max(shared) if pipeline else max(busy)))
+            t_wb = float(fin.max()) + wb
+            if wb and units:  # through the global buffer (and off-chip), which later fetches and loads queue behind
+                t_wb = book(_unit(units, "gbuf", "offchip") if ch.level == "offchip" else _unit(units, "gbuf"),
+                            float(fin.max()), wb)
+            end = max(end, t_wb, base + (max(shared) if pipeline else max(busy)))
             if node is not None and not units:  # the state after this region: the scalars and the curves
                 node = prefix.add(node, keys[i], r.name, curves[r.name],
                                   (end, seg_start, cur_seg, shared_seg, shared, off_free, nxt))

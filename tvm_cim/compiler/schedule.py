@@ -372,10 +372,10 @@ def allocate_modes(regions: list[Region], segment_of: list[int], resident: bool,
     for s_idx, sm in enumerate(segs):
         seg = regions[sm.first:sm.last + 1]
         for qi, ki, t in modes.inplace_candidates(regions, sm, est, producers, operands or {}):
-            before = est.graph_ns(seg, modes.segment_plans(regions, sm, est, s_idx, resident, make_plan),
+            before = est.graph_ns(seg, modes.segment_plans(regions, sm, est, s_idx, resident, make_plan, producers=producers),
                                   True, producers)[0]
             sm.inplace[qi] = (ki, t)
-            after = est.graph_ns(seg, modes.segment_plans(regions, sm, est, s_idx, resident, make_plan),
+            after = est.graph_ns(seg, modes.segment_plans(regions, sm, est, s_idx, resident, make_plan, producers=producers),
                                  True, producers)[0]
             if after >= before:  # it does not pay
                 del sm.inplace[qi]
@@ -385,11 +385,9 @@ def allocate_modes(regions: list[Region], segment_of: list[int], resident: bool,
     for s_idx, (sm, lay) in enumerate(zip(segs, layout)):
         sw = modes.switch_ns(hw, len(lay["tom"]), len(lay["toc"])) if len(segs) > 1 else 0.0
         plans.update(modes.segment_plans(regions, sm, est, s_idx, resident, make_plan, sw, latency=True,
-                                         inplace_xbs=lay["inplace"]))
+                                         inplace_xbs=lay["inplace"], producers=producers))
         names = [r.name for r in regions[sm.first:sm.last + 1]]
-        rings = modes.rings_of(regions, sm, est, producers)
-        for i, ring in rings.items():  # a rolling line buffer in its memory-mode arrays
-            plans[names[i]].mem_ring = ring
+        rings = modes.rings_of(regions, sm, est, producers)  # in the plans too (segment_plans)
         a = sm.alloc
         carried = {names[c]: regions[g].name for c, g in sm.carry_in.items()}
         summary.append({
@@ -481,7 +479,7 @@ def allocate_segments(regions: list[Region], segment_of: list[int], resident: bo
 def make_plan(r: Region, est: Estimator, replicas: int, tile_rows: int, segment_idx: int, resident: bool,
               cores: int | None = None, latency: bool = True, mem_in: int = 0, mem_out: int = 0,
               switch_ns: float = 0.0, mem_wb: int = 0, pass_xbs: int = 0, inplace_xbs: tuple = (),
-              compute_xbs: tuple = ()) -> RegionPlan:
+              compute_xbs: tuple = (), mem_ring: int = 0) -> RegionPlan:
     """The plan of a region from its decisions, with the estimate's latency (if ``latency``) and write time."""
     tiles = est.tiles(r, tile_rows)
     passes = passes_of(tiles, pass_xbs or est.hw.total_crossbars)
@@ -495,6 +493,7 @@ def make_plan(r: Region, est: Estimator, replicas: int, tile_rows: int, segment_
                   else est.write_ns(r, tile_rows) * passes),
         resident=resident, passes=passes, mem_in=mem_in, mem_out=mem_out, switch_ns=switch_ns, mem_wb=mem_wb,
         pass_xbs=pass_xbs, inplace_xbs=tuple(inplace_xbs), compute_xbs=tuple(tuple(x) for x in compute_xbs),
+        mem_ring=mem_ring,
     )
 
 

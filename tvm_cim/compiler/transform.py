@@ -487,7 +487,7 @@ def plans_of(mod: tvm.IRModule, hw: CIMHardware, est: Estimator, latency: bool =
             pass_xbs=int(_attr(f, "pass_xbs", 0) or 0),
             inplace_xbs=tuple(_xbs_parse(str(_attr(f, "inplace_xbs")))[0]) if _attr(f, "inplace_xbs") else (),
             compute_xbs=tuple(tuple(x) for x in _xbs_parse(str(_attr(f, "compute_xbs"))))
-            if _attr(f, "compute_xbs") else ())
+            if _attr(f, "compute_xbs") else (), mem_ring=int(_attr(f, "mem_ring", 0) or 0))
     return plans
 
 

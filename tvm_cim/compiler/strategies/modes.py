@@ -419,7 +419,8 @@ def segment_ns(regions: list[Region], sm: SegmentModes, est: Estimator, producer
     key = _content(regions, sm, resident)
     if key not in cache:
         seg = regions[sm.first:sm.last + 1]
-        cache[key] = est.graph_ns(seg, segment_plans(regions, sm, est, 0, resident, make_plan), True, producers)[0]
+        cache[key] = est.graph_ns(seg, segment_plans(regions, sm, est, 0, resident, make_plan, producers=producers), True,
+                                 producers)[0]
     return cache[key]
 
 
@@ -630,11 +631,14 @@ def effective_arrays(regions: list[Region], est: Estimator, memory: dict[str, in
 
 
 def segment_plans(regions: list[Region], sm: SegmentModes, est: Estimator, seg_idx: int, resident: bool,
-                  make_plan, switch: float = 0.0, latency: bool = False, inplace_xbs: dict | None = None) -> dict:
+                  make_plan, switch: float = 0.0, latency: bool = False, inplace_xbs: dict | None = None,
+                  producers: dict[str, list[str]] | None = None) -> dict:
     """The region plans of a segment under its allocation (``make_plan``: :func:`schedule.make_plan`).
 
     ``inplace_xbs``: per ``dmatmul`` with keys in place, its physical arrays
-    (:func:`memory_layout`); without it, placeholders of the right count.
+    (:func:`memory_layout`); without it, placeholders of the right count.  ``producers`` given: the
+    rolling line buffers the allocation uses (:func:`rings_of`) are in the plans (``mem_ring``), so
+    that the estimate counts their stores' waits.
     """
     out = {}
     rows = est.hw.crossbar.rows
@@ -651,11 +655,13 @@ def segment_plans(regions: list[Region], sm: SegmentModes, est: Estimator, seg_i
         eff[seg[ci].name] = (float(len(sm.held[g])), eff[seg[ci].name][1])
     live = sm.live or [False] * len(seg)
     spread = compute_layout(est.hw, sm) if sm.tiles and not sm.pass_xbs else [()] * len(seg)
+    rings = rings_of(regions, sm, est, producers) if producers is not None else {}
     for i, r in enumerate(seg):
         out[r.name] = make_plan(r, est, 1 if i in sm.inplace else sm.alloc.replicas[i], rows, seg_idx, resident,
                                 latency=latency, mem_in=eff[r.name][0], mem_out=eff[r.name][1],
                                 switch_ns=switch if i == 0 else 0.0, mem_wb=sm.alloc.memory[i] if live[i] else 0,
-                                pass_xbs=sm.pass_xbs, inplace_xbs=xbs_of.get(i, ()), compute_xbs=spread[i])
+                                pass_xbs=sm.pass_xbs, inplace_xbs=xbs_of.get(i, ()), compute_xbs=spread[i],
+                                mem_ring=rings.get(i, 0))
     return out
 
 
