@@ -198,7 +198,7 @@ def test_allocation_mip_equals_enumeration(seed):
     n = int(rng.integers(sum(o.tiles for o in ops), 12))
     s = int(rng.integers(0, n + 1))
     best, _, _ = arrays.enumerate_best(ops, n, s)
-    got = arrays.allocate(ops, n, s, time_limit=5.0)
+    got = arrays.allocate_mip(ops, n, s, time_limit=5.0)
     assert got.status == "Optimal" and got.seconds < 5.0
     assert arrays.feasible(ops, got.replicas, got.memory, n, s)
     assert got.latency_ns == pytest.approx(best, rel=1e-6)
@@ -216,7 +216,7 @@ def test_allocation_mip_equals_enumeration_on_spread_cores(seed):
     n = int(rng.integers(sum(o.tiles for o in ops), 12))
     s = int(rng.integers(0, n + 1))
     best, _, _ = arrays.enumerate_best(ops, n, s, cores=cores)
-    got = arrays.allocate(ops, n, s, time_limit=5.0, cores=cores)
+    got = arrays.allocate_mip(ops, n, s, time_limit=5.0, cores=cores)
     assert got.status == "Optimal"
     assert arrays.feasible(ops, got.replicas, got.memory, n, s)
     assert got.latency_ns == pytest.approx(best, rel=1e-6)
@@ -241,9 +241,9 @@ def test_allocation_mip_equals_enumeration_with_data_carried_across_segments(see
     best, _, _ = arrays.enumerate_best(ops, n, n, reserved, floor)
     if not np.isfinite(best):  # the kept output does not fit beside the held arrays
         with pytest.raises(RuntimeError, match="Infeasible"):
-            arrays.allocate(ops, n, n, time_limit=5.0, reserved=reserved, floor=floor)
+            arrays.allocate_mip(ops, n, n, time_limit=5.0, reserved=reserved, floor=floor)
         return
-    got = arrays.allocate(ops, n, n, time_limit=5.0, reserved=reserved, floor=floor)
+    got = arrays.allocate_mip(ops, n, n, time_limit=5.0, reserved=reserved, floor=floor)
     assert got.status == "Optimal"
     assert arrays.feasible(ops, got.replicas, got.memory, n, n, reserved, floor)
     assert got.memory[k] >= ops[k].memory_need  # kept for the next segment
