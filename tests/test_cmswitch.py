@@ -617,7 +617,7 @@ def test_cmswitch_bit_identical_to_cim_mlc_with_integer_reference(small):
     np.testing.assert_array_equal(env["acc"][0], cols @ r0.w_int.astype(np.int64))
     rep = build_report(info, stats, hw.name)
     dm = rep["dual_mode"]
-    assert dm["segments"] and all(seg["solver"]["status"] in ("Optimal", "trivial", "passes")
+    assert dm["segments"] and all(seg["solver"]["status"] in ("exact", "trivial", "passes")
                                   for seg in dm["segments"])
     for seg in dm["segments"]:
         assert seg["compute_arrays"] + seg["memory_arrays"] <= hw.total_crossbars
@@ -626,16 +626,16 @@ def test_cmswitch_bit_identical_to_cim_mlc_with_integer_reference(small):
     assert rep["latency_ns"] > 0 and dm["memory_mode_energy_pj"] > 0
 
 
-def _mobilenet_cmswitch_equals_cim_mlc():
-    """MobileNetV2 (32x32) on Dynaplasia by cim-mlc and cmswitch: the outputs are equal; cmswitch's
-    ``(hw, info, stats)``."""
+def _mobilenet_cmswitch_equals_cim_mlc(size=32):
+    """MobileNetV2 (``size`` x ``size``) on Dynaplasia by cim-mlc and cmswitch: the outputs are equal;
+    cmswitch's ``(hw, info, stats)``."""
     from tvm import relax
 
     from tvm_cim.common import zoo
     from tvm_cim.common.onnx_io import import_onnx
 
-    mod = import_onnx(zoo.build_model("mobilenetv2", image_size=32), "mnv2")[0]
-    x = np.random.default_rng(1).standard_normal((1, 3, 32, 32)).astype("float32")
+    mod = import_onnx(zoo.build_model("mobilenetv2", image_size=size), "mnv2")[0]
+    x = np.random.default_rng(1).standard_normal((1, 3, size, size)).astype("float32")
     hw = _dyn()
     outs = {}
     for s in ("cim-mlc", "cmswitch"):
@@ -646,17 +646,18 @@ def _mobilenet_cmswitch_equals_cim_mlc():
 
 
 def test_segmented_network_switches_at_run_time_and_stays_exact(monkeypatch):
-    """MobileNetV2 (32x32) does not fit Dynaplasia's 96 arrays: segments rewrite weights and switch modes
+    """MobileNetV2 (64x64) does not fit Dynaplasia's 96 arrays: segments rewrite weights and switch modes
     every inference; outputs equal cim-mlc's, and the estimate follows the simulator.  (ResNet-18 at 32
     keeps no array in memory mode since quantisation moved to the producing cores: its first segment's
     memory-mode allocation is 0.1% slower by the estimate than all-compute, so MobileNetV2, where memory
     mode pays clearly, exercises the switches.)  In the packed layout (memory arrays at the top, copies from
-    0), where keeping data across a boundary pays on this model; the spread layout has its own test."""
+    0), where keeping data across a boundary pays on this model at 64x64 (at 32x32 it did with the MILP's
+    path-dependent ties, not with the canonical allocation); the spread layout has its own test."""
     from tvm_cim.compiler.strategies import modes
     from tvm_cim.report import build_report
 
     monkeypatch.setattr(modes, "SPREAD", False)
-    hw, info, stats = _mobilenet_cmswitch_equals_cim_mlc()
+    hw, info, stats = _mobilenet_cmswitch_equals_cim_mlc(64)
     rep = build_report(info, stats, hw.name)
     dm = rep["dual_mode"]
     assert info.chip_map.segments > 1 and len(dm["segments"]) == info.chip_map.segments

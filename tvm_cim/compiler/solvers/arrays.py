@@ -121,7 +121,8 @@ class Allocation:
     latency_ns : float
         ``1 / r``: the slowest bound (Eq. 9), the MIP's objective.
     status : str
-        Solver status (``Optimal``, ``Time limit reached`` ...; ``trivial`` when nothing was solved).
+        How it was found: ``exact`` (:func:`solve_exact`), the MILP's status (``Optimal``, ``Time limit
+        reached`` ...), ``passes`` (a serial segment), ``trivial`` when nothing was solved.
     seconds : float
         Solve time.
     gap : float
