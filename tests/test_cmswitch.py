@@ -329,6 +329,22 @@ def test_canonical_allocation_equals_brute_force_of_the_full_order(seed):
     assert mip.latency_ns == pytest.approx(got.latency_ns, rel=1e-6)
 
 
+def test_allocation_beyond_the_exact_search_is_the_milp(monkeypatch):
+    """More operators that may keep their output than :data:`SUBSETS_MAX`: the MILP allocates (HiGHS's status),
+    with the slowest bound of the canonical allocation; ``solve_exact`` refuses with a clear message."""
+    from tvm_cim.compiler.solvers import arrays
+
+    rng = np.random.default_rng(5)
+    ops = [R(o, memory_need=1) for o in _tied_ops(rng, 3)]
+    exact = arrays.allocate(ops, 10, 10)
+    monkeypatch.setattr(arrays, "SUBSETS_MAX", 2)
+    got = arrays.allocate(ops, 10, 10)
+    assert exact.status == "exact" and got.status == "Optimal"
+    assert got.latency_ns == pytest.approx(exact.latency_ns, rel=1e-6)
+    with pytest.raises(ValueError, match="more than 2"):
+        arrays.solve_exact(ops, 10, 10)
+
+
 def test_canonical_allocation_on_mobilenet_segments(monkeypatch):
     """MobileNetV2 (32x32) on Dynaplasia, every allocation the compiler asks for: the exact solve reaches the
     slowest bound HiGHS proves optimal (an independent solver), and no allocation one or two moves away (a copy
