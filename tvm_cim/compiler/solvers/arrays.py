@@ -172,8 +172,20 @@ def latency_of(ops: list[OpTerms], replicas, memory, cores: int = 0) -> float:
 
 
 def port_ns(ops: list[OpTerms], memory) -> float:
-    """Time the shared global-buffer port is busy in an allocation (depends only on which operators keep
-    their output in memory-mode arrays): stores not kept or written back, loads not from memory arrays."""
+    """Time the shared global-buffer port is busy in an allocation.
+
+    Parameters
+    ----------
+    ops : list of OpTerms
+    memory : sequence of int
+        Memory-mode arrays per operator (only which are non-zero matters).
+
+    Returns
+    -------
+    float
+        Stores not kept in memory mode or written back, plus loads not from memory-mode arrays (ns), summed
+        in operator order.
+    """
     port = 0.0
     for i, o in enumerate(ops):
         if not memory[i] or o.live:  # stored through the port, or written back through it
@@ -214,8 +226,24 @@ def allocate(ops: list[OpTerms], arrays: int, switchable: int, time_limit: float
     :data:`SUBSETS_MAX` operators may keep their output in memory mode, else the MILP (:func:`allocate_mip`,
     whose ties follow HiGHS's search path).
 
-    Parameters and exceptions as :func:`allocate_mip` (``time_limit``, ``seed`` and ``node_limit`` are the
-    MILP's); an infeasible segment raises ``RuntimeError`` either way.
+    Parameters
+    ----------
+    ops, arrays, switchable, reserved, floor, cores
+        As :func:`allocate_mip`.
+    time_limit, seed, node_limit
+        The MILP's (unused by the exact search).
+
+    Returns
+    -------
+    Allocation
+        ``status`` ``exact``, or the MILP's.
+
+    Raises
+    ------
+    ValueError
+        One copy of every operator does not fit ``arrays``.
+    RuntimeError
+        No feasible allocation.
     """
     if sum(1 for o in ops if 0 < o.memory_need <= switchable) <= SUBSETS_MAX:
         return solve_exact(ops, arrays, switchable, reserved, floor, cores)
