@@ -382,7 +382,7 @@ def print_fig14(res: dict) -> None:
         a, b = row["cim-mlc"]["compile_s"], row["cmswitch"]["compile_s"]
         worst = max((m["solve_s"] for m in row["cmswitch"]["modes"]), default=0.0)
         print(f"{net:18s} cim-mlc {a:7.2f} s  cmswitch {b:7.2f} s  ratio {b / a:5.2f}x  "
-              f"(slowest MIP solve {worst * 1e3:.1f} ms; paper 2.8-6.3x)")
+              f"(slowest allocation solve {worst * 1e3:.1f} ms; paper 2.8-6.3x)")
 
 
 def print_sweeps(res: dict) -> None:
