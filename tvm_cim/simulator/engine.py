@@ -334,6 +334,8 @@ class Chip:
         self._cores: dict = {}  # id(_entries list) -> the cores of its crossbars (a scatter's destination), link
         self._scatter_keys: dict = {}  # (input, vxb, block) -> the key of the slice a scatter sends
         self._dmov_cost: dict = {}  # (scatter | fetch, bytes) -> (ns, pJ)
+        self._alu_cost: dict = {}  # a DCOM's (op, elements, core level, requant, at) -> (ns, pJ)
+        self._alu_res: dict = {}  # core (None: the chip ALU) -> the resources of its DCOMs
         self._shape_memo: dict = {}  # (rows, cols, vectors, groups) -> cost.read of this program's mapping
         self._done_full: set[str] = set()
         self._write_memo: dict = {}
@@ -470,9 +472,12 @@ class Chip:
         record_write = self._record_write
         for s in stmts:
             if type(s) is Parallel:
-                if not self._reads_together(s.body, env, stats, ev):
-                    self._block(s.body, env, stats, ev)
-                continue
+                body = s.body
+                if len(body) != 1 or type(body[0]) is Parallel:
+                    if not self._reads_together(body, env, stats, ev):
+                        self._block(body, env, stats, ev)
+                    continue
+                s = body[0]  # a block of one operation: executed as the operation (what _block(body) does)
             opc = s.opcode
             if opc == "CIM.write_xb" and fast_writes and not xb_memory and not xb_kept:
                 a = s._index
@@ -1364,7 +1369,10 @@ class Chip:
         return Prefix(same, len(same), () if last is None else (last,))
 
     def _record_read(self, o: Op, ev: Events) -> None:
-        v = _vecs(o, self.M)
+        a = o._index
+        v = a.get("vecs")
+        if not isinstance(v, Range):
+            v = _from0(self.M)
         ents = self._entries(o, True)
         vectors = v.size * self._batch
         agg_key = (id(ents), vectors, o.opcode)
@@ -1372,20 +1380,22 @@ class Chip:
         if agg is None:  # the same crossbars read for the same number of vectors cost the same
             agg = self._read_memo[agg_key] = self._read_cost(o, ents, vectors)
         dur, energy, total, xb_keys = agg
-        blk = o.get("block")
-        tag_key = (o["vxb"], o["src"].name, None if blk is None else blk.start)
+        blk = a.get("block")
+        src = a["src"].name
+        tag_key = (a["vxb"], src, None if blk is None else blk.start)
         tags = self._read_tags.get(tag_key)
         if tags is None:
             tags = self._read_tags[tag_key] = self._read_tag(o)
         tag, src_key = tags
-        deps = self._deps(src_key, v, False) + self._deps(o["src"].name, v, False)
+        deps = self._deps(src_key, v, False) + self._deps(src, v, False)
         wd = self._write_deps.get(id(xb_keys))
         if wd is None or wd[0] != self._xb_epoch:  # the last writes of its crossbars (until one is rewritten)
             xb_write = self._xb_write
             wd = self._write_deps[id(xb_keys)] = (self._xb_epoch, [xb_write[k] for k in xb_keys if k in xb_write])
         deps += wd[1]
+        acc = self._energy
         for k2, val in energy.items():
-            self._energy[k2] += val
+            acc[k2] += val
         i = ev.add(dur, tag, deps, total, True, o.opcode)
         if self._lmem is not None:  # the input slice it reads may be reused after it
             held = self._lbuf.get((src_key, v.start, v.stop))
@@ -1394,7 +1404,7 @@ class Chip:
         readers = self._xb_readers
         for k in xb_keys:
             readers[k].append(i)
-        self._mark(o["dst"].name, v, i, True)
+        self._ranges[a["dst"].name].setdefault((v.start, v.stop), []).append(i)  # _mark(dst, v, i, True)
 
     def _record_reads(self, body, ev: Events) -> None:
         """:meth:`_record_read` of reads of one virtual crossbar, input slice and accumulator (the row groups
@@ -1514,12 +1524,15 @@ class Chip:
 
     def _record_dmov(self, o: Op, ev: Events) -> None:
         hw = self.hw
-        v = _vecs(o, self.M)
-        nbytes = int(o.get("bytes", 0))
-        sub = o.get("op")
-        src = o["src"].name
+        a = o._index
+        v = a.get("vecs")
+        if not isinstance(v, Range):
+            v = _from0(self.M)
+        nbytes = int(a.get("bytes", 0))
+        sub = a.get("op")
+        src = a["src"].name
         if sub == "scatter":
-            if "vxb" in o._index:
+            if "vxb" in a:
                 ents = self._entries(o, True)
                 hit = self._cores.get(id(ents))
                 if hit is None:  # the receiving cores and the link the scatter occupies
@@ -1533,11 +1546,11 @@ class Chip:
                 hit = self._dmov_cost[("scatter", nbytes)] = cost.scatter(hw, nbytes)
             dur, e = hit
             deps = self._deps(src, v, False)
-            blk = o.get("block")
-            kk = (src, o["vxb"], None if blk is None else blk.start)
+            blk = a.get("block")
+            kk = (src, a["vxb"], None if blk is None else blk.start)
             key = self._scatter_keys.get(kk)
             if key is None:
-                key = self._scatter_keys[kk] = f"{src}@{o['vxb']}" + (f":{blk.start}" if blk is not None else "")
+                key = self._scatter_keys[kk] = f"{src}@{a['vxb']}" + (f":{blk.start}" if blk is not None else "")
             held = None
             if self._lmem is not None:  # a buffer in the receiving core's local memory (PIMCOMP's heap)
                 buf, waits = self._lmem.alloc(cores[0], nbytes)
@@ -1579,30 +1592,37 @@ class Chip:
             i = ev.add(dur, ("offchip",), [], e, False, "DMOV.fetch")
             self._mark(src, _from0(self.M), i, True)
             return
-        offchip = o.get("level") == "offchip"  # the working set does not fit the global buffer
-        if o.get("level") == "xbmem":  # memory-mode arrays, all in parallel
-            xbs = tuple(o["xbs"])
+        level = a.get("level")
+        offchip = level == "offchip"  # the working set does not fit the global buffer
+        if level == "xbmem":  # memory-mode arrays, all in parallel
+            xbs = tuple(a["xbs"])
             dur, energy = cost.memory_access(hw, nbytes, len(xbs), write=sub == "store")
             res = tuple(f"xb:{x}" for x in xbs)
+            e = float(sum(energy.values()))
+            mem = [r for r in res if r.startswith("xb:")]
+            mem_deps = [d for r in mem for d in self._deps(r, _from0(1), write=False)]
         else:
-            dur, energy = cost.load_store(hw, nbytes, offchip)
-            res = ("gbuf", "offchip") if offchip else ("gbuf",)
+            hit = self._dmov_cost.get(("load_store", nbytes, offchip))
+            if hit is None:  # a pure function of the bytes and the level
+                dur, energy = cost.load_store(hw, nbytes, offchip)
+                hit = self._dmov_cost[("load_store", nbytes, offchip)] = (
+                    dur, energy, float(sum(energy.values())), ("gbuf", "offchip") if offchip else ("gbuf",))
+            dur, energy, e, res = hit
+            mem = mem_deps = ()
+        acc = self._energy
         for k2, val in energy.items():
-            self._energy[k2] += val
-        e = float(sum(energy.values()))
-        f = o.get("frac", (0.0, 1.0))
-        mem = [r for r in res if r.startswith("xb:")]
-        mem_deps = [d for r in mem for d in self._deps(r, _from0(1), write=False)]
+            acc[k2] += val
+        f = a.get("frac", (0.0, 1.0))
         if sub == "load":
-            i = ev.add(dur, res, mem_deps, e, False, "DMOV.load")
+            i = ev.add(dur, res, mem_deps, e, False, "DMOV.load")  # (an empty tuple stored like an empty list)
             for r in mem:
                 self._mark(r, _from0(1), i, False)
             ev.inputs.append((i, float(f[0]), float(f[1])))
             self._mark(src, v, i, True)
         else:  # store
-            i = ev.add(dur, res, self._deps(src, v, False) + mem_deps, e, False, "DMOV.store")
-            if o.get("ring") and f[1] > f[0]:  # the share of the output the line buffer holds
-                ev.ring = float(o["ring"]) * (float(f[1]) - float(f[0])) / nbytes
+            i = ev.add(dur, res, self._deps(src, v, False) + list(mem_deps), e, False, "DMOV.store")
+            if a.get("ring") and f[1] > f[0]:  # the share of the output the line buffer holds
+                ev.ring = float(a["ring"]) * (float(f[1]) - float(f[0])) / nbytes
             held = self._lbuf.get(("out", v.start, v.stop)) if self._lmem is not None else None
             if held is not None:  # the output pixels it sends leave the core's local memory
                 held[0].read(held[1], i)
@@ -1611,25 +1631,39 @@ class Chip:
             ev.outputs.append((i, float(f[0]), float(f[1])))
 
     def _record_dcom(self, o: Op, ev: Events) -> None:
-        v = _vecs(o, self.M)
-        sub = o.get("op")
-        dst = o.get("dst")
-        core = o.get("core")
-        elements = int(o.get("elements", 0))
-        if sub == "im2col" or o.get("at") == "producer":
-            # im2col is the scatter's gather pattern (costed there); a quantisation done by the producing cores
-            # was charged with their post-processing (DCOM.dequantize requant=)
-            elements = 0
-        dur, e = cost.alu(self.hw, sub, elements, core_level=core is not None)
-        if o.get("requant"):  # quantising the output for the consuming regions, on the same core ALU
-            d2, e2 = cost.alu(self.hw, "quantize", int(o["requant"]), core_level=core is not None)
-            dur, e = dur + d2, e + e2
-        res = (f"alu:{core}",) if core is not None else ("chipalu",)
+        a = o._index
+        v = a.get("vecs")
+        if not isinstance(v, Range):
+            v = _from0(self.M)
+        sub = a.get("op")
+        dst = a.get("dst")
+        core = a.get("core")
+        ckey = (sub, a.get("elements", 0), core is not None, a.get("requant"), a.get("at"))
+        hit = self._alu_cost.get(ckey)
+        if hit is None:  # a pure function of these arguments (every chunk of a layer costs the same)
+            elements = int(ckey[1])
+            if sub == "im2col" or ckey[4] == "producer":
+                # im2col is the scatter's gather pattern (costed there); a quantisation done by the producing
+                # cores was charged with their post-processing (DCOM.dequantize requant=)
+                elements = 0
+            dur, e = cost.alu(self.hw, sub, elements, core_level=core is not None)
+            if ckey[3]:  # quantising the output for the consuming regions, on the same core ALU
+                d2, e2 = cost.alu(self.hw, "quantize", int(ckey[3]), core_level=core is not None)
+                dur, e = dur + d2, e + e2
+            hit = self._alu_cost[ckey] = (dur, e)
+        dur, e = hit
+        if not dur:
+            res = ()
+        else:
+            res = self._alu_res.get(core)
+            if res is None:
+                res = self._alu_res[core] = (f"alu:{core}",) if core is not None else ("chipalu",)
         self._energy["alu"] += e
         deps = []
         rng_in = v if sub not in ("layout", "colsum") else Range(0, 1 << 60)
+        dname = None if dst is None else dst.name
         for _, val in o.args:
-            if isinstance(val, Ref) and (dst is None or val.name != dst.name or sub in ("reduce",)):
+            if isinstance(val, Ref) and (val.name != dname or sub == "reduce"):
                 deps += self._deps(val.name, rng_in, False)
         held = None
         if self._lmem is not None and sub == "dequantize" and core is not None:  # output pixels, until sent
@@ -1638,13 +1672,13 @@ class Chip:
             deps += waits
             if buf is not None:
                 held = (self._lmem.heaps[int(core)], buf)
-        i = ev.add(dur, res if dur else (), deps, e, False, o.kind)
+        i = ev.add(dur, res, deps, e, False, o.kind)
         if held is not None:
             held[1].writer = i
             self._lbuf[("out", v.start, v.stop)] = held
         if dst is not None:
-            whole = sub in ("layout", "colsum", "zeros", "reshape") and not o.get("vecs")
-            self._mark(dst.name, Range(0, 1 << 60) if whole else v, i, True)
+            whole = sub in ("layout", "colsum", "zeros", "reshape") and not a.get("vecs")
+            self._mark(dname, Range(0, 1 << 60) if whole else v, i, True)
 
     def _record_bind(self, o: Op, ev: Events) -> None:
         return
