@@ -156,6 +156,9 @@ _TILE_BYTES = 32 * 2**20
 _FROM0: dict = {}  # n -> Range(0, n) (one object per n: ranges are immutable, and building one costs)
 
 
+_READS = frozenset(("CIM.read_xb", "CIM.read_core", "CIM.read_row"))  # the reads (_record_read)
+
+
 def _from0(n: int) -> Range:
     r = _FROM0.get(n)
     if r is None:
@@ -333,6 +336,8 @@ class Chip:
         self._xb_key_sets: dict = {}  # crossbar keys of a read -> the one tuple of them (_read_cost)
         self._cores: dict = {}  # id(_entries list) -> the cores of its crossbars (a scatter's destination), link
         self._scatter_keys: dict = {}  # (input, vxb, block) -> the key of the slice a scatter sends
+        self._scatter_static: dict = {}  # (input, vxb, block, bytes) -> a scatter's cores, link, ns, pJ and key
+        self._read_static: dict = {}  # (vxb, block, group, opcode, vectors, input) -> a read's cost, keys, tags
         self._dmov_cost: dict = {}  # (scatter | fetch, bytes) -> (ns, pJ)
         self._alu_cost: dict = {}  # a DCOM's (op, elements, core level, requant, at) -> (ns, pJ)
         self._alu_res: dict = {}  # core (None: the chip ALU) -> the resources of its DCOMs
@@ -470,6 +475,7 @@ class Chip:
         xb_memory, xb_kept, xb_owner = self.xb_memory, self.xb_kept, self.xb_owner
         fast_writes = not functional and not self._loopnest
         record_write = self._record_write
+        record_dcom, record_dmov = record["DCOM"], record["DMOV"]
         for s in stmts:
             if type(s) is Parallel:
                 body = s.body
@@ -493,6 +499,19 @@ class Chip:
                 continue
             if kind not in OPS:
                 raise SimulationError(f"program '{self.prog.name}': unknown meta-operator {kind}")
+            if fast_writes:  # timing only: what the general path below does for a DCOM, a DMOV that does not
+                # touch memory-mode arrays, a read while every array is in compute mode (no checks apply)
+                if opc == "DCOM":
+                    record_dcom(self, s, ev)
+                    continue
+                if opc == "DMOV":
+                    a = s._index
+                    if a.get("level") != "xbmem" and a.get("op") != "writeback":
+                        record_dmov(self, s, ev)
+                        continue
+                elif opc in _READS and not xb_memory:
+                    record[opc](self, s, ev)
+                    continue
             if opc == "CM.switch" or (opc == "DMOV" and (s.get("level") == "xbmem" or s.get("op") == "writeback")):
                 self._dual_mode(s)
             elif opc.startswith("CIM.") and opc != "CIM.loopnest":
@@ -1373,20 +1392,23 @@ class Chip:
         v = a.get("vecs")
         if not isinstance(v, Range):
             v = _from0(self.M)
-        ents = self._entries(o, True)
-        vectors = v.size * self._batch
-        agg_key = (id(ents), vectors, o.opcode)
-        agg = self._read_memo.get(agg_key)
-        if agg is None:  # the same crossbars read for the same number of vectors cost the same
-            agg = self._read_memo[agg_key] = self._read_cost(o, ents, vectors)
-        dur, energy, total, xb_keys = agg
         blk = a.get("block")
         src = a["src"].name
-        tag_key = (a["vxb"], src, None if blk is None else blk.start)
-        tags = self._read_tags.get(tag_key)
-        if tags is None:
-            tags = self._read_tags[tag_key] = self._read_tag(o)
-        tag, src_key = tags
+        skey = (a["vxb"], None if blk is None else blk.start, a.get("group"), o.opcode, v.stop - v.start, src)
+        st = self._read_static.get(skey)
+        if st is None:  # what depends only on the crossbars read, the input and the number of vectors
+            ents = self._entries(o, True)
+            vectors = v.size * self._batch
+            agg_key = (id(ents), vectors, o.opcode)
+            agg = self._read_memo.get(agg_key)
+            if agg is None:  # the same crossbars read for the same number of vectors cost the same
+                agg = self._read_memo[agg_key] = self._read_cost(o, ents, vectors)
+            tag_key = (a["vxb"], src, None if blk is None else blk.start)
+            tags = self._read_tags.get(tag_key)
+            if tags is None:
+                tags = self._read_tags[tag_key] = self._read_tag(o)
+            st = self._read_static[skey] = (*agg, *tags)
+        dur, energy, total, xb_keys, tag, src_key = st
         deps = self._deps(src_key, v, False) + self._deps(src, v, False)
         wd = self._write_deps.get(id(xb_keys))
         if wd is None or wd[0] != self._xb_epoch:  # the last writes of its crossbars (until one is rewritten)
@@ -1532,25 +1554,29 @@ class Chip:
         sub = a.get("op")
         src = a["src"].name
         if sub == "scatter":
-            if "vxb" in a:
-                ents = self._entries(o, True)
-                hit = self._cores.get(id(ents))
-                if hit is None:  # the receiving cores and the link the scatter occupies
-                    cores = sorted({xb // hw.core.crossbars for xb, _, _, _ in ents})
-                    hit = self._cores[id(ents)] = (cores, tuple(f"link:{c}" for c in cores[:1]))
-                cores, res = hit
-            else:
-                cores, res = [0], ("link:0",)
-            hit = self._dmov_cost.get(("scatter", nbytes))
-            if hit is None:  # a pure function of the bytes
-                hit = self._dmov_cost[("scatter", nbytes)] = cost.scatter(hw, nbytes)
-            dur, e = hit
-            deps = self._deps(src, v, False)
             blk = a.get("block")
-            kk = (src, a["vxb"], None if blk is None else blk.start)
-            key = self._scatter_keys.get(kk)
-            if key is None:
-                key = self._scatter_keys[kk] = f"{src}@{a['vxb']}" + (f":{blk.start}" if blk is not None else "")
+            skey = (src, a.get("vxb"), None if blk is None else blk.start, nbytes)
+            hit = self._scatter_static.get(skey)
+            if hit is None:  # what depends only on the crossbars it feeds, its input and its bytes
+                if "vxb" in a:
+                    ents = self._entries(o, True)
+                    hit = self._cores.get(id(ents))
+                    if hit is None:  # the receiving cores and the link the scatter occupies
+                        cores = sorted({xb // hw.core.crossbars for xb, _, _, _ in ents})
+                        hit = self._cores[id(ents)] = (cores, tuple(f"link:{c}" for c in cores[:1]))
+                    cores, res = hit
+                else:
+                    cores, res = [0], ("link:0",)
+                hit = self._dmov_cost.get(("scatter", nbytes))
+                if hit is None:  # a pure function of the bytes
+                    hit = self._dmov_cost[("scatter", nbytes)] = cost.scatter(hw, nbytes)
+                kk = (src, a["vxb"], None if blk is None else blk.start)
+                key = self._scatter_keys.get(kk)
+                if key is None:
+                    key = self._scatter_keys[kk] = f"{src}@{a['vxb']}" + (f":{blk.start}" if blk is not None else "")
+                hit = self._scatter_static[skey] = (cores, res, *hit, key)
+            cores, res, dur, e, key = hit
+            deps = self._deps(src, v, False)
             held = None
             if self._lmem is not None:  # a buffer in the receiving core's local memory (PIMCOMP's heap)
                 buf, waits = self._lmem.alloc(cores[0], nbytes)
