@@ -1286,12 +1286,12 @@ class Chip:
 
     def _deps(self, key: str, v: Range, write: bool = False) -> list[int]:
         """Operations the access of ``key`` over ``v`` must wait for."""
-        if key.startswith("xb:"):
-            last = self._xb_write.get(key)
-            deps = [] if last is None else [last]
-            return deps + self._xb_readers[key] if write else deps
-        table = self._ranges.get(key)
+        table = self._ranges.get(key)  # (a crossbar's key is never in it: _mark)
         if not table:
+            if key.startswith("xb:"):
+                last = self._xb_write.get(key)
+                deps = [] if last is None else [last]
+                return deps + self._xb_readers[key] if write else deps
             return []
         exact = table.get((v.start, v.stop))
         full = table.get((0, 1 << 60), [])
@@ -1595,7 +1595,7 @@ class Chip:
             if held is not None:
                 held[1].writer = i
                 self._lbuf[(key, v.start, v.stop)] = held
-            self._mark(key, v, i, True)
+            self._ranges[key].setdefault((v.start, v.stop), []).append(i)  # _mark(key, v, i, True): a tensor
             return
         if sub == "writeback":  # live data out of memory-mode arrays (CMSwitch T^wb), after what it holds
             xbs = tuple(o["xbs"])
@@ -1644,7 +1644,7 @@ class Chip:
             for r in mem:
                 self._mark(r, _from0(1), i, False)
             ev.inputs.append((i, float(f[0]), float(f[1])))
-            self._mark(src, v, i, True)
+            self._ranges[src].setdefault((v.start, v.stop), []).append(i)  # _mark(src, v, i, True): a tensor
         else:  # store
             i = ev.add(dur, res, self._deps(src, v, False) + list(mem_deps), e, False, "DMOV.store")
             if a.get("ring") and f[1] > f[0]:  # the share of the output the line buffer holds
@@ -1704,7 +1704,9 @@ class Chip:
             self._lbuf[("out", v.start, v.stop)] = held
         if dst is not None:
             whole = sub in ("layout", "colsum", "zeros", "reshape") and not a.get("vecs")
-            self._mark(dname, Range(0, 1 << 60) if whole else v, i, True)
+            if whole:
+                v = Range(0, 1 << 60)
+            self._ranges[dname].setdefault((v.start, v.stop), []).append(i)  # _mark(dst, v, i, True): a tensor
 
     def _record_bind(self, o: Op, ev: Events) -> None:
         return
