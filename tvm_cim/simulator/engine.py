@@ -38,6 +38,8 @@ the chip's static power over the elapsed time.
 
 from __future__ import annotations
 
+import functools
+import operator
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -1452,7 +1454,7 @@ class Chip:
         plan = self._read_plans.get(sig)
         if plan is None:
             plan = self._read_plans[sig] = self._read_plan(body, vectors)
-        durs, totals, analog, kinds, energy, sets, which, runs = plan
+        durs, totals, analog, kinds, energy, sets, which, runs, positive = plan
         base = self._deps(src_key, v, False) + self._deps(src, v, False)
         wdeps, xb_write, epoch = self._write_deps, self._xb_write, self._xb_epoch
         stored = []  # per distinct crossbar set, in order of first use: the reads' stored dependency list
@@ -1463,10 +1465,7 @@ class Chip:
             stored.append(ev.stored(base + wd[1]))
         acc_e, readers = self._energy, self._xb_readers
         for k2, vals in energy:  # each component summed in program order (the same floating-point sums)
-            x = acc_e[k2]
-            for val in vals:
-                x += val
-            acc_e[k2] = x
+            acc_e[k2] = functools.reduce(operator.add, vals, acc_e[k2])
         i0 = len(ev.dur)
         ev.dur.extend(durs)
         ev.res.extend([tag] * len(durs))
@@ -1474,10 +1473,13 @@ class Chip:
         ev.energy.extend(totals)
         ev.analog.extend(analog)
         ev.kind.extend(kinds)
+        chains = ev.chains if positive else None
         for xb_keys, r0, r1 in runs:  # consecutive reads of the same crossbars: reader lists extended once
             run = range(i0 + r0, i0 + r1)
             for k in xb_keys:
                 readers[k].extend(run)
+            if chains is not None and r1 - r0 > 1:  # one stored dependency list, one resource: a chain
+                chains[i0 + r0] = i0 + r1
         self._ranges[a0["dst"].name].setdefault((v.start, v.stop), []).extend(range(i0, i0 + len(durs)))
 
     def _read_plan(self, body, vectors: int) -> tuple:
@@ -1509,7 +1511,7 @@ class Chip:
             else:
                 runs.append([xb_keys, n, n + 1])
         return (durs, totals, [True] * len(durs), [o.opcode for o in body], list(energy.items()), sets, which,
-                [tuple(r) for r in runs])
+                [tuple(r) for r in runs], all(d > 0 for d in durs))
 
     def _read_cost(self, o: Op, ents: list, vectors: int) -> tuple:
         """Duration, energy by component, total energy and crossbar keys of a read."""
