@@ -314,7 +314,7 @@ class Chip:
             self.xb_stored.clear()
             self.xb_kept.clear()
         self._stored_now = set()
-        self.vxbs, self._loopnest, setup_xbs, written = self._structure(prog)
+        self.vxbs, self._loopnest, setup_xbs, written, rewritten = self._structure(prog)
         self.M = int(prog.attr("M", 1)) * int(prog.attr("batch", 1))
         self._batch = int(prog.attr("batch", 1))
         self._pending: dict = {}  # (input, accumulator) -> queued reads, in program order
@@ -352,7 +352,7 @@ class Chip:
         self._lmem = None
         if prog.name not in self._setup_done or any(self.xb_owner.get(x) != (prog.name,) for x in setup_xbs):
             ev = Events()
-            self._reset_board()
+            self._reset_board(rewritten["setup"])
             self._energy = defaultdict(float)
             self._block(prog.setup, env, stats, ev)
             self._flush(env, stats)
@@ -362,7 +362,7 @@ class Chip:
                 stats.energy_pj["setup_" + k] += e
             self._setup_done.add(prog.name)
         ev = Events()
-        self._reset_board()
+        self._reset_board(rewritten["run"])
         self._energy = defaultdict(float)
         # pixel-level buffers in the cores' local memories (one heap per core shared by the regions: recorded
         # here, allocated when the timeline is scheduled)
@@ -397,23 +397,29 @@ class Chip:
 
     # ------------------------------------------------------------------ structure
     @staticmethod
-    def _structure(prog: Program) -> tuple[dict[int, list], bool, list, set]:
+    def _structure(prog: Program) -> tuple[dict[int, list], bool, list, set, dict]:
         """One walk over the program: its virtual crossbars (vxb id -> [(xb, rows Range, cols Range)] from
         ``CIM.bind_vxb``), whether its run section has a ``CIM.loopnest``, the crossbars its setup section
-        writes (in order) and every crossbar it writes."""
+        writes (in order), every crossbar it writes, and per section (``setup``, ``run``) the keys of the
+        crossbars it writes, writes back from or switches (the only operations that wait for a crossbar's reads)."""
         out, setup_xbs, written, loop = {}, [], set(), False
+        rewritten = {"setup": set(), "run": set()}
         for section, stmts in (("setup", prog.setup), ("run", prog.run)):
+            rw = rewritten[section]
             for o in _ops(stmts):
                 opc = o.opcode
                 if opc == "CIM.bind_vxb":
                     out[o["vxb"]] = list(zip(o["xbs"], o["rows"], o["cols"]))
                 elif opc == "CIM.write_xb":
                     written.add(o["xb"])
+                    rw.add(f"xb:{o['xb']}")
                     if section == "setup":
                         setup_xbs.append(o["xb"])
                 elif opc == "CIM.loopnest" and section == "run":
                     loop = True
-        return out, loop, setup_xbs, written
+                elif opc == "CM.switch" or (opc == "DMOV" and o.kind == "DMOV.writeback"):
+                    rw.update(f"xb:{x}" for x in o["xbs"])
+        return out, loop, setup_xbs, written, rewritten
 
     def _entries(self, o: Op, shape_only: bool = False) -> list:
         """(xb, rows, cols, base row) of the crossbars a read activates (memoised per operation of the program).
@@ -1278,13 +1284,23 @@ class Chip:
     # the last write and the reads since (a write waits for them).
     _FULL = Range(0, 1 << 60)
 
-    def _reset_board(self) -> None:
+    def _reset_board(self, rewritten: set | None = None) -> None:
+        """A fresh scoreboard for one section; ``rewritten``: the keys of the crossbars the section writes,
+        writes back from or switches (only their reads are kept as readers: no other operation waits for a
+        crossbar's reads); None: every crossbar."""
+        self._rewritten = rewritten
+        self._live_keys: dict = {}  # id(crossbar keys of a read) -> those in ``rewritten``
         self._ranges: dict = defaultdict(dict)
         self._xb_write: dict = {}
         self._xb_epoch = 0  # counts crossbar writes: the cached write dependencies of reads are valid within one
         self._write_deps: dict = {}  # id(crossbar keys) -> (epoch, their last writes)
         self._readers_seen: dict = {}  # (count, first, last) -> the last reader list of crossbars (_write_deps_of)
         self._xb_readers: dict = defaultdict(list)
+
+    def _live(self, xb_keys: tuple) -> tuple:
+        """The crossbar keys whose readers this section consults (:meth:`_reset_board`)."""
+        rw = self._rewritten
+        return xb_keys if rw is None else tuple([k for k in xb_keys if k in rw])
 
     def _deps(self, key: str, v: Range, write: bool = False) -> list[int]:
         """Operations the access of ``key`` over ``v`` must wait for."""
@@ -1425,8 +1441,11 @@ class Chip:
             held = self._lbuf.get((src_key, v.start, v.stop))
             if held is not None:
                 held[0].read(held[1], i)
+        live = self._live_keys.get(id(xb_keys))
+        if live is None:
+            live = self._live_keys[id(xb_keys)] = self._live(xb_keys)
         readers = self._xb_readers
-        for k in xb_keys:
+        for k in live:
             readers[k].append(i)
         self._ranges[a["dst"].name].setdefault((v.start, v.stop), []).append(i)  # _mark(dst, v, i, True)
 
@@ -1474,9 +1493,13 @@ class Chip:
         ev.analog.extend(analog)
         ev.kind.extend(kinds)
         chains = ev.chains if positive else None
+        live_keys = self._live_keys
         for xb_keys, r0, r1 in runs:  # consecutive reads of the same crossbars: reader lists extended once
             run = range(i0 + r0, i0 + r1)
-            for k in xb_keys:
+            live = live_keys.get(id(xb_keys))
+            if live is None:
+                live = live_keys[id(xb_keys)] = self._live(xb_keys)
+            for k in live:
                 readers[k].extend(run)
             if chains is not None and r1 - r0 > 1:  # one stored dependency list, one resource: a chain
                 chains[i0 + r0] = i0 + r1

@@ -563,7 +563,8 @@ def _place(ev: Events, st: list, fin: list, floor: float, ext_ready: dict, res: 
     fin_at = fin.__getitem__
     run_max: dict = {}  # id(shared list) -> running maxima of its members' finish times
     prev_deps, prev_t = None, 0.0  # rows sharing one stored dependency list (reads of a parallel block)
-    chains = ev.chains if power is None else None
+    nocap = power is None
+    chains = ev.chains if nocap else None
     ext_keys = sorted(ext_ready) if chains else ()
     rows = iter(range(lo, stop))
     for i in rows:
@@ -596,15 +597,15 @@ def _place(ev: Events, st: list, fin: list, floor: float, ext_ready: dict, res: 
         dur = ev_dur[i]
         if dur > 0:
             names = ev_res[i]
-            capped = power is not None and ev.analog[i]
-            if len(names) == 1 and not capped:  # one resource: its earliest gap (the loop's fixed point)
+            if len(names) == 1 and (nocap or not ev.analog[i]):  # one resource: its earliest gap (the fixed point)
                 r = res[names[0]]
                 tr = t  # when its inputs are ready
                 last = r.last
                 if last:  # the cases earliest + reserve settle without a search (what they do then)
-                    s_last = r.bs[-1][-1]
-                    if t < last[-1] and s_last <= t and s_last < t + dur:  # in the last busy interval: after it
-                        t = last[-1]
+                    if t < last[-1]:
+                        s_last = r.bs[-1][-1]
+                        if s_last <= t and s_last < t + dur:  # in the last busy interval: after it
+                            t = last[-1]
                     if t >= last[-1]:  # after everything booked on it
                         end = t + dur
                         r.busy += dur
