@@ -223,10 +223,13 @@ class Chip:
 
     ``together`` (default True): the row-group reads of a parallel block are recorded together
     (:meth:`_record_reads`); False records every operation on its own (tests compare the two).
+    ``prune_readers`` (default True): a read is kept as a reader of its crossbars only where its section
+    writes, writes back from or switches them (:meth:`_reset_board`); False keeps every read.
     """
 
     together = True
     grouped_reads = 0  # reads recorded together so far (on this chip)
+    prune_readers = True  # False: every read kept as a reader of its crossbars (tests compare the two)
 
     def __init__(self, hw: CIMHardware, options: Options | None = None):
         self.hw = hw
@@ -1300,7 +1303,7 @@ class Chip:
     def _live(self, xb_keys: tuple) -> tuple:
         """The crossbar keys whose readers this section consults (:meth:`_reset_board`)."""
         rw = self._rewritten
-        return xb_keys if rw is None else tuple([k for k in xb_keys if k in rw])
+        return xb_keys if rw is None or not self.prune_readers else tuple([k for k in xb_keys if k in rw])
 
     def _deps(self, key: str, v: Range, write: bool = False) -> list[int]:
         """Operations the access of ``key`` over ``v`` must wait for."""

@@ -34,6 +34,7 @@ LONG_DEPS = 16  # dependency lists longer than this are stored as compact int64 
 _BLOCK = 32  # busy intervals of a resource are kept in blocks of _BLOCK to 2 * _BLOCK
 _NONE = float("-inf")  # the latest finish of no dependencies
 _GAP_MARGIN = 1e-3  # ns: a block is skipped only if its largest gap is this much shorter than needed
+CHAINS = True  # False: every row placed on its own, Events.chains ignored (tests compare the two)
 
 
 class Prefix:
@@ -564,7 +565,7 @@ def _place(ev: Events, st: list, fin: list, floor: float, ext_ready: dict, res: 
     run_max: dict = {}  # id(shared list) -> running maxima of its members' finish times
     prev_deps, prev_t = None, 0.0  # rows sharing one stored dependency list (reads of a parallel block)
     nocap = power is None
-    chains = ev.chains if nocap else None
+    chains = ev.chains if nocap and CHAINS else None
     ext_keys = sorted(ext_ready) if chains else ()
     rows = iter(range(lo, stop))
     for i in rows:
