@@ -179,7 +179,11 @@ def _ops(stmts) -> list:
     out = []
     for s in stmts:
         if type(s) is Parallel:
-            out.extend(_ops(s.body))
+            body = s.body
+            if len(body) == 1 and type(body[0]) is not Parallel:  # a block of one operation
+                out.append(body[0])
+            else:
+                out.extend(_ops(body))
         else:
             out.append(s)
     return out
