@@ -1480,7 +1480,7 @@ class Chip:
         plan = self._read_plans.get(sig)
         if plan is None:
             plan = self._read_plans[sig] = self._read_plan(body, vectors)
-        durs, totals, analog, kinds, energy, sets, which, runs, positive = plan
+        durs, totals, analog, kinds, energy, sets, which, runs = plan
         base = self._deps(src_key, v, False) + self._deps(src, v, False)
         wdeps, xb_write, epoch = self._write_deps, self._xb_write, self._xb_epoch
         stored = []  # per distinct crossbar set, in order of first use: the reads' stored dependency list
@@ -1499,7 +1499,6 @@ class Chip:
         ev.energy.extend(totals)
         ev.analog.extend(analog)
         ev.kind.extend(kinds)
-        chains = ev.chains if positive else None
         live_keys = self._live_keys
         for xb_keys, r0, r1 in runs:  # consecutive reads of the same crossbars: reader lists extended once
             run = range(i0 + r0, i0 + r1)
@@ -1508,8 +1507,6 @@ class Chip:
                 live = live_keys[id(xb_keys)] = self._live(xb_keys)
             for k in live:
                 readers[k].extend(run)
-            if chains is not None and r1 - r0 > 1:  # one stored dependency list, one resource: a chain
-                chains[i0 + r0] = i0 + r1
         self._ranges[a0["dst"].name].setdefault((v.start, v.stop), []).extend(range(i0, i0 + len(durs)))
 
     def _read_plan(self, body, vectors: int) -> tuple:
@@ -1541,7 +1538,7 @@ class Chip:
             else:
                 runs.append([xb_keys, n, n + 1])
         return (durs, totals, [True] * len(durs), [o.opcode for o in body], list(energy.items()), sets, which,
-                [tuple(r) for r in runs], all(d > 0 for d in durs))
+                [tuple(r) for r in runs])
 
     def _read_cost(self, o: Op, ents: list, vectors: int) -> tuple:
         """Duration, energy by component, total energy and crossbar keys of a read."""

@@ -19,7 +19,6 @@ power of crossbars and ADCs active at once), and per-resource utilisation.
 from __future__ import annotations
 
 import bisect
-import functools
 import itertools
 import operator
 from array import array
@@ -34,7 +33,6 @@ LONG_DEPS = 16  # dependency lists longer than this are stored as compact int64 
 _BLOCK = 32  # busy intervals of a resource are kept in blocks of _BLOCK to 2 * _BLOCK
 _NONE = float("-inf")  # the latest finish of no dependencies
 _GAP_MARGIN = 1e-3  # ns: a block is skipped only if its largest gap is this much shorter than needed
-CHAINS = True  # False: every row placed on its own, Events.chains ignored (tests compare the two)
 
 
 class Prefix:
@@ -80,10 +78,6 @@ class Events:
     _last: tuple = field(default=(), repr=False, compare=False)  # the last short dependency tuple (shared)
     # (start, finish) arrays of the rows scheduled alone from time 0 (:func:`schedule_graph` records them)
     alone: tuple | None = field(default=None, repr=False, compare=False)
-    # first row -> stop of rows recorded with one stored dependency list and one resource tuple, each of positive
-    # duration (the row groups of a parallel block's reads): :func:`_place` books them back to back at once when
-    # the per-row rules would (a hint: it checks every condition)
-    chains: dict = field(default_factory=dict, repr=False, compare=False)
 
     def add(self, dur, res, deps, energy, analog, kind, shared: list | None = None) -> int:
         """Append an operation; ``shared``: it also depends on every current member of this growing list."""
@@ -559,16 +553,11 @@ def _place(ev: Events, st: list, fin: list, floor: float, ext_ready: dict, res: 
     """List-schedule one region's operations ``lo .. hi - 1`` (default all) in order (``st``, ``fin``: filled in)."""
     ev_deps, ev_dur, ev_res = ev.deps, ev.dur, ev.res
     n_ev = len(ev)
-    stop = n_ev if hi is None else hi
     ready = ext_ready.get  # an input load's time is never below the floor (it starts from it)
     fin_at = fin.__getitem__
     run_max: dict = {}  # id(shared list) -> running maxima of its members' finish times
     prev_deps, prev_t = None, 0.0  # rows sharing one stored dependency list (reads of a parallel block)
-    nocap = power is None
-    chains = ev.chains if nocap and CHAINS else None
-    ext_keys = sorted(ext_ready) if chains else ()
-    rows = iter(range(lo, stop))
-    for i in rows:
+    for i in range(lo, n_ev if hi is None else hi):
         t = ready(i, floor)
         deps = ev_deps[i]
         if deps is prev_deps:  # the same operations, already finished: the same latest finish
@@ -598,15 +587,14 @@ def _place(ev: Events, st: list, fin: list, floor: float, ext_ready: dict, res: 
         dur = ev_dur[i]
         if dur > 0:
             names = ev_res[i]
-            if len(names) == 1 and (nocap or not ev.analog[i]):  # one resource: its earliest gap (the fixed point)
+            capped = power is not None and ev.analog[i]
+            if len(names) == 1 and not capped:  # one resource: its earliest gap (the loop's fixed point)
                 r = res[names[0]]
-                tr = t  # when its inputs are ready
                 last = r.last
                 if last:  # the cases earliest + reserve settle without a search (what they do then)
-                    if t < last[-1]:
-                        s_last = r.bs[-1][-1]
-                        if s_last <= t and s_last < t + dur:  # in the last busy interval: after it
-                            t = last[-1]
+                    s_last = r.bs[-1][-1]
+                    if t < last[-1] and s_last <= t and s_last < t + dur:  # in the last busy interval: after it
+                        t = last[-1]
                     if t >= last[-1]:  # after everything booked on it
                         end = t + dur
                         r.busy += dur
@@ -616,43 +604,13 @@ def _place(ev: Events, st: list, fin: list, floor: float, ext_ready: dict, res: 
                         else:
                             r.reserve(t, dur, False)
                         st[i], fin[i] = t, end
-                        if chains and i in chains and _chain(ev, i, min(chains[i], stop), tr, r, st, fin, ext_keys):
-                            next(itertools.islice(rows, min(chains[i], stop) - i - 2, None), None)
                         continue
                 t = r.earliest(t, dur)
                 r.reserve(t, dur)
                 st[i], fin[i] = t, t + dur
-                if chains and i in chains and _chain(ev, i, min(chains[i], stop), tr, r, st, fin, ext_keys):
-                    next(itertools.islice(rows, min(chains[i], stop) - i - 2, None), None)
                 continue
             t = _book_one(t, dur, names, res, power, ev.analog[i], ev.energy[i])
         st[i], fin[i] = t, t + dur
-
-
-def _chain(ev: Events, i: int, j: int, t: float, r: _Resource, st: list, fin: list, ext_keys) -> bool:
-    """Book rows ``i + 1 .. j - 1`` back to back after row ``i`` (just booked on ``r``, its inputs ready at
-    ``t``), as :func:`_place` books them one by one, when it would: they wait for the same dependencies as row
-    ``i`` on the same one resource, none is a region-input load, each lasts longer than 0, row ``i`` ended the
-    resource's last busy interval and that interval began by ``t`` (each row then starts at the previous one's
-    end and extends the interval).  The same floating-point sums in the same order; False: nothing done."""
-    n = j - i - 1
-    if n < 1 or r.last[-1] != fin[i]:
-        return False
-    durs = ev.dur[i + 1:j]
-    s_last, d_min = r.bs[-1][-1], min(durs)
-    if not (d_min > 0 and s_last <= t and s_last < t + d_min):  # (t + d grows with d: every row passes)
-        return False
-    k = bisect.bisect_left(ext_keys, i)
-    if k < len(ext_keys) and ext_keys[k] < j:
-        return False
-    if ev.deps[i + 1:j].count(ev.deps[i]) != n or ev.res[i + 1:j].count(ev.res[i]) != n:
-        return False
-    ends = list(itertools.accumulate(durs, operator.add, initial=fin[i]))
-    st[i + 1:j] = ends[:-1]
-    fin[i + 1:j] = ends[1:]
-    r.busy = functools.reduce(operator.add, durs, r.busy)
-    r.be[-1][-1] = r.last[-1] = ends[-1]
-    return True
 
 
 def _book_one(t: float, d: float, names: tuple, res: dict, power, analog: bool, energy: float) -> float:
