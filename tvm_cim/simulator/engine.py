@@ -38,6 +38,8 @@ the chip's static power over the elapsed time.
 
 from __future__ import annotations
 
+import functools
+import operator
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -156,6 +158,9 @@ _TILE_BYTES = 32 * 2**20
 _FROM0: dict = {}  # n -> Range(0, n) (one object per n: ranges are immutable, and building one costs)
 
 
+_READS = frozenset(("CIM.read_xb", "CIM.read_core", "CIM.read_row"))  # the reads (_record_read)
+
+
 def _from0(n: int) -> Range:
     r = _FROM0.get(n)
     if r is None:
@@ -174,7 +179,11 @@ def _ops(stmts) -> list:
     out = []
     for s in stmts:
         if type(s) is Parallel:
-            out.extend(_ops(s.body))
+            body = s.body
+            if len(body) == 1 and type(body[0]) is not Parallel:  # a block of one operation
+                out.append(body[0])
+            else:
+                out.extend(_ops(body))
         else:
             out.append(s)
     return out
@@ -218,10 +227,13 @@ class Chip:
 
     ``together`` (default True): the row-group reads of a parallel block are recorded together
     (:meth:`_record_reads`); False records every operation on its own (tests compare the two).
+    ``prune_readers`` (default True): a read is kept as a reader of its crossbars only where its section
+    writes, writes back from or switches them (:meth:`_reset_board`); False keeps every read.
     """
 
     together = True
     grouped_reads = 0  # reads recorded together so far (on this chip)
+    prune_readers = True  # False: every read kept as a reader of its crossbars (tests compare the two)
 
     def __init__(self, hw: CIMHardware, options: Options | None = None):
         self.hw = hw
@@ -309,7 +321,7 @@ class Chip:
             self.xb_stored.clear()
             self.xb_kept.clear()
         self._stored_now = set()
-        self.vxbs, self._loopnest, setup_xbs, written = self._structure(prog)
+        self.vxbs, self._loopnest, setup_xbs, written, rewritten = self._structure(prog)
         self.M = int(prog.attr("M", 1)) * int(prog.attr("batch", 1))
         self._batch = int(prog.attr("batch", 1))
         self._pending: dict = {}  # (input, accumulator) -> queued reads, in program order
@@ -333,7 +345,11 @@ class Chip:
         self._xb_key_sets: dict = {}  # crossbar keys of a read -> the one tuple of them (_read_cost)
         self._cores: dict = {}  # id(_entries list) -> the cores of its crossbars (a scatter's destination), link
         self._scatter_keys: dict = {}  # (input, vxb, block) -> the key of the slice a scatter sends
+        self._scatter_static: dict = {}  # (input, vxb, block, bytes) -> a scatter's cores, link, ns, pJ and key
+        self._read_static: dict = {}  # (vxb, block, group, opcode, vectors, input) -> a read's cost, keys, tags
         self._dmov_cost: dict = {}  # (scatter | fetch, bytes) -> (ns, pJ)
+        self._alu_cost: dict = {}  # a DCOM's (op, elements, core level, requant, at) -> (ns, pJ)
+        self._alu_res: dict = {}  # core (None: the chip ALU) -> the resources of its DCOMs
         self._shape_memo: dict = {}  # (rows, cols, vectors, groups) -> cost.read of this program's mapping
         self._done_full: set[str] = set()
         self._write_memo: dict = {}
@@ -343,7 +359,7 @@ class Chip:
         self._lmem = None
         if prog.name not in self._setup_done or any(self.xb_owner.get(x) != (prog.name,) for x in setup_xbs):
             ev = Events()
-            self._reset_board()
+            self._reset_board(rewritten["setup"])
             self._energy = defaultdict(float)
             self._block(prog.setup, env, stats, ev)
             self._flush(env, stats)
@@ -353,7 +369,7 @@ class Chip:
                 stats.energy_pj["setup_" + k] += e
             self._setup_done.add(prog.name)
         ev = Events()
-        self._reset_board()
+        self._reset_board(rewritten["run"])
         self._energy = defaultdict(float)
         # pixel-level buffers in the cores' local memories (one heap per core shared by the regions: recorded
         # here, allocated when the timeline is scheduled)
@@ -388,23 +404,29 @@ class Chip:
 
     # ------------------------------------------------------------------ structure
     @staticmethod
-    def _structure(prog: Program) -> tuple[dict[int, list], bool, list, set]:
+    def _structure(prog: Program) -> tuple[dict[int, list], bool, list, set, dict]:
         """One walk over the program: its virtual crossbars (vxb id -> [(xb, rows Range, cols Range)] from
         ``CIM.bind_vxb``), whether its run section has a ``CIM.loopnest``, the crossbars its setup section
-        writes (in order) and every crossbar it writes."""
+        writes (in order), every crossbar it writes, and per section (``setup``, ``run``) the keys of the
+        crossbars it writes, writes back from or switches (the only operations that wait for a crossbar's reads)."""
         out, setup_xbs, written, loop = {}, [], set(), False
+        rewritten = {"setup": set(), "run": set()}
         for section, stmts in (("setup", prog.setup), ("run", prog.run)):
+            rw = rewritten[section]
             for o in _ops(stmts):
                 opc = o.opcode
                 if opc == "CIM.bind_vxb":
                     out[o["vxb"]] = list(zip(o["xbs"], o["rows"], o["cols"]))
                 elif opc == "CIM.write_xb":
                     written.add(o["xb"])
+                    rw.add(f"xb:{o['xb']}")
                     if section == "setup":
                         setup_xbs.append(o["xb"])
                 elif opc == "CIM.loopnest" and section == "run":
                     loop = True
-        return out, loop, setup_xbs, written
+                elif opc == "CM.switch" or (opc == "DMOV" and o.kind == "DMOV.writeback"):
+                    rw.update(f"xb:{x}" for x in o["xbs"])
+        return out, loop, setup_xbs, written, rewritten
 
     def _entries(self, o: Op, shape_only: bool = False) -> list:
         """(xb, rows, cols, base row) of the crossbars a read activates (memoised per operation of the program).
@@ -468,11 +490,15 @@ class Chip:
         xb_memory, xb_kept, xb_owner = self.xb_memory, self.xb_kept, self.xb_owner
         fast_writes = not functional and not self._loopnest
         record_write = self._record_write
+        record_dcom, record_dmov = record["DCOM"], record["DMOV"]
         for s in stmts:
             if type(s) is Parallel:
-                if not self._reads_together(s.body, env, stats, ev):
-                    self._block(s.body, env, stats, ev)
-                continue
+                body = s.body
+                if len(body) != 1 or type(body[0]) is Parallel:
+                    if not self._reads_together(body, env, stats, ev):
+                        self._block(body, env, stats, ev)
+                    continue
+                s = body[0]  # a block of one operation: executed as the operation (what _block(body) does)
             opc = s.opcode
             if opc == "CIM.write_xb" and fast_writes and not xb_memory and not xb_kept:
                 a = s._index
@@ -488,6 +514,19 @@ class Chip:
                 continue
             if kind not in OPS:
                 raise SimulationError(f"program '{self.prog.name}': unknown meta-operator {kind}")
+            if fast_writes:  # timing only: what the general path below does for a DCOM, a DMOV that does not
+                # touch memory-mode arrays, a read while every array is in compute mode (no checks apply)
+                if opc == "DCOM":
+                    record_dcom(self, s, ev)
+                    continue
+                if opc == "DMOV":
+                    a = s._index
+                    if a.get("level") != "xbmem" and a.get("op") != "writeback":
+                        record_dmov(self, s, ev)
+                        continue
+                elif opc in _READS and not xb_memory:
+                    record[opc](self, s, ev)
+                    continue
             if opc == "CM.switch" or (opc == "DMOV" and (s.get("level") == "xbmem" or s.get("op") == "writeback")):
                 self._dual_mode(s)
             elif opc.startswith("CIM.") and opc != "CIM.loopnest":
@@ -1252,7 +1291,12 @@ class Chip:
     # the last write and the reads since (a write waits for them).
     _FULL = Range(0, 1 << 60)
 
-    def _reset_board(self) -> None:
+    def _reset_board(self, rewritten: set | None = None) -> None:
+        """A fresh scoreboard for one section; ``rewritten``: the keys of the crossbars the section writes,
+        writes back from or switches (only their reads are kept as readers: no other operation waits for a
+        crossbar's reads); None: every crossbar."""
+        self._rewritten = rewritten
+        self._live_keys: dict = {}  # id(crossbar keys of a read) -> those in ``rewritten``
         self._ranges: dict = defaultdict(dict)
         self._xb_write: dict = {}
         self._xb_epoch = 0  # counts crossbar writes: the cached write dependencies of reads are valid within one
@@ -1260,14 +1304,19 @@ class Chip:
         self._readers_seen: dict = {}  # (count, first, last) -> the last reader list of crossbars (_write_deps_of)
         self._xb_readers: dict = defaultdict(list)
 
+    def _live(self, xb_keys: tuple) -> tuple:
+        """The crossbar keys whose readers this section consults (:meth:`_reset_board`)."""
+        rw = self._rewritten
+        return xb_keys if rw is None or not self.prune_readers else tuple([k for k in xb_keys if k in rw])
+
     def _deps(self, key: str, v: Range, write: bool = False) -> list[int]:
         """Operations the access of ``key`` over ``v`` must wait for."""
-        if key.startswith("xb:"):
-            last = self._xb_write.get(key)
-            deps = [] if last is None else [last]
-            return deps + self._xb_readers[key] if write else deps
-        table = self._ranges.get(key)
+        table = self._ranges.get(key)  # (a crossbar's key is never in it: _mark)
         if not table:
+            if key.startswith("xb:"):
+                last = self._xb_write.get(key)
+                deps = [] if last is None else [last]
+                return deps + self._xb_readers[key] if write else deps
             return []
         exact = table.get((v.start, v.stop))
         full = table.get((0, 1 << 60), [])
@@ -1364,37 +1413,48 @@ class Chip:
         return Prefix(same, len(same), () if last is None else (last,))
 
     def _record_read(self, o: Op, ev: Events) -> None:
-        v = _vecs(o, self.M)
-        ents = self._entries(o, True)
-        vectors = v.size * self._batch
-        agg_key = (id(ents), vectors, o.opcode)
-        agg = self._read_memo.get(agg_key)
-        if agg is None:  # the same crossbars read for the same number of vectors cost the same
-            agg = self._read_memo[agg_key] = self._read_cost(o, ents, vectors)
-        dur, energy, total, xb_keys = agg
-        blk = o.get("block")
-        tag_key = (o["vxb"], o["src"].name, None if blk is None else blk.start)
-        tags = self._read_tags.get(tag_key)
-        if tags is None:
-            tags = self._read_tags[tag_key] = self._read_tag(o)
-        tag, src_key = tags
-        deps = self._deps(src_key, v, False) + self._deps(o["src"].name, v, False)
+        a = o._index
+        v = a.get("vecs")
+        if not isinstance(v, Range):
+            v = _from0(self.M)
+        blk = a.get("block")
+        src = a["src"].name
+        skey = (a["vxb"], None if blk is None else blk.start, a.get("group"), o.opcode, v.stop - v.start, src)
+        st = self._read_static.get(skey)
+        if st is None:  # what depends only on the crossbars read, the input and the number of vectors
+            ents = self._entries(o, True)
+            vectors = v.size * self._batch
+            agg_key = (id(ents), vectors, o.opcode)
+            agg = self._read_memo.get(agg_key)
+            if agg is None:  # the same crossbars read for the same number of vectors cost the same
+                agg = self._read_memo[agg_key] = self._read_cost(o, ents, vectors)
+            tag_key = (a["vxb"], src, None if blk is None else blk.start)
+            tags = self._read_tags.get(tag_key)
+            if tags is None:
+                tags = self._read_tags[tag_key] = self._read_tag(o)
+            st = self._read_static[skey] = (*agg, *tags)
+        dur, energy, total, xb_keys, tag, src_key = st
+        deps = self._deps(src_key, v, False) + self._deps(src, v, False)
         wd = self._write_deps.get(id(xb_keys))
         if wd is None or wd[0] != self._xb_epoch:  # the last writes of its crossbars (until one is rewritten)
             xb_write = self._xb_write
             wd = self._write_deps[id(xb_keys)] = (self._xb_epoch, [xb_write[k] for k in xb_keys if k in xb_write])
         deps += wd[1]
+        acc = self._energy
         for k2, val in energy.items():
-            self._energy[k2] += val
+            acc[k2] += val
         i = ev.add(dur, tag, deps, total, True, o.opcode)
         if self._lmem is not None:  # the input slice it reads may be reused after it
             held = self._lbuf.get((src_key, v.start, v.stop))
             if held is not None:
                 held[0].read(held[1], i)
+        live = self._live_keys.get(id(xb_keys))
+        if live is None:
+            live = self._live_keys[id(xb_keys)] = self._live(xb_keys)
         readers = self._xb_readers
-        for k in xb_keys:
+        for k in live:
             readers[k].append(i)
-        self._mark(o["dst"].name, v, i, True)
+        self._ranges[a["dst"].name].setdefault((v.start, v.stop), []).append(i)  # _mark(dst, v, i, True)
 
     def _record_reads(self, body, ev: Events) -> None:
         """:meth:`_record_read` of reads of one virtual crossbar, input slice and accumulator (the row groups
@@ -1431,10 +1491,7 @@ class Chip:
             stored.append(ev.stored(base + wd[1]))
         acc_e, readers = self._energy, self._xb_readers
         for k2, vals in energy:  # each component summed in program order (the same floating-point sums)
-            x = acc_e[k2]
-            for val in vals:
-                x += val
-            acc_e[k2] = x
+            acc_e[k2] = functools.reduce(operator.add, vals, acc_e[k2])
         i0 = len(ev.dur)
         ev.dur.extend(durs)
         ev.res.extend([tag] * len(durs))
@@ -1442,9 +1499,13 @@ class Chip:
         ev.energy.extend(totals)
         ev.analog.extend(analog)
         ev.kind.extend(kinds)
+        live_keys = self._live_keys
         for xb_keys, r0, r1 in runs:  # consecutive reads of the same crossbars: reader lists extended once
             run = range(i0 + r0, i0 + r1)
-            for k in xb_keys:
+            live = live_keys.get(id(xb_keys))
+            if live is None:
+                live = live_keys[id(xb_keys)] = self._live(xb_keys)
+            for k in live:
                 readers[k].extend(run)
         self._ranges[a0["dst"].name].setdefault((v.start, v.stop), []).extend(range(i0, i0 + len(durs)))
 
@@ -1514,30 +1575,37 @@ class Chip:
 
     def _record_dmov(self, o: Op, ev: Events) -> None:
         hw = self.hw
-        v = _vecs(o, self.M)
-        nbytes = int(o.get("bytes", 0))
-        sub = o.get("op")
-        src = o["src"].name
+        a = o._index
+        v = a.get("vecs")
+        if not isinstance(v, Range):
+            v = _from0(self.M)
+        nbytes = int(a.get("bytes", 0))
+        sub = a.get("op")
+        src = a["src"].name
         if sub == "scatter":
-            if "vxb" in o._index:
-                ents = self._entries(o, True)
-                hit = self._cores.get(id(ents))
-                if hit is None:  # the receiving cores and the link the scatter occupies
-                    cores = sorted({xb // hw.core.crossbars for xb, _, _, _ in ents})
-                    hit = self._cores[id(ents)] = (cores, tuple(f"link:{c}" for c in cores[:1]))
-                cores, res = hit
-            else:
-                cores, res = [0], ("link:0",)
-            hit = self._dmov_cost.get(("scatter", nbytes))
-            if hit is None:  # a pure function of the bytes
-                hit = self._dmov_cost[("scatter", nbytes)] = cost.scatter(hw, nbytes)
-            dur, e = hit
+            blk = a.get("block")
+            skey = (src, a.get("vxb"), None if blk is None else blk.start, nbytes)
+            hit = self._scatter_static.get(skey)
+            if hit is None:  # what depends only on the crossbars it feeds, its input and its bytes
+                if "vxb" in a:
+                    ents = self._entries(o, True)
+                    hit = self._cores.get(id(ents))
+                    if hit is None:  # the receiving cores and the link the scatter occupies
+                        cores = sorted({xb // hw.core.crossbars for xb, _, _, _ in ents})
+                        hit = self._cores[id(ents)] = (cores, tuple(f"link:{c}" for c in cores[:1]))
+                    cores, res = hit
+                else:
+                    cores, res = [0], ("link:0",)
+                hit = self._dmov_cost.get(("scatter", nbytes))
+                if hit is None:  # a pure function of the bytes
+                    hit = self._dmov_cost[("scatter", nbytes)] = cost.scatter(hw, nbytes)
+                kk = (src, a["vxb"], None if blk is None else blk.start)
+                key = self._scatter_keys.get(kk)
+                if key is None:
+                    key = self._scatter_keys[kk] = f"{src}@{a['vxb']}" + (f":{blk.start}" if blk is not None else "")
+                hit = self._scatter_static[skey] = (cores, res, *hit, key)
+            cores, res, dur, e, key = hit
             deps = self._deps(src, v, False)
-            blk = o.get("block")
-            kk = (src, o["vxb"], None if blk is None else blk.start)
-            key = self._scatter_keys.get(kk)
-            if key is None:
-                key = self._scatter_keys[kk] = f"{src}@{o['vxb']}" + (f":{blk.start}" if blk is not None else "")
             held = None
             if self._lmem is not None:  # a buffer in the receiving core's local memory (PIMCOMP's heap)
                 buf, waits = self._lmem.alloc(cores[0], nbytes)
@@ -1556,7 +1624,7 @@ class Chip:
             if held is not None:
                 held[1].writer = i
                 self._lbuf[(key, v.start, v.stop)] = held
-            self._mark(key, v, i, True)
+            self._ranges[key].setdefault((v.start, v.stop), []).append(i)  # _mark(key, v, i, True): a tensor
             return
         if sub == "writeback":  # live data out of memory-mode arrays (CMSwitch T^wb), after what it holds
             xbs = tuple(o["xbs"])
@@ -1579,30 +1647,37 @@ class Chip:
             i = ev.add(dur, ("offchip",), [], e, False, "DMOV.fetch")
             self._mark(src, _from0(self.M), i, True)
             return
-        offchip = o.get("level") == "offchip"  # the working set does not fit the global buffer
-        if o.get("level") == "xbmem":  # memory-mode arrays, all in parallel
-            xbs = tuple(o["xbs"])
+        level = a.get("level")
+        offchip = level == "offchip"  # the working set does not fit the global buffer
+        if level == "xbmem":  # memory-mode arrays, all in parallel
+            xbs = tuple(a["xbs"])
             dur, energy = cost.memory_access(hw, nbytes, len(xbs), write=sub == "store")
             res = tuple(f"xb:{x}" for x in xbs)
+            e = float(sum(energy.values()))
+            mem = [r for r in res if r.startswith("xb:")]
+            mem_deps = [d for r in mem for d in self._deps(r, _from0(1), write=False)]
         else:
-            dur, energy = cost.load_store(hw, nbytes, offchip)
-            res = ("gbuf", "offchip") if offchip else ("gbuf",)
+            hit = self._dmov_cost.get(("load_store", nbytes, offchip))
+            if hit is None:  # a pure function of the bytes and the level
+                dur, energy = cost.load_store(hw, nbytes, offchip)
+                hit = self._dmov_cost[("load_store", nbytes, offchip)] = (
+                    dur, energy, float(sum(energy.values())), ("gbuf", "offchip") if offchip else ("gbuf",))
+            dur, energy, e, res = hit
+            mem = mem_deps = ()
+        acc = self._energy
         for k2, val in energy.items():
-            self._energy[k2] += val
-        e = float(sum(energy.values()))
-        f = o.get("frac", (0.0, 1.0))
-        mem = [r for r in res if r.startswith("xb:")]
-        mem_deps = [d for r in mem for d in self._deps(r, _from0(1), write=False)]
+            acc[k2] += val
+        f = a.get("frac", (0.0, 1.0))
         if sub == "load":
-            i = ev.add(dur, res, mem_deps, e, False, "DMOV.load")
+            i = ev.add(dur, res, mem_deps, e, False, "DMOV.load")  # (an empty tuple stored like an empty list)
             for r in mem:
                 self._mark(r, _from0(1), i, False)
             ev.inputs.append((i, float(f[0]), float(f[1])))
-            self._mark(src, v, i, True)
+            self._ranges[src].setdefault((v.start, v.stop), []).append(i)  # _mark(src, v, i, True): a tensor
         else:  # store
-            i = ev.add(dur, res, self._deps(src, v, False) + mem_deps, e, False, "DMOV.store")
-            if o.get("ring") and f[1] > f[0]:  # the share of the output the line buffer holds
-                ev.ring = float(o["ring"]) * (float(f[1]) - float(f[0])) / nbytes
+            i = ev.add(dur, res, self._deps(src, v, False) + list(mem_deps), e, False, "DMOV.store")
+            if a.get("ring") and f[1] > f[0]:  # the share of the output the line buffer holds
+                ev.ring = float(a["ring"]) * (float(f[1]) - float(f[0])) / nbytes
             held = self._lbuf.get(("out", v.start, v.stop)) if self._lmem is not None else None
             if held is not None:  # the output pixels it sends leave the core's local memory
                 held[0].read(held[1], i)
@@ -1611,25 +1686,39 @@ class Chip:
             ev.outputs.append((i, float(f[0]), float(f[1])))
 
     def _record_dcom(self, o: Op, ev: Events) -> None:
-        v = _vecs(o, self.M)
-        sub = o.get("op")
-        dst = o.get("dst")
-        core = o.get("core")
-        elements = int(o.get("elements", 0))
-        if sub == "im2col" or o.get("at") == "producer":
-            # im2col is the scatter's gather pattern (costed there); a quantisation done by the producing cores
-            # was charged with their post-processing (DCOM.dequantize requant=)
-            elements = 0
-        dur, e = cost.alu(self.hw, sub, elements, core_level=core is not None)
-        if o.get("requant"):  # quantising the output for the consuming regions, on the same core ALU
-            d2, e2 = cost.alu(self.hw, "quantize", int(o["requant"]), core_level=core is not None)
-            dur, e = dur + d2, e + e2
-        res = (f"alu:{core}",) if core is not None else ("chipalu",)
+        a = o._index
+        v = a.get("vecs")
+        if not isinstance(v, Range):
+            v = _from0(self.M)
+        sub = a.get("op")
+        dst = a.get("dst")
+        core = a.get("core")
+        ckey = (sub, a.get("elements", 0), core is not None, a.get("requant"), a.get("at"))
+        hit = self._alu_cost.get(ckey)
+        if hit is None:  # a pure function of these arguments (every chunk of a layer costs the same)
+            elements = int(ckey[1])
+            if sub == "im2col" or ckey[4] == "producer":
+                # im2col is the scatter's gather pattern (costed there); a quantisation done by the producing
+                # cores was charged with their post-processing (DCOM.dequantize requant=)
+                elements = 0
+            dur, e = cost.alu(self.hw, sub, elements, core_level=core is not None)
+            if ckey[3]:  # quantising the output for the consuming regions, on the same core ALU
+                d2, e2 = cost.alu(self.hw, "quantize", int(ckey[3]), core_level=core is not None)
+                dur, e = dur + d2, e + e2
+            hit = self._alu_cost[ckey] = (dur, e)
+        dur, e = hit
+        if not dur:
+            res = ()
+        else:
+            res = self._alu_res.get(core)
+            if res is None:
+                res = self._alu_res[core] = (f"alu:{core}",) if core is not None else ("chipalu",)
         self._energy["alu"] += e
         deps = []
         rng_in = v if sub not in ("layout", "colsum") else Range(0, 1 << 60)
+        dname = None if dst is None else dst.name
         for _, val in o.args:
-            if isinstance(val, Ref) and (dst is None or val.name != dst.name or sub in ("reduce",)):
+            if isinstance(val, Ref) and (val.name != dname or sub == "reduce"):
                 deps += self._deps(val.name, rng_in, False)
         held = None
         if self._lmem is not None and sub == "dequantize" and core is not None:  # output pixels, until sent
@@ -1638,13 +1727,15 @@ class Chip:
             deps += waits
             if buf is not None:
                 held = (self._lmem.heaps[int(core)], buf)
-        i = ev.add(dur, res if dur else (), deps, e, False, o.kind)
+        i = ev.add(dur, res, deps, e, False, o.kind)
         if held is not None:
             held[1].writer = i
             self._lbuf[("out", v.start, v.stop)] = held
         if dst is not None:
-            whole = sub in ("layout", "colsum", "zeros", "reshape") and not o.get("vecs")
-            self._mark(dst.name, Range(0, 1 << 60) if whole else v, i, True)
+            whole = sub in ("layout", "colsum", "zeros", "reshape") and not a.get("vecs")
+            if whole:
+                v = Range(0, 1 << 60)
+            self._ranges[dname].setdefault((v.start, v.stop), []).append(i)  # _mark(dst, v, i, True): a tensor
 
     def _record_bind(self, o: Op, ev: Events) -> None:
         return

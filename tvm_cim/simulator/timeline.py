@@ -138,13 +138,14 @@ class _Resource:
     resource; scanning them one by one made the schedule quadratic in the batch.
     """
 
-    __slots__ = ("bs", "be", "gap", "last", "busy")
+    __slots__ = ("bs", "be", "gap", "last", "busy", "_room")
 
     def __init__(self):
         self.bs: list[list[float]] = []  # per block: starts of its intervals
         self.be: list[list[float]] = []  # per block: ends
         # per block: largest gap inside it or between the previous block's last end and its first start
-        self.gap = np.zeros(0)
+        # (a view of the first blocks of ``_room``, which grows by doubling: a new block appends in place)
+        self.gap = self._room = np.zeros(0)
         self.last: list[float] = []  # per block: its last end (sorted: bisect finds a block)
         self.busy = 0.0
 
@@ -200,7 +201,13 @@ class _Resource:
                 self.be[-1][-1] = end
                 last[-1] = end
             elif not last or len(self.bs[-1]) >= 2 * _BLOCK:
-                self.gap = np.append(self.gap, t - last[-1] if last else 0.0)
+                n = len(self.gap)
+                if n == len(self._room):  # (what np.append of the new block's gap gives, amortised)
+                    room = np.zeros(max(8, 2 * n))
+                    room[:n] = self.gap
+                    self._room = room
+                self._room[n] = t - last[-1] if last else 0.0
+                self.gap = self._room[:n + 1]
                 self.bs.append([t])
                 self.be.append([end])
                 last.append(end)
@@ -230,7 +237,7 @@ class _Resource:
                 del s[0], e[0]
                 if not s:
                     del self.bs[b], self.be[b], last[b]
-                    self.gap = np.delete(self.gap, b)
+                    self.gap = self._room = np.delete(self.gap, b)
                     self._fix(b)
                     return
             last[b] = e[-1]
@@ -252,7 +259,7 @@ class _Resource:
                 self.bs.insert(b + 1, s[_BLOCK:])
                 self.be.insert(b + 1, e[_BLOCK:])
                 del s[_BLOCK:], e[_BLOCK:]
-                self.gap = np.insert(self.gap, b + 1, 0.0)
+                self.gap = self._room = np.insert(self.gap, b + 1, 0.0)
                 last.insert(b + 1, self.be[b + 1][-1])
                 last[b] = e[-1]
                 self._fix(b + 1)
