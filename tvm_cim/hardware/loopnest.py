@@ -2,7 +2,9 @@
 
 Part of the one cost model (:mod:`tvm_cim.hardware.cost`): the dataflow
 optimiser (:mod:`tvm_cim.compiler.dataflow`) minimises the latency these
-functions give, its MIP encodes the same recursion, and the benchmark
+functions give, its MIP encodes the same recursion (but for output
+write-backs sharing a port, which it counts as excluding, as before: an upper
+bound there, see :func:`latency`), and the benchmark
 compares both with the event-level execution of the loop nest
 (:mod:`tvm_cim.simulator.loopnest`), which books every transfer and MVM on
 the ports and the macro instead of summing a formula.
@@ -604,7 +606,14 @@ def latency(layer: Layer, hier: Hierarchy, m: Mapping) -> float:
       heavy on ``p`` into a double-buffered level, which runs beside that
       level's own write-back of the tile before.  (Counting every one as
       excluding put MobileNetV2 features.2.conv.0.0 under weight-stationary's
-      mapping at 477,568 cycles against 364,856 executed.)
+      mapping at 477,568 cycles against 364,856 executed.)  The MIP
+      (:mod:`tvm_cim.compiler.solvers.dataflow_mip`) keeps counting them as
+      excluding, an upper bound of this latency: encoding the sharing (an
+      indicator per class and loop) cost its node-limited search its points
+      (ResNet-18 conv1 389,537 -> 483,336 simulated cycles, network EDP over
+      zigzag 1.164x -> 1.142x); the mappings that need it come from
+      :func:`tvm_cim.compiler.dataflow.double_buffered_variants`, judged by
+      this model.
     """
     trs = transfers(layer, hier, m)
     passing = pass_through(trs)

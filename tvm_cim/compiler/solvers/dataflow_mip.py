@@ -378,24 +378,6 @@ def solve(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, objective: str = 
     classes = sorted({(pn, None) for ts_ in occ_terms.values() for pn, _, _ in ts_}
                      | {(pn, c) for ts_ in occ_terms.values() for pn, c, _ in ts_ if c != "*"}
                      | {(pn, None) for share, _ in scen.values() for pn in share}, key=str)
-    # exclusion classes (loopnest.latency): an output write-back at loop i heavy on the class's other port q
-    # shares the port with the inner loops' refills unless a refill at i excludes them (one heavy on the class's
-    # port p, but a double-buffered output write-back into a double-buffered level does not; an input or
-    # weight refill heavy on q); per class, the streams heavy on q (hq_next: their cycles in one iteration of the
-    # inner loops), the excluding streams and the output streams excluding unless they and their parent are
-    # double-buffered; the other classes (none of either) keep the plain sum, which bounds hq_next there
-    parent_of = {(o, lv.name): (o, parent.name) for o, lv, parent in streams}
-    shared = {}
-    for cl in classes:
-        if cl[1] is None:
-            continue
-        heavy_q = [key for key in E if any(pn == cl[0] and c == cl[1] for pn, c, _ in occ_terms[key])]
-        heavy_p = [key for key in E if any(pn == cl[0] and c == "*" for pn, c, _ in occ_terms[key])]
-        cond = [key for key in heavy_p if key[0] == "O" and D[key] is not None and D.get(parent_of[key]) is not None]
-        if any(key[0] == "O" for key in heavy_q) or cond:
-            excl = [key for key in heavy_p if key not in cond] + [key for key in heavy_q if key[0] != "O"]
-            shared[cl] = (heavy_q, excl, cond)
-    hq_next = {cl: 0.0 for cl in shared}
     # occupancy of one leaf step: the MVMs' inputs and partial sums (per scenario)
     occ_next = {}
     for cl in classes:
@@ -410,7 +392,7 @@ def solve(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, objective: str = 
     for i in range(n - 1, -1, -1):
         body_of[i] = lat_next
         crit = mdl.var(f"crit{i}")
-        serial, pro, on_port, ots = [], [], {}, {}
+        serial, pro, on_port = [], [], {}
         passing = {}
         for key, kids in children.items():
             for kid in kids:
@@ -456,7 +438,6 @@ def solve(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, objective: str = 
                     pro.append(tq)
             ot = mdl.var(f"OT{key}{i}")  # the refill at this loop, whole duration
             _add(mdl, ot >= Teff[key] - mt * (1 - z))
-            ots[key] = ot
             for pn, c, w in occ_terms[key]:
                 for cl in classes:
                     if cl[0] == pn and (c == "*" or cl[1] == c):
@@ -507,38 +488,10 @@ def solve(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, objective: str = 
                     held.setdefault(pn, []).append(bl)
         for pn, bls in held.items():
             _add(mdl, crit >= lat_next + _qsum(serial) + _qsum(bls))
-        occ_here, hq_here = {}, {}
+        occ_here = {}
         for cl in classes:  # every port's occupancy in one iteration (loopnest.latency)
             oc = mdl.var(f"occ{cl}{i}")
-            if cl in shared:
-                heavy_q, excl, cond = shared[cl]
-                hq = mdl.var(f"hq{cl}{i}")
-                _add(mdl, hq >= hq_next[cl] + _qsum(ots[key] for key in heavy_q))
-                hq_here[cl] = hq
-                ex = mdl.var(f"ex{cl}{i}", lb=0.0, ub=1.0)  # a refill at i excludes the inner ones
-                for key in excl:
-                    _add(mdl, ex >= Z[key][i + 1])
-                pc = []  # output write-backs heavy on p: excluding unless their parent is double-buffered
-                for key in cond:
-                    both = mdl.var(f"DD{key}{cl}{i}", lb=0.0, ub=1.0)  # it and its parent double-buffered
-                    _add(mdl, both <= D[parent_of[key]])
-                    _add(mdl, both <= D[key])
-                    _add(mdl, ex >= Z[key][i + 1] - both)
-                    w = mdl.var(f"PX{key}{cl}{i}")
-                    _add(mdl, w >= ots[key] - Tmax[key] * both)
-                    pc.append(w)
-                # the output write-backs at i heavy on q count on top of the inner loops only with an exclusion
-                owb = []
-                for key in heavy_q:
-                    if key[0] == "O":
-                        w = mdl.var(f"OX{key}{cl}{i}")
-                        _add(mdl, w >= ots[key] - Tmax[key] * (1 - ex))
-                        owb.append(w)
-                _add(mdl, oc >= occ_next[cl] + _qsum(ots[key] for key in excl) + _qsum(pc) + _qsum(owb))
-                _add(mdl, oc >= hq_next[cl] + _qsum(ots[key] for key in excl) + _qsum(pc)
-                     + _qsum(ots[key] for key in heavy_q if key[0] == "O"))
-            else:
-                _add(mdl, oc >= occ_next[cl] + _qsum(on_port.get(cl, [])))
+            _add(mdl, oc >= occ_next[cl] + _qsum(on_port.get(cl, [])))
             _add(mdl, crit >= oc)
             occ_here[cl] = oc
 
@@ -561,10 +514,6 @@ def solve(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, objective: str = 
             nxt = mdl.var(f"occN{pn}{i}")
             _add(mdl, nxt >= n_times(oc, f"WO{pn}"))
             occ_next[pn] = nxt
-        for cl, hq in hq_here.items():  # N_i x the heavy refills' cycles
-            nxt = mdl.var(f"hqN{cl}{i}")
-            _add(mdl, nxt >= n_times(hq, f"WH{cl}"))
-            hq_next[cl] = nxt
         prologues += pro
         lat_next = lat
     total = mdl.var("total", ub=ub if ub is not None else math.inf)
