@@ -220,16 +220,18 @@ def _expand_dw_project(h: int, ci: int, ce: int, co: int, seed=0):
 
 @pytest.mark.parametrize("net, cap_kb, rings, gap", [
     (lambda: _two_conv(), 0.5, [True, False], 0.015),
-    (lambda: _expand_dw_project(64, 8, 32, 16), 0.5, [False, True, False], 0.10),
-    (lambda: _expand_dw_project(28, 32, 192, 32), 12.5, [True, True, False], 0.02),  # a chain of two buffers
+    (lambda: _expand_dw_project(56, 16, 96, 24), 12.5, [True, True, False], 0.02),  # a chain of two buffers
 ])
 def test_line_buffer_estimate_counts_the_stores_waits(net, cap_kb, rings, gap):
     """The estimate books a producer with a line buffer and its consumer interleaved, each store waiting for
     the consumer's loads of the rows it overwrites (``Estimator.book_chain``), as the simulator places them:
     its latency is within 1 % of the simulator's.  The same plans without the buffers' coupling (``mem_ring``
     0: each region booked whole before the next) miss by more than ``gap``, so the test fails if the waits
-    are not modelled.  Networks: two 3x3 convolutions, and MobileNetV2's expand / depthwise / project block
-    (one buffer, the depthwise layer's output; and a chain of two, on the preset's array capacity)."""
+    are not modelled.  Networks: two 3x3 convolutions (one buffer), and MobileNetV2's expand / depthwise /
+    project block with a chain of two buffers, on the preset's array capacity (measured: +0.33 % and +0.87 %
+    with the waits, -7.3 % and -2.8 % without).  The allocation decides where buffers go: since the canonical
+    allocation (``solvers/arrays.solve_exact``) the earlier block shapes put their buffer where its waits do
+    not bind (the estimate is then the same with and without them)."""
     hw0 = _dyn()
     hw = R(hw0, dual_mode=R(hw0.dual_mode, memory_capacity_kb=cap_kb))
     mod = import_onnx(net(), "lbe")[0]
