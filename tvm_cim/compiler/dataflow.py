@@ -910,7 +910,7 @@ def _optimise(layer, hier, method, objective, node_limit, spatial_top, starts, m
         c = LN.evaluate(layer, hier, m)
         if key(c) < bar:
             seen.setdefault((c.cycles, c.energy_pj), (m, c))
-            if key(c) < key(best[1]) - 1e-9:
+            if best is None or key(c) < key(best[1]) - 1e-9:
                 best = (m, c, "blocked heuristic", math.nan)
     if best is None:
         raise ValueError(f"the {method} MIP found no mapping of {layer.name}")
