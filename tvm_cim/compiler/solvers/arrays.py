@@ -160,15 +160,35 @@ def latency_of(ops: list[OpTerms], replicas, memory, cores: int = 0) -> float:
     ``cores`` (the spread layout): the operators' copies spread over this many cores, whose links and ALUs
     carry every operator's ``core_ns`` together.
     """
-    t = sum(o.core_ns for o in ops) / cores if cores else 0.0
+    t = constant_bound(ops, cores)
     traffic = array_traffic_ns(ops)
     for i, o in enumerate(ops):
         t = max(t, o.compute_ns / replicas[i], o.core_ns / replicas[i])
         if memory[i]:
             t = max(t, traffic[i] / memory[i])
+    return max(t, port_ns(ops, memory))
+
+
+def constant_bound(ops: list[OpTerms], cores: int = 0) -> float:
+    """The part of :func:`latency_of` no copy or memory array changes.
+
+    Parameters
+    ----------
+    ops : list of OpTerms
+    cores : int
+        The spread layout (:func:`latency_of`).
+
+    Returns
+    -------
+    float
+        The largest of the cores' shared links and ALUs (``core_ns`` summed over ``cores``), every carried
+        input read from its arrays, and the preparation time summed (ns).
+    """
+    t = sum(o.core_ns for o in ops) / cores if cores else 0.0
+    for o in ops:
         if o.carried_in:
             t = max(t, o.in_ns_mem / o.carried_in)
-    return max(t, port_ns(ops, memory), sum(o.prep_ns for o in ops))
+    return max(t, sum(o.prep_ns for o in ops))
 
 
 def port_ns(ops: list[OpTerms], memory) -> float:
@@ -479,11 +499,7 @@ def solve_exact(ops: list[OpTerms], arrays: int, switchable: int, reserved: int 
     top = [max(1, o.max_replicas) for o in ops]
     work = [max(o.compute_ns, o.core_ns) for o in ops]
     traffic = array_traffic_ns(ops)
-    fixed = sum(o.core_ns for o in ops) / cores if cores else 0.0
-    for o in ops:
-        if o.carried_in:
-            fixed = max(fixed, o.in_ns_mem / o.carried_in)
-    fixed = max(fixed, sum(o.prep_ns for o in ops))
+    fixed = constant_bound(ops, cores)
     values = {w / d for w, t in zip(work, top) for d in range(1, t + 1)}
     for i in can:
         if traffic[i] > 0:
