@@ -255,6 +255,30 @@ def test_allocation_mip_equals_enumeration_with_data_carried_across_segments(see
     assert got.latency_ns >= ops[0].in_ns_mem / ops[0].carried_in - 1e-9
 
 
+@pytest.mark.parametrize("need", [0, 99])
+def test_an_output_that_must_stay_but_cannot_is_infeasible_for_every_solver(need):
+    """An operator whose kept output has no memory need (nothing to keep) or needs more arrays than can switch:
+    ``feasible`` rejects every allocation, and the MILP says infeasible as the exact search does (the MILP had
+    dropped the keep constraint for such an operator and returned an allocation ``feasible`` rejects)."""
+    from tvm_cim.compiler.solvers import arrays
+
+    rng = np.random.default_rng(7)
+    ops = _random_ops(rng, 3)
+    ops[1] = R(ops[1], memory_need=need, must_keep=True)
+    n = sum(o.tiles for o in ops) + 4
+    assert not any(arrays.feasible(ops, d, b, n, n) for d, b in _all_allocations(ops, n))
+    for solve in (arrays.allocate_mip, arrays.solve_exact, arrays.allocate):
+        with pytest.raises(RuntimeError, match="Infeasible"):
+            solve(ops, n, n)
+
+
+def _all_allocations(ops, n):
+    """Every (copies, memory arrays) vector within the operators' limits and ``n`` memory arrays each."""
+    for d in itertools.product(*(range(1, o.max_replicas + 1) for o in ops)):
+        for b in itertools.product(range(n + 1), repeat=len(ops)):
+            yield d, b
+
+
 def _tied_ops(rng, n):
     """Operators whose times are small multiples of one step: many allocations tie on every term."""
     from tvm_cim.compiler.solvers.arrays import OpTerms

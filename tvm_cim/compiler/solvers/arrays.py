@@ -236,6 +236,19 @@ def feasible(ops: list[OpTerms], replicas, memory, arrays: int, switchable: int,
     return True
 
 
+def _keepers(ops: list[OpTerms], arrays: int, switchable: int, reserved: int, floor: int) -> tuple[list, set]:
+    """The operators that may keep their output in memory mode and those that must, after the checks every
+    allocation shares: one copy of each operator fits, and every output that must stay can (:func:`feasible`)."""
+    if sum(o.tiles for o in ops) > arrays - max(reserved, floor):
+        raise ValueError(f"one copy of the segment's operators needs {sum(o.tiles for o in ops)} arrays, "
+                         f"the chip has {arrays}")
+    can = [i for i, o in enumerate(ops) if 0 < o.memory_need <= switchable]
+    must = {i for i, o in enumerate(ops) if o.must_keep}
+    if not must <= set(can):
+        raise RuntimeError("allocation: Infeasible (an output that must stay in memory mode cannot)")
+    return can, must
+
+
 NODE_LIMIT = 10_000  # branch-and-bound nodes per segment: the deterministic limit (solves take a few ms)
 
 
@@ -303,11 +316,11 @@ def allocate_mip(ops: list[OpTerms], arrays: int, switchable: int, time_limit: f
     ------
     ValueError
         One copy of every operator does not fit ``arrays``.
+    RuntimeError
+        An output that must stay in memory mode cannot (``"allocation: Infeasible"``), as :func:`feasible` says.
     """
     n = len(ops)
-    if sum(o.tiles for o in ops) > arrays - max(reserved, floor):
-        raise ValueError(f"one copy of the segment's operators needs {sum(o.tiles for o in ops)} arrays, "
-                         f"the chip has {arrays}")
+    _keepers(ops, arrays, switchable, reserved, floor)
     t0 = max(max((max(o.compute_ns, o.core_ns) for o in ops), default=0.0), 1e-9)
     # r is in units of 1 / t0; an upper bound from every operator's best compute rate
     r_max = min(o.max_replicas * t0 / max(o.compute_ns, o.core_ns, 1e-12) for o in ops)
@@ -487,15 +500,9 @@ def solve_exact(ops: list[OpTerms], arrays: int, switchable: int, reserved: int 
     """
     t_start = time.perf_counter()
     n = len(ops)
-    if sum(o.tiles for o in ops) > arrays - max(reserved, floor):
-        raise ValueError(f"one copy of the segment's operators needs {sum(o.tiles for o in ops)} arrays, "
-                         f"the chip has {arrays}")
-    can = [i for i, o in enumerate(ops) if 0 < o.memory_need <= switchable]
+    can, must = _keepers(ops, arrays, switchable, reserved, floor)
     if len(can) > SUBSETS_MAX:
         raise ValueError(f"{len(can)} operators may keep their output: more than {SUBSETS_MAX}")
-    must = {i for i, o in enumerate(ops) if o.must_keep}
-    if not must <= set(can):
-        raise RuntimeError("allocation: Infeasible (an output that must stay in memory mode cannot)")
     top = [max(1, o.max_replicas) for o in ops]
     work = [max(o.compute_ns, o.core_ns) for o in ops]
     traffic = array_traffic_ns(ops)
