@@ -18,6 +18,12 @@
    neither; the preset assumes 64 b/cycle and 5 ns per row).
 6. Scalability: the BERT-large layer on the ``prime`` preset (paper sec. 5.5: 1.48x).
 7. ``--seq-sweep``: the four transformers at other sequence lengths (Fig. 16).
+7b. ``--batches``: Fig. 14 at several batch sizes.  The paper's per-model
+   ranges and its 1.31x average are over batch sizes ("consistently showing
+   advantages across various batch sizes", sec. 5.2; the sizes are not
+   given): per model the range and the mean over the batches, over all
+   points the arithmetic and geometric means, as the paper's protocol; the
+   batch-1 table [1] stays the headline of one configuration.
 8. ``--bound``: per model, a latency no allocation of the chip can beat
    (:func:`tvm_cim.compiler.estimate.latency_lower_bound`: the off-chip link
    busy with every non-resident weight and every activation no memory-mode
@@ -281,11 +287,60 @@ def exp_seq_sweep(hw, quick: bool, names: list[str], seqs: list[int]) -> list[di
     return rows
 
 
+def exp_batches(nets: dict, hw, batches: list[int], fig14: dict | None) -> dict:
+    """Fig. 14 at every batch size: cim-mlc and cmswitch latency (whole model) and the speedup, per model.
+
+    Batch 1 is taken from ``fig14`` when it was measured there (the same module and strategies).
+    """
+    out: dict = {}
+    jobs = [(n, b) for n in nets for b in batches]
+    for net, b in tqdm(jobs, desc="Fig. 14 by batch size (cim-mlc, cmswitch)"):
+        zname, kw, layers = nets[net]
+        if b == 1 and fig14 and net in fig14:
+            lat = {s: fig14[net][s]["latency_ns"] for s in ("cim-mlc", "cmswitch")}
+        else:
+            mod = relax_module(zname, batch=b, **kw)
+            lat = {s: measure(mod, hw, s, layers)["latency_ns"] for s in ("cim-mlc", "cmswitch")}
+            forget()
+        out.setdefault(net, {})[str(b)] = {f"{s}_ns": v * layers for s, v in lat.items()} | {
+            "speedup": lat["cim-mlc"] / lat["cmswitch"]}
+    return out
+
+
+def summarise_batches(rows: dict) -> dict:
+    """Per model the range and mean speedup over its batch sizes; over all points the arithmetic and geometric
+    means (the paper's "average"), and the geometric mean of the per-model means."""
+    per = {n: [r["speedup"] for r in row.values()] for n, row in rows.items()}
+    pts = [x for v in per.values() for x in v]
+    return {"per_model": {n: {"min": min(v), "max": max(v), "mean": float(np.mean(v))} for n, v in per.items()},
+            "arith_mean_all": float(np.mean(pts)), "geomean_all": geomean(pts),
+            "geomean_of_model_means": geomean([np.mean(v) for v in per.values()]), "points": len(pts)}
+
+
+def print_batches(res: dict) -> None:
+    rows = res["batches"]
+    s = summarise_batches(rows)
+    sizes = sorted({int(b) for row in rows.values() for b in row})
+    print("\n[1b] Fig. 14 by batch size: cmswitch over cim-mlc (the paper's ranges and average are over batch sizes)")
+    print(f"{'model':18s} " + " ".join(f"{'B=' + str(b):>7s}" for b in sizes) + "    range          mean   paper")
+    for net, row in rows.items():
+        lo, hi = PAPER["fig14_ranges"].get(net, (float("nan"),) * 2)
+        pm = s["per_model"][net]
+        print(f"{net:18s} " + " ".join(f"{row[str(b)]['speedup']:6.3f}x" if str(b) in row else f"{'-':>7s}"
+                                       for b in sizes)
+              + f"   {pm['min']:.3f}-{pm['max']:.3f}x  {pm['mean']:6.3f}x  {lo:.2f}-{hi:.2f}x")
+    print(f"over all {s['points']} points: arithmetic mean {s['arith_mean_all']:.3f}x, geomean {s['geomean_all']:.3f}x; "
+          f"geomean of the per-model means {s['geomean_of_model_means']:.3f}x (paper: average "
+          f"{PAPER['geomean_vs_cim_mlc']}x, max {PAPER['max_vs_cim_mlc']}x)")
+
+
 def print_tables(res: dict, bound: bool = False) -> None:
     if "fig14" in res:
         print_fig14(res)
         if bound:
             print_bound(res)
+    if "batches" in res:
+        print_batches(res)
     print_sweeps(res)
 
 
@@ -414,6 +469,29 @@ def plots(res: dict, out_dir: Path) -> list[str]:
     from matplotlib.figure import Figure
 
     files = []
+    if "batches" in res:  # Fig. 14 by batch size: bars per model and batch, the paper's range as a line
+        rows = res["batches"]
+        nets = list(rows)
+        sizes = sorted({int(b) for row in rows.values() for b in row})
+        fig = Figure(figsize=(9, 4))
+        ax = fig.subplots()
+        w = 0.8 / len(sizes)
+        for i, b in enumerate(sizes):
+            ax.bar(np.arange(len(nets)) + i * w, [rows[n].get(str(b), {}).get("speedup", np.nan) for n in nets], w,
+                   label=f"batch {b}")
+        for j, n in enumerate(nets):
+            lo, hi = PAPER["fig14_ranges"].get(n, (np.nan, np.nan))
+            ax.plot([j - w / 2, j + 0.8 - w / 2], [lo, lo], "k:", lw=0.8)
+            ax.plot([j - w / 2, j + 0.8 - w / 2], [hi, hi], "k:", lw=0.8)
+        ax.axhline(PAPER["geomean_vs_cim_mlc"], ls="--", color="k", lw=0.8, label="paper: 1.31x average")
+        ax.set_xticks(np.arange(len(nets)) + 0.4 - w / 2, nets, fontsize=8)
+        ax.set_ylabel("cmswitch / cim-mlc")
+        ax.set_title("Fig. 14 by batch size (dotted: the paper's range per model)")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        f = out_dir / "cmswitch_batches.png"
+        fig.savefig(f, dpi=120)
+        files.append(str(f))
     if "fig14" not in res:
         return files
     main = res["fig14"]
@@ -479,7 +557,10 @@ def main() -> int:
                     "llama2_7b_layer opt_6.7b_layer opt_13b_layer (default: all seven)")
     ap.add_argument("--seq-sweep", nargs="*", type=int, metavar="SEQ",
                     help="the transformer layers among --models at these sequence lengths (Fig. 16)")
-    ap.add_argument("--no-fig14", action="store_true", help="skip the Fig. 14 table (with --seq-sweep)")
+    ap.add_argument("--batches", nargs="*", type=int, metavar="B",
+                    help="Fig. 14 (cim-mlc and cmswitch) also at these batch sizes, e.g. 1 4 8 16 (the paper's "
+                         "ranges and average are over batch sizes it does not name)")
+    ap.add_argument("--no-fig14", action="store_true", help="skip the Fig. 14 table (with --seq-sweep or --batches)")
     ap.add_argument("--no-sweep", action="store_true", help="skip the sensitivity sweeps and the prime run")
     ap.add_argument("--merge", nargs="+", metavar="JSON",
                     help="only combine the --json files of earlier runs (say one process per model, so that no "
@@ -504,6 +585,9 @@ def main() -> int:
     if not args.no_fig14:
         res["fig14"] = exp_main(nets, hw)
         res["summary"] = summarise(res["fig14"])
+    if args.batches:
+        res["batches"] = exp_batches(nets, hw, args.batches, res.get("fig14"))
+        res["batches_summary"] = summarise_batches(res["batches"])
     if args.seq_sweep:
         names = [n for n in transformer_models(args.quick) if n in nets]
         res["seq_sweep"] = exp_seq_sweep(hw, args.quick, names, args.seq_sweep)
@@ -542,8 +626,12 @@ def merge(parts: list[dict]) -> dict:
                 res[k] = p[k]
         if "seq_sweep" in p:
             res.setdefault("seq_sweep", []).extend(p["seq_sweep"])
+        for net, row in p.get("batches", {}).items():
+            res.setdefault("batches", {}).setdefault(net, {}).update(row)
     if "fig14" in res:
         res["summary"] = summarise(res["fig14"])
+    if "batches" in res:
+        res["batches_summary"] = summarise_batches(res["batches"])
     return res
 
 

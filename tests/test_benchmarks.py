@@ -113,8 +113,18 @@ def test_miredo_rejects_a_chip_without_a_dataflow_table(tmp_path):
 
 def test_cmswitch_quick(tmp_path):
     res, out = bench("cmswitch.py", "--quick", "--models", "resnet18", "bert_large_layer", "--no-sweep",
-                     "--plots", tmp_path, tmp=tmp_path)
+                     "--batches", "1", "2", "--plots", tmp_path, tmp=tmp_path)
     assert set(res["fig14"]) == {"resnet18", "bert_large_layer"} and "Fig. 14" in out
+    # by batch size: batch 1 is Fig. 14's row; two inputs take longer than one on both strategies
+    for net, row in res["batches"].items():
+        layers = res["models"][net]["layers"]
+        for s in ("cim-mlc", "cmswitch"):
+            assert row["1"][f"{s}_ns"] == res["fig14"][net][s]["latency_ns"] * layers
+            assert row["2"][f"{s}_ns"] > row["1"][f"{s}_ns"]
+        assert row["2"]["speedup"] == pytest.approx(row["2"]["cim-mlc_ns"] / row["2"]["cmswitch_ns"], rel=1e-12)
+    pts = [r["speedup"] for row in res["batches"].values() for r in row.values()]
+    assert res["batches_summary"]["arith_mean_all"] == pytest.approx(sum(pts) / len(pts))
+    assert "[1b] Fig. 14 by batch size" in out and (tmp_path / "cmswitch_batches.png").exists()
     row = res["fig14"]["resnet18"]["cmswitch"]
     assert row["segments"] > 1 and set(row["time_share"]) == {"switch", "rewrite", "write_back"}
     assert res["summary"]["geomean_vs_cim_mlc"] > 0
