@@ -734,16 +734,16 @@ def test_cmswitch_bit_identical_to_cim_mlc_with_integer_reference(small):
     assert rep["latency_ns"] > 0 and dm["memory_mode_energy_pj"] > 0
 
 
-def _mobilenet_cmswitch_equals_cim_mlc(size=32):
-    """MobileNetV2 (``size`` x ``size``) on Dynaplasia by cim-mlc and cmswitch: the outputs are equal;
-    cmswitch's ``(hw, info, stats)``."""
+def _mobilenet_cmswitch_equals_cim_mlc(size=32, batch=1):
+    """MobileNetV2 (``batch`` x 3 x ``size`` x ``size``) on Dynaplasia by cim-mlc and cmswitch: the outputs are
+    equal; cmswitch's ``(hw, info, stats)``."""
     from tvm import relax
 
     from tvm_cim.common import zoo
     from tvm_cim.common.onnx_io import import_onnx
 
-    mod = import_onnx(zoo.build_model("mobilenetv2", image_size=size), "mnv2")[0]
-    x = np.random.default_rng(1).standard_normal((1, 3, size, size)).astype("float32")
+    mod = import_onnx(zoo.build_model("mobilenetv2", image_size=size, batch=batch), "mnv2")[0]
+    x = np.random.default_rng(1).standard_normal((batch, 3, size, size)).astype("float32")
     hw = _dyn()
     outs = {}
     for s in ("cim-mlc", "cmswitch"):
@@ -751,6 +751,16 @@ def _mobilenet_cmswitch_equals_cim_mlc(size=32):
         outs[s], stats = _run_vm(relax, lowered, x)
     np.testing.assert_array_equal(outs["cmswitch"], outs["cim-mlc"])
     return hw, info, stats
+
+
+def test_cmswitch_bit_identical_to_cim_mlc_on_a_batch():
+    """Two images in one input (the Fig. 14 batch sizes of ``benchmarks/cmswitch.py --batches``): outputs equal
+    cim-mlc's bit for bit while arrays hold data in memory mode."""
+    from tvm_cim.report import build_report
+
+    hw, info, stats = _mobilenet_cmswitch_equals_cim_mlc(32, batch=2)
+    rep = build_report(info, stats, hw.name)
+    assert sum(seg["memory_arrays"] for seg in rep["dual_mode"]["segments"]) > 0
 
 
 def test_segmented_network_switches_at_run_time_and_stays_exact(monkeypatch):
