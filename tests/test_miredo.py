@@ -692,6 +692,23 @@ def test_double_buffered_variants_double_one_more_level_with_a_tile_that_fits(hi
     assert simulate(layer, hier, best).cycles < simulate(layer, hier, g).cycles
 
 
+def test_evaluations_memo_gives_the_model_once_per_mapping(hier, monkeypatch):
+    """dataflow.Evaluations: the same Cost as loopnest.evaluate, computed once per mapping; another layer raises."""
+    layer = LN.Layer.conv("pw", 1, 32, 16, 8, 8, 1, 1)
+    sp = DF.spatial_candidates(layer, hier, 1)[0]
+    ms = DF.heuristic_starts(layer, hier, sp, "edp", keep=3, max_orders=20)
+    expect = [LN.evaluate(layer, hier, m) for m in ms]
+    calls = []
+    real = LN.evaluate
+    monkeypatch.setattr(LN, "evaluate", lambda *a: calls.append(a[2]) or real(*a))
+    ev = DF.Evaluations(layer, hier)
+    for _ in range(3):
+        assert [ev(layer, hier, m) for m in ms] == expect
+    assert sorted(map(id, calls)) == sorted(map(id, ms))  # each mapping evaluated once
+    with pytest.raises(ValueError, match="one layer"):
+        ev(LN.Layer.conv("pw", 1, 32, 16, 8, 8, 1, 1), hier, ms[0])
+
+
 def test_a_blocked_point_wins_only_by_the_margin(hier, monkeypatch):
     """optimise: a weight-split or position-blocked point is chosen, and enters the front, only when the model
     rates it BLOCKED_MARGIN better than the best other point (the same search without them).  MobileNetV2

@@ -427,7 +427,7 @@ def zigzag(layer: LN.Layer, hier: LN.Hierarchy, objective: str = "latency", seed
 def heuristic_starts(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, objective: str = "latency",
                      ws: bool = False, rng: random.Random | None = None, max_orders: int = 300,
                      keep: int = 3, os: bool = False, split: tuple = (40, 8), wo: bool = False,
-                     blk: bool = False) -> list:
+                     blk: bool = False, evaluate=LN.evaluate) -> list:
     """The best greedy-filled loop orders of a spatial unrolling (the MIP's first incumbents), best first.
 
     With ``ws``, only weight-stationary orders (every loop the weights do not
@@ -444,7 +444,8 @@ def heuristic_starts(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, object
     an outer group (blocks of output positions) and an inner one, with the
     loops the weights depend on between them, so every weight tile in the
     macro serves a whole block of positions (every split point of each
-    sampled inner order; ``split`` as for ``ws``).
+    sampled inner order; ``split`` as for ``ws``).  ``evaluate``: the exact model
+    (:func:`tvm_cim.hardware.loopnest.evaluate`, or an :class:`Evaluations` memo of it).
     """
     rng = rng or random.Random(0)
     key = (lambda c: c.cycles) if objective == "latency" else (lambda c: c.edp)
@@ -484,7 +485,7 @@ def heuristic_starts(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, object
             m = LN.Mapping(m.spatial, m.loops, cuts, m.double)
             if LN.check(layer, hier, m):
                 continue
-        found.append((key(LN.evaluate(layer, hier, m)), len(found), m))
+        found.append((key(evaluate(layer, hier, m)), len(found), m))
     found.sort(key=lambda x: x[:2])
     return [m for _, _, m in found[:keep]]
 
@@ -552,13 +553,15 @@ def neighbours(m: LN.Mapping, hier: LN.Hierarchy) -> list:
     return out
 
 
-def polish(layer: LN.Layer, hier: LN.Hierarchy, m: LN.Mapping, key, budget: int = 400) -> tuple:
+def polish(layer: LN.Layer, hier: LN.Hierarchy, m: LN.Mapping, key, budget: int = 400,
+           evaluate=LN.evaluate) -> tuple:
     """Steepest-descent local search in the exact model (:func:`neighbours`), at most ``budget`` evaluations.
 
     Deterministic (a work budget, not a clock).  Returns ``(Mapping, Cost)``,
-    never worse than ``m`` under ``key``.
+    never worse than ``m`` under ``key``.  ``evaluate``: the exact model (or an
+    :class:`Evaluations` memo of it; the same result).
     """
-    best = (m, LN.evaluate(layer, hier, m))
+    best = (m, evaluate(layer, hier, m))
     seen = {m}
     used = 0
     while used < budget:
@@ -570,13 +573,35 @@ def polish(layer: LN.Layer, hier: LN.Hierarchy, m: LN.Mapping, key, budget: int 
             if LN.check(layer, hier, nb):
                 continue
             used += 1
-            c = LN.evaluate(layer, hier, nb)
+            c = evaluate(layer, hier, nb)
             if key(c) < key((step or best)[1]) * (1 - 1e-9):
                 step = (nb, c)
         if step is None:
             break
         best = step
     return best
+
+
+class Evaluations:
+    """:func:`tvm_cim.hardware.loopnest.evaluate` of one layer on one chip, each mapping computed once.
+
+    The model is a pure function of ``(layer, hier, mapping)``, so the memo gives
+    exactly what evaluating again gives; one :func:`optimise` call meets the same
+    mapping several times (ranking, polishing, the final choice).  Called with
+    another layer or chip, it raises.
+    """
+
+    def __init__(self, layer: LN.Layer, hier: LN.Hierarchy):
+        self.layer, self.hier = layer, hier
+        self.memo: dict = {}
+
+    def __call__(self, layer: LN.Layer, hier: LN.Hierarchy, m: LN.Mapping) -> LN.Cost:
+        if layer is not self.layer or hier is not self.hier:
+            raise ValueError("Evaluations: a memo of one layer on one chip")
+        c = self.memo.get(m)
+        if c is None:
+            c = self.memo[m] = LN.evaluate(layer, hier, m)
+        return c
 
 
 def _orders(facs: list, max_orders: int, rng: random.Random) -> list[tuple]:
@@ -818,6 +843,7 @@ def _optimise(layer, hier, method, objective, node_limit, spatial_top, starts, m
     best = None
     rng = random.Random(seed)
     ws = method == "ws"
+    ev = Evaluations(layer, hier)  # every mapping of this solve evaluated once
     hit = False
     # spatial candidates ranked by their best heuristic mappings (the utilisation bound ties often); for
     # miredo these are greedy orders (the same sample as the zigzag baseline's), weight- and output-stationary
@@ -833,26 +859,27 @@ def _optimise(layer, hier, method, objective, node_limit, spatial_top, starts, m
     blk_pts: list = []
     dbl_pts: list = []  # double-buffered variants of the heuristic mappings (double_buffered_variants)
     for n_sp, sp in enumerate(sps):
-        sts = heuristic_starts(layer, hier, sp, objective, ws=ws, rng=rng, keep=starts, max_orders=max_orders)
+        sts = heuristic_starts(layer, hier, sp, objective, ws=ws, rng=rng, keep=starts, max_orders=max_orders,
+                               evaluate=ev)
         if not ws:
             sub = random.Random(seed)
             sts += [m for flag in STRUCTURED
                     for m in heuristic_starts(layer, hier, sp, objective, rng=sub, keep=1, max_orders=max_orders,
-                                              split=STRUCTURED_SPLIT, **{flag: True})]
+                                              split=STRUCTURED_SPLIT, evaluate=ev, **{flag: True})]
             if polish_budget and sts:
-                sts = sorted(sts, key=lambda m: key(LN.evaluate(layer, hier, m)))
-                sts.insert(0, polish(layer, hier, sts[0], key, polish_budget)[0])
+                sts = sorted(sts, key=lambda m: key(ev(layer, hier, m)))
+                sts.insert(0, polish(layer, hier, sts[0], key, polish_budget, ev)[0])
             if blocked:
                 bl = heuristic_starts(layer, hier, sp, objective, rng=sub, keep=BLOCKED_KEEP,
-                                      max_orders=max_orders, split=STRUCTURED_SPLIT, blk=True)
-                blk_pts += bl + [polish(layer, hier, m, key, polish_budget)[0] for m in bl if polish_budget]
+                                      max_orders=max_orders, split=STRUCTURED_SPLIT, blk=True, evaluate=ev)
+                blk_pts += bl + [polish(layer, hier, m, key, polish_budget, ev)[0] for m in bl if polish_budget]
         if n_sp >= base:
             blk_pts += sts
             continue
         if DOUBLED_STARTS and not ws and layer.bounds["G"] == 1:  # of the polished best and the best greedy mapping
             dbl_pts += [v for m in sts[:2] for v in double_buffered_variants(layer, hier, m)]
         if sts:
-            scored = sorted((key(LN.evaluate(layer, hier, m)), i, m) for i, m in enumerate(sts))
+            scored = sorted((key(ev(layer, hier, m)), i, m) for i, m in enumerate(sts))
             sts = [m for _, _, m in scored]
             ranked.append((scored[0][0], len(ranked), sp, sts))
     ranked.sort(key=lambda x: x[:2])
@@ -868,21 +895,21 @@ def _optimise(layer, hier, method, objective, node_limit, spatial_top, starts, m
                                                      time_limit=time_limit, seed=seed, start=st, fix_order=True,
                                                      lexicographic=False):
                 pool.append((m, cyc, status))
-        valid = [(key(LN.evaluate(layer, hier, m)), i, m) for i, (m, _, _) in enumerate(pool)
+        valid = [(key(ev(layer, hier, m)), i, m) for i, (m, _, _) in enumerate(pool)
                  if not LN.check(layer, hier, m)]
         start = min(valid, key=lambda x: x[:2])[2] if valid else None
         sols = dataflow_mip.solve(layer, hier, sp, objective=objective, ws=ws, node_limit=node_limit,
                                   time_limit=time_limit, seed=seed, start=start, incumbent=warm or ws,
                                   lexicographic=energy_stage or ws)  # the ws baseline as before
         if polish_budget and not ws:  # the MIP's point polished in the exact model (its energy is approximate)
-            sols += [(polish(layer, hier, m, key, polish_budget)[0], math.nan, "polished " + st)
+            sols += [(polish(layer, hier, m, key, polish_budget, ev)[0], math.nan, "polished " + st)
                      for m, cyc, st in sols if not LN.check(layer, hier, m)]
         pool += sols
         hit = hit or any(status == TIME_LIMIT_STATUS for _, _, status in pool)
         extra += pool
     if dbl_pts:  # the best of them, polished: it needs no MIP (the MIP's node limit rarely reaches such points)
-        m = min(dbl_pts, key=lambda x: key(LN.evaluate(layer, hier, x)))
-        extra.append((polish(layer, hier, m, key, polish_budget)[0] if polish_budget else m, math.nan,
+        m = min(dbl_pts, key=lambda x: key(ev(layer, hier, x)))
+        extra.append((polish(layer, hier, m, key, polish_budget, ev)[0] if polish_budget else m, math.nan,
                       "double-buffered heuristic"))
     ws_cpu = 0.0
     if ws_settings is not None:  # the ws baseline's point (cached: solved once per layer shape and settings)
@@ -892,13 +919,14 @@ def _optimise(layer, hier, method, objective, node_limit, spatial_top, starts, m
         hit = hit or w.time_limit_hit
         extra.append((w.mapping, w.mip_cycles, "ws " + w.status))
         if polish_budget:
-            extra.append((polish(layer, hier, w.mapping, key, polish_budget)[0], math.nan, "polished ws " + w.status))
+            extra.append((polish(layer, hier, w.mapping, key, polish_budget, ev)[0], math.nan,
+                          "polished ws " + w.status))
     # the final choice: every candidate by the exact model
     seen: dict = {}
     for i, (m, mip_cyc, status) in enumerate(extra + others):
         if LN.check(layer, hier, m):
             continue
-        c = LN.evaluate(layer, hier, m)
+        c = ev(layer, hier, m)
         seen.setdefault((c.cycles, c.energy_pj), (m, c))
         if i < len(extra) and (best is None or key(c) < key(best[1]) - 1e-9):
             best = (m, c, status, mip_cyc)
@@ -907,7 +935,7 @@ def _optimise(layer, hier, method, objective, node_limit, spatial_top, starts, m
     for m in blk_pts:
         if LN.check(layer, hier, m):
             continue
-        c = LN.evaluate(layer, hier, m)
+        c = ev(layer, hier, m)
         if key(c) < bar:
             seen.setdefault((c.cycles, c.energy_pj), (m, c))
             if best is None or key(c) < key(best[1]) - 1e-9:
