@@ -692,6 +692,63 @@ def test_double_buffered_variants_double_one_more_level_with_a_tile_that_fits(hi
     assert simulate(layer, hier, best).cycles < simulate(layer, hier, g).cycles
 
 
+def test_doubled_search_doubles_inputs_and_outputs_of_a_depthwise_layer_at_both_buffers(hier):
+    """dataflow.doubled_search: from a greedy mapping of a stride-2 depthwise layer (32 groups, 28x28 -> 14x14)
+    whose input and output tiles are single-buffered, rounds of double_buffered_variants reach a mapping with the
+    inputs double-buffered in both the global and the input buffer and the outputs in both the global and the
+    output buffer (one round doubles one level only); the simulator runs it at least 1.5x faster than the start
+    (executed 13,950 -> 7,510 cycles), and faster than the best single-round variant."""
+    layer = LN.Layer.conv("dw", 1, 1, 1, 14, 14, 3, 3, 32, (2, 2))
+    sp = DF.spatial_candidates(layer, hier, 1)[0]
+    g = DF.heuristic_starts(layer, hier, sp, "edp", keep=1, max_orders=100)[0]
+    assert not {("I", "gbuf"), ("I", "ibuf"), ("O", "gbuf"), ("O", "obuf")} & g.double
+    key = lambda c: c.edp  # noqa: E731
+    d = DF.doubled_search(layer, hier, g, key)
+    assert LN.check(layer, hier, d) == [] and d.loops == g.loops
+    assert {("I", "gbuf"), ("I", "ibuf"), ("O", "gbuf"), ("O", "obuf")} <= d.double
+    one = min(DF.double_buffered_variants(layer, hier, g), key=lambda v: key(LN.evaluate(layer, hier, v)))
+    sim_g, sim_one, sim_d = (simulate(layer, hier, x).cycles for x in (g, one, d))
+    assert sim_d * 1.5 <= sim_g
+    assert sim_d < sim_one
+    # never worse than the start in the model: a start with nothing left to double comes back as it is
+    assert key(LN.evaluate(layer, hier, d)) <= key(LN.evaluate(layer, hier, g))
+
+
+def test_doubled_depthwise_adds_the_doubled_search_point_to_optimise(hier, monkeypatch):
+    """optimise with DOUBLED_DEPTHWISE: on a depthwise layer its choice is, in the model, at least as good as
+    doubled_search from the best greedy mapping, and here strictly better than without it (whose choice keeps a
+    single-buffered level); the simulator runs it faster too."""
+    layer = LN.Layer.conv("dw", 1, 1, 1, 14, 14, 3, 3, 32, (2, 2))
+    kw = dict(spatial_top=1, starts=1, max_orders=100)
+    monkeypatch.setattr(DF, "DOUBLED_DEPTHWISE", False)
+    off = DF.optimise(layer, hier, "miredo", "edp", **kw)
+    monkeypatch.setattr(DF, "DOUBLED_DEPTHWISE", True)
+    on = DF.optimise(layer, hier, "miredo", "edp", **kw)
+    sp = DF.spatial_candidates(layer, hier, 1)[0]
+    g = DF.heuristic_starts(layer, hier, sp, "edp", keep=1, max_orders=100)[0]
+    d = DF.doubled_search(layer, hier, g, lambda c: c.edp)
+    assert on.cost.edp <= LN.evaluate(layer, hier, d).edp * (1 + 1e-9)
+    assert on.cost.edp < off.cost.edp
+    assert simulate(layer, hier, on.mapping).cycles < simulate(layer, hier, off.mapping).cycles
+
+
+def test_evaluations_memo_gives_the_model_once_per_mapping(hier, monkeypatch):
+    """dataflow.Evaluations: the same Cost as loopnest.evaluate, computed once per mapping; another layer raises."""
+    layer = LN.Layer.conv("pw", 1, 32, 16, 8, 8, 1, 1)
+    sp = DF.spatial_candidates(layer, hier, 1)[0]
+    ms = DF.heuristic_starts(layer, hier, sp, "edp", keep=3, max_orders=20)
+    expect = [LN.evaluate(layer, hier, m) for m in ms]
+    calls = []
+    real = LN.evaluate
+    monkeypatch.setattr(LN, "evaluate", lambda *a: calls.append(a[2]) or real(*a))
+    ev = DF.Evaluations(layer, hier)
+    for _ in range(3):
+        assert [ev(layer, hier, m) for m in ms] == expect
+    assert sorted(map(id, calls)) == sorted(map(id, ms))  # each mapping evaluated once
+    with pytest.raises(ValueError, match="one layer"):
+        ev(LN.Layer.conv("pw", 1, 32, 16, 8, 8, 1, 1), hier, ms[0])
+
+
 def test_a_blocked_point_wins_only_by_the_margin(hier, monkeypatch):
     """optimise: a weight-split or position-blocked point is chosen, and enters the front, only when the model
     rates it BLOCKED_MARGIN better than the best other point (the same search without them).  MobileNetV2

@@ -68,6 +68,17 @@ POLISH_BUDGET = 400  # exact-model evaluations per local search (dataflow.polish
 # candidate.  Not on depthwise layers: there the model is 8-17 % optimistic on them (MobileNetV2 features.14.conv.1.0
 # chose one at 0.834 accuracy, simulated EDP 1.27x; the network's model accuracy fell to 0.941)
 DOUBLED_STARTS = True
+# optimise on depthwise layers (groups > 1), when on: the best of doubled_search (the levels that may be doubled,
+# one after the other) from the two best heuristic mappings, polished, is a candidate (multi-row input tiles
+# double-buffered in the input and the global buffer).  MobileNetV2 features.2.conv.1.0 (floor 301,056 cycles):
+# model 460,672 -> 303,569 (executed 507,658 before), features.1.conv.0.0 529,780 -> 403,562 (floor 401.4 k).
+# Off by default: the model is 7-15 % optimistic on these mappings, so they are not reliably better when executed
+# (executed cycles off -> on: features.2.conv.1.0 507,658 -> 352,011, features.4.conv.1.0 167,983 -> 133,797,
+# features.14.conv.1.0 37,980 -> 34,839, but features.7.conv.1.0 42,806 -> 45,825; model accuracy on them
+# 0.85-0.93 against 0.91-1.00), which would take MobileNetV2's accuracy below 0.95.  The cause is the loop-nest
+# simulator granting the global buffer's port in booking (iteration) order, not issue order (README).
+DOUBLED_DEPTHWISE = False
+DOUBLED_BEAM = 4
 DEFAULT_OBJECTIVE = "edp"  # the figure of merit of the issue and of the paper's results (EDP gains)
 
 
@@ -427,7 +438,7 @@ def zigzag(layer: LN.Layer, hier: LN.Hierarchy, objective: str = "latency", seed
 def heuristic_starts(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, objective: str = "latency",
                      ws: bool = False, rng: random.Random | None = None, max_orders: int = 300,
                      keep: int = 3, os: bool = False, split: tuple = (40, 8), wo: bool = False,
-                     blk: bool = False) -> list:
+                     blk: bool = False, evaluate=LN.evaluate) -> list:
     """The best greedy-filled loop orders of a spatial unrolling (the MIP's first incumbents), best first.
 
     With ``ws``, only weight-stationary orders (every loop the weights do not
@@ -444,7 +455,8 @@ def heuristic_starts(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, object
     an outer group (blocks of output positions) and an inner one, with the
     loops the weights depend on between them, so every weight tile in the
     macro serves a whole block of positions (every split point of each
-    sampled inner order; ``split`` as for ``ws``).
+    sampled inner order; ``split`` as for ``ws``).  ``evaluate``: the exact model
+    (:func:`tvm_cim.hardware.loopnest.evaluate`, or an :class:`Evaluations` memo of it).
     """
     rng = rng or random.Random(0)
     key = (lambda c: c.cycles) if objective == "latency" else (lambda c: c.edp)
@@ -484,7 +496,7 @@ def heuristic_starts(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, object
             m = LN.Mapping(m.spatial, m.loops, cuts, m.double)
             if LN.check(layer, hier, m):
                 continue
-        found.append((key(LN.evaluate(layer, hier, m)), len(found), m))
+        found.append((key(evaluate(layer, hier, m)), len(found), m))
     found.sort(key=lambda x: x[:2])
     return [m for _, _, m in found[:keep]]
 
@@ -533,6 +545,35 @@ def double_buffered_variants(layer: LN.Layer, hier: LN.Hierarchy, m: LN.Mapping)
     return out
 
 
+def doubled_search(layer: LN.Layer, hier: LN.Hierarchy, m: LN.Mapping, key, beam: int = DOUBLED_BEAM,
+                   evaluate=LN.evaluate) -> LN.Mapping:
+    """The best mapping, by ``key`` of the exact model, of rounds of :func:`double_buffered_variants`.
+
+    Round one takes the variants of ``m``, every next round the variants of
+    the ``beam`` best of the round before, until no level is left to double
+    (at most one round per cut of ``m``).  One round doubles one level; a
+    mapping whose inputs and outputs are double-buffered at both the
+    per-core and the global buffer (a multi-row input tile copied while
+    the previous one is computed, MobileNetV2's depthwise layers) is
+    several rounds away from a greedy fill, and the intermediate mappings
+    need not be better than ``m``.  Returns ``m`` when no variant is better.
+    """
+    best, best_k = m, key(evaluate(layer, hier, m))
+    front = [m]
+    for _ in range(len(m.cuts)):
+        found = {}
+        for x in front:
+            for v in double_buffered_variants(layer, hier, x):
+                if v not in found:
+                    found[v] = key(evaluate(layer, hier, v))
+        if not found:
+            break
+        front = sorted(found, key=lambda v: (found[v], v.text()))[:beam]
+        if found[front[0]] < best_k:
+            best, best_k = front[0], found[front[0]]
+    return best
+
+
 def neighbours(m: LN.Mapping, hier: LN.Hierarchy) -> list:
     """Mappings one move from ``m``: two adjacent loops swapped, one cut moved by one slot, one level's
     double buffering toggled (not checked for validity)."""
@@ -552,13 +593,15 @@ def neighbours(m: LN.Mapping, hier: LN.Hierarchy) -> list:
     return out
 
 
-def polish(layer: LN.Layer, hier: LN.Hierarchy, m: LN.Mapping, key, budget: int = 400) -> tuple:
+def polish(layer: LN.Layer, hier: LN.Hierarchy, m: LN.Mapping, key, budget: int = 400,
+           evaluate=LN.evaluate) -> tuple:
     """Steepest-descent local search in the exact model (:func:`neighbours`), at most ``budget`` evaluations.
 
     Deterministic (a work budget, not a clock).  Returns ``(Mapping, Cost)``,
-    never worse than ``m`` under ``key``.
+    never worse than ``m`` under ``key``.  ``evaluate``: the exact model (or an
+    :class:`Evaluations` memo of it; the same result).
     """
-    best = (m, LN.evaluate(layer, hier, m))
+    best = (m, evaluate(layer, hier, m))
     seen = {m}
     used = 0
     while used < budget:
@@ -570,13 +613,35 @@ def polish(layer: LN.Layer, hier: LN.Hierarchy, m: LN.Mapping, key, budget: int 
             if LN.check(layer, hier, nb):
                 continue
             used += 1
-            c = LN.evaluate(layer, hier, nb)
+            c = evaluate(layer, hier, nb)
             if key(c) < key((step or best)[1]) * (1 - 1e-9):
                 step = (nb, c)
         if step is None:
             break
         best = step
     return best
+
+
+class Evaluations:
+    """:func:`tvm_cim.hardware.loopnest.evaluate` of one layer on one chip, each mapping computed once.
+
+    The model is a pure function of ``(layer, hier, mapping)``, so the memo gives
+    exactly what evaluating again gives; one :func:`optimise` call meets the same
+    mapping several times (ranking, polishing, the final choice).  Called with
+    another layer or chip, it raises.
+    """
+
+    def __init__(self, layer: LN.Layer, hier: LN.Hierarchy):
+        self.layer, self.hier = layer, hier
+        self.memo: dict = {}
+
+    def __call__(self, layer: LN.Layer, hier: LN.Hierarchy, m: LN.Mapping) -> LN.Cost:
+        if layer is not self.layer or hier is not self.hier:
+            raise ValueError("Evaluations: a memo of one layer on one chip")
+        c = self.memo.get(m)
+        if c is None:
+            c = self.memo[m] = LN.evaluate(layer, hier, m)
+        return c
 
 
 def _orders(facs: list, max_orders: int, rng: random.Random) -> list[tuple]:
@@ -818,6 +883,7 @@ def _optimise(layer, hier, method, objective, node_limit, spatial_top, starts, m
     best = None
     rng = random.Random(seed)
     ws = method == "ws"
+    ev = Evaluations(layer, hier)  # every mapping of this solve evaluated once
     hit = False
     # spatial candidates ranked by their best heuristic mappings (the utilisation bound ties often); for
     # miredo these are greedy orders (the same sample as the zigzag baseline's), weight- and output-stationary
@@ -833,26 +899,29 @@ def _optimise(layer, hier, method, objective, node_limit, spatial_top, starts, m
     blk_pts: list = []
     dbl_pts: list = []  # double-buffered variants of the heuristic mappings (double_buffered_variants)
     for n_sp, sp in enumerate(sps):
-        sts = heuristic_starts(layer, hier, sp, objective, ws=ws, rng=rng, keep=starts, max_orders=max_orders)
+        sts = heuristic_starts(layer, hier, sp, objective, ws=ws, rng=rng, keep=starts, max_orders=max_orders,
+                               evaluate=ev)
         if not ws:
             sub = random.Random(seed)
             sts += [m for flag in STRUCTURED
                     for m in heuristic_starts(layer, hier, sp, objective, rng=sub, keep=1, max_orders=max_orders,
-                                              split=STRUCTURED_SPLIT, **{flag: True})]
+                                              split=STRUCTURED_SPLIT, evaluate=ev, **{flag: True})]
             if polish_budget and sts:
-                sts = sorted(sts, key=lambda m: key(LN.evaluate(layer, hier, m)))
-                sts.insert(0, polish(layer, hier, sts[0], key, polish_budget)[0])
+                sts = sorted(sts, key=lambda m: key(ev(layer, hier, m)))
+                sts.insert(0, polish(layer, hier, sts[0], key, polish_budget, ev)[0])
             if blocked:
                 bl = heuristic_starts(layer, hier, sp, objective, rng=sub, keep=BLOCKED_KEEP,
-                                      max_orders=max_orders, split=STRUCTURED_SPLIT, blk=True)
-                blk_pts += bl + [polish(layer, hier, m, key, polish_budget)[0] for m in bl if polish_budget]
+                                      max_orders=max_orders, split=STRUCTURED_SPLIT, blk=True, evaluate=ev)
+                blk_pts += bl + [polish(layer, hier, m, key, polish_budget, ev)[0] for m in bl if polish_budget]
         if n_sp >= base:
             blk_pts += sts
             continue
         if DOUBLED_STARTS and not ws and layer.bounds["G"] == 1:  # of the polished best and the best greedy mapping
             dbl_pts += [v for m in sts[:2] for v in double_buffered_variants(layer, hier, m)]
+        elif DOUBLED_DEPTHWISE and not ws and layer.bounds["G"] > 1:
+            dbl_pts += [doubled_search(layer, hier, m, key, evaluate=ev) for m in sts[:2]]
         if sts:
-            scored = sorted((key(LN.evaluate(layer, hier, m)), i, m) for i, m in enumerate(sts))
+            scored = sorted((key(ev(layer, hier, m)), i, m) for i, m in enumerate(sts))
             sts = [m for _, _, m in scored]
             ranked.append((scored[0][0], len(ranked), sp, sts))
     ranked.sort(key=lambda x: x[:2])
@@ -868,21 +937,21 @@ def _optimise(layer, hier, method, objective, node_limit, spatial_top, starts, m
                                                      time_limit=time_limit, seed=seed, start=st, fix_order=True,
                                                      lexicographic=False):
                 pool.append((m, cyc, status))
-        valid = [(key(LN.evaluate(layer, hier, m)), i, m) for i, (m, _, _) in enumerate(pool)
+        valid = [(key(ev(layer, hier, m)), i, m) for i, (m, _, _) in enumerate(pool)
                  if not LN.check(layer, hier, m)]
         start = min(valid, key=lambda x: x[:2])[2] if valid else None
         sols = dataflow_mip.solve(layer, hier, sp, objective=objective, ws=ws, node_limit=node_limit,
                                   time_limit=time_limit, seed=seed, start=start, incumbent=warm or ws,
                                   lexicographic=energy_stage or ws)  # the ws baseline as before
         if polish_budget and not ws:  # the MIP's point polished in the exact model (its energy is approximate)
-            sols += [(polish(layer, hier, m, key, polish_budget)[0], math.nan, "polished " + st)
+            sols += [(polish(layer, hier, m, key, polish_budget, ev)[0], math.nan, "polished " + st)
                      for m, cyc, st in sols if not LN.check(layer, hier, m)]
         pool += sols
         hit = hit or any(status == TIME_LIMIT_STATUS for _, _, status in pool)
         extra += pool
     if dbl_pts:  # the best of them, polished: it needs no MIP (the MIP's node limit rarely reaches such points)
-        m = min(dbl_pts, key=lambda x: key(LN.evaluate(layer, hier, x)))
-        extra.append((polish(layer, hier, m, key, polish_budget)[0] if polish_budget else m, math.nan,
+        m = min(dbl_pts, key=lambda x: key(ev(layer, hier, x)))
+        extra.append((polish(layer, hier, m, key, polish_budget, ev)[0] if polish_budget else m, math.nan,
                       "double-buffered heuristic"))
     ws_cpu = 0.0
     if ws_settings is not None:  # the ws baseline's point (cached: solved once per layer shape and settings)
@@ -892,13 +961,14 @@ def _optimise(layer, hier, method, objective, node_limit, spatial_top, starts, m
         hit = hit or w.time_limit_hit
         extra.append((w.mapping, w.mip_cycles, "ws " + w.status))
         if polish_budget:
-            extra.append((polish(layer, hier, w.mapping, key, polish_budget)[0], math.nan, "polished ws " + w.status))
+            extra.append((polish(layer, hier, w.mapping, key, polish_budget, ev)[0], math.nan,
+                          "polished ws " + w.status))
     # the final choice: every candidate by the exact model
     seen: dict = {}
     for i, (m, mip_cyc, status) in enumerate(extra + others):
         if LN.check(layer, hier, m):
             continue
-        c = LN.evaluate(layer, hier, m)
+        c = ev(layer, hier, m)
         seen.setdefault((c.cycles, c.energy_pj), (m, c))
         if i < len(extra) and (best is None or key(c) < key(best[1]) - 1e-9):
             best = (m, c, status, mip_cyc)
@@ -907,7 +977,7 @@ def _optimise(layer, hier, method, objective, node_limit, spatial_top, starts, m
     for m in blk_pts:
         if LN.check(layer, hier, m):
             continue
-        c = LN.evaluate(layer, hier, m)
+        c = ev(layer, hier, m)
         if key(c) < bar:
             seen.setdefault((c.cycles, c.energy_pj), (m, c))
             if best is None or key(c) < key(best[1]) - 1e-9:

@@ -107,14 +107,28 @@ def _stream(uses: list, t: float) -> float:
     pts = sorted({x[1] for iv in ivs for x in iv} | {x[0] for iv in ivs for x in iv if x[0] > t})
     left, now, k = 1.0, t, 0  # share of the transfer still to move
     segs = []
+    # the bookings under way at ``now`` (a <= now < b), per port, by their index in its list: ``now`` only grows,
+    # so they are kept as it moves instead of scanning every booking at every step; their shares add up in the
+    # list's order, the same sum as over the whole list
+    by_start = [sorted(range(len(iv)), key=lambda i: iv[i][0]) for iv in ivs]
+    entered = [0] * len(ivs)
+    active: list = [[] for _ in ivs]
     while left * w_max > 1e-9:
         while k < len(pts) and pts[k] <= now:
             k += 1
         nxt = pts[k] if k < len(pts) else math.inf
         rate = 1.0 / w_max  # transfer fraction per cycle
-        for (_, w), iv in zip(uses, ivs):
+        for j, ((_, w), iv) in enumerate(zip(uses, ivs)):
+            q, order, new = entered[j], by_start[j], False
+            while q < len(order) and iv[order[q]][0] <= now:
+                active[j].append(order[q])
+                q, new = q + 1, True
+            entered[j] = q
+            active[j] = [i for i in active[j] if iv[i][1] > now]
+            if new:
+                active[j].sort()
             if w > 0:
-                rate = min(rate, max(0.0, 1.0 - sum(f for a, b, f in iv if a <= now < b)) / w)
+                rate = min(rate, max(0.0, 1.0 - sum(iv[i][2] for i in active[j])) / w)
         if rate <= 1e-12:
             now = nxt
             continue
