@@ -557,7 +557,7 @@ def main() -> int:
                     "llama2_7b_layer opt_6.7b_layer opt_13b_layer (default: all seven)")
     ap.add_argument("--seq-sweep", nargs="*", type=int, metavar="SEQ",
                     help="the transformer layers among --models at these sequence lengths (Fig. 16)")
-    ap.add_argument("--batches", nargs="*", type=int, metavar="B",
+    ap.add_argument("--batches", nargs="+", type=int, metavar="B",
                     help="Fig. 14 (cim-mlc and cmswitch) also at these batch sizes, e.g. 1 4 8 16 (the paper's "
                          "ranges and average are over batch sizes it does not name)")
     ap.add_argument("--no-fig14", action="store_true", help="skip the Fig. 14 table (with --seq-sweep or --batches)")
@@ -573,6 +573,8 @@ def main() -> int:
     if args.merge:
         res = merge([json.loads(Path(f).read_text()) for f in args.merge])
         return report(res, args)
+    if args.batches and min(args.batches) < 1:
+        ap.error(f"--batches: batch sizes are positive integers, got {args.batches}")
     nets = models(args.quick)
     if args.models:
         unknown = sorted(set(args.models) - set(nets))

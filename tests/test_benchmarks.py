@@ -131,6 +131,12 @@ def test_cmswitch_quick(tmp_path):
     assert (tmp_path / "cmswitch_speedup.png").exists() and (tmp_path / "cmswitch_modes.png").exists()
 
 
+def test_cmswitch_rejects_a_batch_size_below_one(tmp_path):
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "cmswitch.py"), "--quick", "--batches", "1", "0"],
+                       capture_output=True, text=True, cwd=tmp_path)
+    assert p.returncode == 2 and "--batches" in p.stderr and "[1, 0]" in p.stderr
+
+
 @pytest.mark.slow
 def test_scale_quick(tmp_path):
     res, out = bench("scale.py", "--quick", tmp=tmp_path)
