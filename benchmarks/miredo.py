@@ -24,7 +24,11 @@ reported.  Reported: per-layer latency and EDP, network EDP ratios
 energy), the accuracy of the MIP's own latency and of the analytical model
 against the execution (``1 - |pred - sim| / sim``, mean over layers), and
 solve time per layer and per network.  Layers of the same shape are solved
-once (the network solve time counts each shape once).
+once (the network solve time counts each shape once).  The distinct shapes
+are solved in ``--workers`` processes (default: every CPU;
+:func:`tvm_cim.compiler.dataflow.optimise_all`): the mappings do not depend
+on it; the network's solve is reported as CPU seconds (the sum over its
+shapes) and as elapsed seconds, start to end over the workers.
 
     python benchmarks/miredo.py                  # the three CNNs at 224x224 (about 15-20 min on 2 cores)
     python benchmarks/miredo.py --quick          # ResNet-18 at 32x32, short limits (a minute)
@@ -125,7 +129,7 @@ def _totals(rs: list, solved: list, hier: LN.Hierarchy) -> dict:
 
 
 def run_network(name: str, layers: list, hier: LN.Hierarchy, settings: dict, objective: str,
-                progress=None, choice: str = "network") -> dict:
+                progress=None, choice: str = "network", workers: int = 1) -> dict:
     """Every mapper on every distinct layer shape; per-layer rows and network totals.
 
     ``progress(rows)``, when given, is called after every layer (partial results of a long run).
@@ -133,15 +137,35 @@ def run_network(name: str, layers: list, hier: LN.Hierarchy, settings: dict, obj
     layer's front that gives the least network EDP in the model (:func:`network_choice`), simulated; the totals of
     the per-layer choice are kept too (``totals['miredo_layer_choice']``).
     """
+    shapes: dict = {}  # every distinct shape once, solved by each mapper over workers processes
+    for layer in layers:
+        shapes.setdefault(_shape_key(layer), layer)
+    # one pool for every mapper's solves, miredo's first (the workers take the jobs in order): a mapper's elapsed
+    # solve time runs from the start of its first shape's solve (its end less its wall time) to the end of its last
+    jobs = [(meth, key, x) for meth in METHODS for key, x in shapes.items()]
+    span: dict = {}
+
+    def finished(i, res):
+        end = time.perf_counter()
+        lo, hi = span.get(jobs[i][0], (math.inf, -math.inf))
+        span[jobs[i][0]] = (min(lo, end - res.seconds), max(hi, end))
+
+    rs = DF.optimise_all([(x, dict(method=meth, objective=objective, **settings)) for meth, _, x in jobs], hier,
+                         workers, desc=f"{name} solves ({len(shapes)} shapes x {len(METHODS)} mappers)",
+                         done=finished)
+    elapsed = {meth: hi - lo for meth, (lo, hi) in span.items()}
+    solved_by: dict = {meth: {} for meth in METHODS}
+    for (meth, key, _), r in zip(jobs, rs):
+        solved_by[meth][key] = r
     cache: dict = {}
     mi_res: dict = {}
     rows = []
-    for layer in tqdm(layers, desc=f"{name} layers", leave=False):
+    for layer in tqdm(layers, desc=f"{name} layers (simulated)", leave=False):
         key = _shape_key(layer)
         if key not in cache:
             res = {}
             for meth in METHODS:
-                r = DF.optimise(layer, hier, meth, objective, **settings)
+                r = solved_by[meth][key]
                 # miredo's CPU time includes the ws solve it takes its candidate from (solved once)
                 res[meth] = _sim_row(layer, hier, r, r.mapping, r.cost)
                 if meth == "miredo":
@@ -165,7 +189,8 @@ def run_network(name: str, layers: list, hier: LN.Hierarchy, settings: dict, obj
                     simmed[key] = _sim_row(layer, hier, r, m, c)
                 row["miredo"] = {**simmed[key], "status": "network choice (" + r.status + ")"}
     solved = [r["solved"] for r in rows]
-    tot = {meth: _totals([r[meth] for r in rows], solved, hier) for meth in METHODS}
+    tot = {meth: {**_totals([r[meth] for r in rows], solved, hier), "solve_elapsed_s": elapsed[meth],
+                  "workers": min(workers, len(jobs))} for meth in METHODS}
     tot["miredo_layer_choice"] = _totals(layer_choice, solved, hier)
     gains = {b: tot[b]["edp"] / tot["miredo"]["edp"] for b in ("ws", "zigzag")}
     gains["zigzag_over_layer_choice"] = tot["zigzag"]["edp"] / tot["miredo_layer_choice"]["edp"]
@@ -333,9 +358,10 @@ def print_network(name: str, res: dict) -> None:
     t = res["totals"]
     for m in METHODS + ("miredo_layer_choice",):
         acc = "" if t[m]["mip_accuracy"] is None else f", MIP latency accuracy {t[m]['mip_accuracy']:.3f}"
+        el = f", {t[m]['solve_elapsed_s']:.1f} s elapsed over {t[m]['workers']} worker(s)" if m in METHODS else ""
         print(f"  {m:<7} latency {t[m]['latency_ns'] / 1e3:10.1f} us  energy {t[m]['energy_pj'] / 1e6:9.2f} uJ  "
               f"EDP {t[m]['edp']:.3e} pJ.ns  solve {t[m]['solve_s_network']:.1f} s wall, "
-              f"{t[m]['solve_cpu_s_network']:.1f} s CPU (max layer "
+              f"{t[m]['solve_cpu_s_network']:.1f} s CPU{el} (max layer "
               f"{t[m]['solve_s_max_layer']:.1f} s, safety-net hits {t[m]['time_limit_hits']})  "
               f"model accuracy {t[m]['model_accuracy']:.3f}{acc}")
     g = res["edp_gain"]
@@ -398,6 +424,9 @@ def main() -> int:
                     help="only the layers with these names (e.g. layer2.0.conv2 layer3.0.conv1; with --node-limit, a "
                     "larger solve budget on chosen layers)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--workers", type=int,
+                    help="processes the distinct layer shapes are solved in (default: $TVM_CIM_WORKERS, else every "
+                         "CPU); the results do not depend on it, only the elapsed solve time")
     ap.add_argument("--ws-point", action="store_true",
                     help="miredo also takes the ws baseline's MIP point as a candidate (never loses to ws; slower)")
     ap.add_argument("--bounds", type=int, metavar="NODES",
@@ -435,6 +464,14 @@ def main() -> int:
     unknown = [n for n in nets if n not in zoo.MODELS]
     if unknown:
         print(f"error: unknown zoo model(s) {unknown}; choose from {sorted(zoo.MODELS)}", file=sys.stderr)
+        return 2
+    try:
+        workers = DF.workers_default() if a.workers is None else a.workers
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if workers < 1:
+        print(f"error: --workers {workers}: expected a positive integer", file=sys.stderr)
         return 2
     settings = dict(node_limit=a.node_limit or DF.dataflow_mip.NODE_LIMIT,
                     time_limit=a.time_limit or DF.dataflow_mip.SAFETY_TIME_LIMIT, spatial_top=1,
@@ -475,7 +512,8 @@ def main() -> int:
             if a.json:
                 Path(a.json).write_text(json.dumps({**out, "partial": {net: rows}}, indent=1, default=float))
 
-        results[net] = run_network(net, layers, hier, settings, a.objective, progress=partial, choice=a.choice)
+        results[net] = run_network(net, layers, hier, settings, a.objective, progress=partial, choice=a.choice,
+                                   workers=workers)
         print_network(net, results[net])
         out["wall_s"] = time.perf_counter() - t0
         if a.json:  # after every network: a killed run keeps what it finished

@@ -71,6 +71,15 @@ def test_miredo_quick(tmp_path):
     assert len(net["layers"]) == 3 and "EDP gain of miredo" in out
     assert set(net["totals"]) == {"miredo", "ws", "zigzag", "miredo_layer_choice"} and res["objective"] == "edp"  # the default (issue 12: EDP is the figure of merit)
     assert all(p.endswith(".png") for p in res["plots"])
+    for m in ("miredo", "ws", "zigzag"):  # the shapes solved over worker processes: elapsed time and workers
+        t = net["totals"][m]
+        assert t["workers"] >= 1 and 0 < t["solve_elapsed_s"]
+
+
+def test_miredo_rejects_a_bad_worker_count(tmp_path):
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "miredo.py"), "--quick", "--workers", "0"],
+                       capture_output=True, text=True, cwd=tmp_path)
+    assert p.returncode == 2 and "--workers 0: expected a positive integer" in p.stderr
 
 
 @pytest.mark.slow

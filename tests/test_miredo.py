@@ -848,3 +848,54 @@ def test_polish_is_a_descent_over_valid_one_move_neighbours(hier):
     for nb in DF.neighbours(m, hier):  # local optimum
         if not LN.check(layer, hier, nb):
             assert LN.evaluate(layer, hier, nb).edp >= c.edp * (1 - 1e-9)
+
+
+# --------------------------------------------------------------------------- memoised tiles, layers solved in workers
+def test_tile_extents_memo_follows_the_chip_it_is_asked_for(hier):
+    """The per-mapping memo of tile extents answers for the chip asked (a chip with other spatial axes gets its
+    own extents, not the first chip's), checked against the product of the factors written out by hand."""
+    import dataclasses
+
+    m = LN.Mapping((("cores", (("K", 2), ("P", 2))), ("rows", (("C", 4),)), ("cols", (("K", 8),))),
+                   (("C", 2), ("P", 7), ("Q", 14)), ())
+    other = dataclasses.replace(hier, axes=tuple(a for a in hier.axes if a.name != "cols"))
+    for _ in range(2):  # the second round is answered from the memo
+        assert LN.tile_extents(hier, m, 1, False) == {**{d: 1 for d in LN.DIMS}, "K": 16, "P": 14, "C": 4, "Q": 14}
+        assert LN.tile_extents(hier, m, 1, True) == {**{d: 1 for d in LN.DIMS}, "K": 8, "P": 7, "C": 4, "Q": 14}
+        assert LN.tile_extents(other, m, 1, False) == {**{d: 1 for d in LN.DIMS}, "K": 2, "P": 14, "C": 4, "Q": 14}
+        assert LN.tile_extents(other, m, 3, True) == {**{d: 1 for d in LN.DIMS}, "C": 4}
+    assert m.cut("W", "macro") is None and m == LN.Mapping(m.spatial, m.loops, ())  # the memo is not a field
+
+
+def test_optimise_all_in_worker_processes_gives_the_one_by_one_results(hier):
+    layers = [LN.Layer.conv("a", 1, 16, 8, 8, 8, 3, 3), LN.Layer.conv("b", 1, 32, 16, 4, 4, 1, 1),
+              LN.Layer.conv("dw", 1, 1, 1, 8, 8, 3, 3, 16)]
+    kw = dict(spatial_top=1, starts=1, max_orders=20)
+    alone = [DF.optimise(x, hier, **kw) for x in layers]
+    seen = []
+    pooled = DF.optimise_all([(x, kw) for x in layers], hier, workers=2, done=lambda i, r: seen.append(i))
+    assert sorted(seen) == [0, 1, 2]
+    for a, b in zip(alone, pooled):
+        assert (b.mapping, b.cost, b.front, b.status) == (a.mapping, a.cost, a.front, a.status)
+        assert repr(b.mip_cycles) == repr(a.mip_cycles)  # nan when a heuristic mapping won
+
+
+def test_plan_dataflow_solves_the_layers_in_workers_with_the_same_plans(cnn, monkeypatch):
+    mod, _ = cnn
+    hw = tvm_cim.load("miredo")
+    plans = []
+    for workers in ("1", "2"):
+        monkeypatch.setattr(DF, "_PLANS", {})
+        monkeypatch.setattr(DF, "PARALLEL_MIN_LAYERS", 2)
+        monkeypatch.setenv("TVM_CIM_WORKERS", workers)
+        tvm_cim.offload(mod, hw, strategy="miredo")
+        plans.append({k: (r.mapping, r.cost, r.status) for k, r in DF._PLANS.items()})
+    assert len(plans[0]) == 3 and plans[0] == plans[1]
+
+
+def test_workers_setting_is_checked(monkeypatch):
+    monkeypatch.setenv("TVM_CIM_WORKERS", "0")
+    with pytest.raises(ValueError, match="TVM_CIM_WORKERS='0': expected a positive integer"):
+        DF.workers_default()
+    monkeypatch.setenv("TVM_CIM_WORKERS", "3")
+    assert DF.workers_default() == 3

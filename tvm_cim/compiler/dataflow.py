@@ -32,11 +32,16 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import os
 import random
+import subprocess
 import time
+from concurrent.futures import as_completed
 from dataclasses import dataclass
 
 import numpy as np
+from tqdm import tqdm
+from tvm.support.popen_pool import PopenPoolExecutor
 
 from ..common import hardware as loader
 from ..common.report import pareto
@@ -382,6 +387,11 @@ def _fill(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, loops: tuple, inn
     outer_shared = min((lv.order for lv in hier.levels[1:] if not lv.per_core), default=0)
     cuts: dict = {}
     n = len(loops)
+    tiles = LN.Mapping(spatial, loops, ())  # the tile of a cut depends on the loops and the unrolling only
+
+    def bits(oo, lv, c):  # LN.tile_bits of operand oo at level lv cut at c
+        return layer.elems(oo, LN.tile_extents(hier, tiles, c, lv.per_core)) * hier.bits[oo]
+
     # innermost levels first
     for lv in sorted(hier.levels[1:], key=lambda v: -v.order):
         ops = [o for o in "WIO" if o in lv.operands]
@@ -392,8 +402,7 @@ def _fill(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, loops: tuple, inn
             for c in range(0, lo + 1):  # the largest tile (smallest cut) that fits with what is already placed
                 trial = dict(cuts)
                 trial[(o, lv.name)] = c
-                m = LN.Mapping(spatial, loops, tuple((a, b, x) for (a, b), x in trial.items()))
-                used = sum(LN.tile_bits(layer, hier, m, oo, lv) for oo in "IWO" if (oo, lv.name) in trial)
+                used = sum(bits(oo, lv, trial[(oo, lv.name)]) for oo in "IWO" if (oo, lv.name) in trial)
                 share = lv.capacity_bits if o == ops[-1] else lv.capacity_bits * (ops.index(o) + 1) / len(ops)
                 if lv.order > outer_shared and o != "W":
                     share *= inner_share
@@ -989,11 +998,91 @@ def _optimise(layer, hier, method, objective, node_limit, spatial_top, starts, m
                   time.process_time() - c0 + ws_cpu, front)
 
 
+def workers_default() -> int:
+    """Processes :func:`optimise_all` uses by default: ``$TVM_CIM_WORKERS``, else every CPU of the machine.
+
+    Raises
+    ------
+    ValueError
+        ``$TVM_CIM_WORKERS`` is not a positive integer.
+    """
+    env = os.environ.get("TVM_CIM_WORKERS")
+    if env is None:
+        return os.cpu_count() or 1
+    if not env.strip().isdigit() or int(env) < 1:
+        raise ValueError(f"TVM_CIM_WORKERS={env!r}: expected a positive integer (1: no worker processes)")
+    return int(env)
+
+
+def _optimise_job(layer: LN.Layer, hier: LN.Hierarchy, kw: dict) -> Result:
+    return optimise(layer, hier, **kw)
+
+
+def optimise_all(jobs: list, hier: LN.Hierarchy, workers: int | None = None, desc: str | None = None,
+                 done=None) -> list:
+    """:func:`optimise` of many layers, in parallel worker processes.
+
+    The layers' solves are independent and each is deterministic, so the
+    results are those of calling :func:`optimise` on each in turn; only the
+    elapsed time changes.  Workers are TVM's
+    :class:`~tvm.support.popen_pool.PopenPoolExecutor` (the pool
+    meta-schedule builds with), started for the call and shut down after it.
+
+    Parameters
+    ----------
+    jobs : list of (Layer, dict)
+        Each layer with the keyword arguments of its :func:`optimise` call.
+    hier : Hierarchy
+    workers : int, optional
+        Worker processes (default :func:`workers_default`); 1, or a single
+        job, solves in this process.
+    desc : str, optional
+        A tqdm progress bar with this label (none when omitted).
+    done : callable, optional
+        Called as ``done(i, result)`` when job ``i`` finishes (jobs start in
+        their order; they finish in any).
+
+    Returns
+    -------
+    list of Result
+        In the order of ``jobs``.
+    """
+    workers = min(workers_default() if workers is None else int(workers), len(jobs))
+    bar = tqdm(total=len(jobs), desc=desc, leave=False, disable=desc is None)
+    try:
+        if workers <= 1:
+            out = []
+            for i, (layer, kw) in enumerate(jobs):
+                out.append(optimise(layer, hier, **kw))
+                if done is not None:
+                    done(i, out[-1])
+                bar.update(1)
+            return out
+        pool = PopenPoolExecutor(max_workers=workers, stdout=subprocess.DEVNULL)  # HiGHS's banner, once per worker
+        try:
+            futs = {pool.submit(_optimise_job, layer, hier, dict(kw)): i for i, (layer, kw) in enumerate(jobs)}
+            out = [None] * len(jobs)
+            for f in as_completed(futs):
+                i = futs[f]
+                out[i] = f.result()
+                if done is not None:
+                    done(i, out[i])
+                bar.update(1)
+            return out
+        finally:
+            pool.shutdown()
+    finally:
+        bar.close()
+
+
 # ============================================================================ the dataflow piece of the pipeline
 # settings the compiler uses per layer (the benchmark passes its own)
 PIPELINE_SETTINGS = dict(method="miredo", objective=DEFAULT_OBJECTIVE, node_limit=dataflow_mip.NODE_LIMIT, spatial_top=1, starts=2,
                          max_orders=200)
 _PLANS: dict = {}
+# plan_all solves in worker processes from this many distinct shapes: a worker takes 2-5 s to start (it imports
+# TVM), which a few small layers' solves do not repay (tests/test_miredo's pipeline cases: 13.2 -> 16.8 s with two)
+PARALLEL_MIN_LAYERS = 4
 
 
 def layer_of(region: Region) -> LN.Layer | None:
@@ -1012,6 +1101,31 @@ def layer_of(region: Region) -> LN.Layer | None:
     return None
 
 
+def _plan_key(layer: LN.Layer, hw: CIMHardware, kw: dict) -> tuple:
+    return (loader.digest(hw), tuple(sorted(layer.bounds.items())), layer.stride, layer.dilation,
+            tuple(sorted(kw.items())))
+
+
+def plan_all(regions: list, hw: CIMHardware, workers: int | None = None, **settings) -> None:
+    """Solve the dataflow of every region not planned yet, distinct shapes in parallel (:func:`optimise_all`)
+    when there are at least :data:`PARALLEL_MIN_LAYERS` of them; :func:`plan` then returns them from its cache
+    (the same results as solving them one by one)."""
+    if not hw.dataflow.levels:
+        return
+    kw = {**PIPELINE_SETTINGS, **settings}
+    todo: dict = {}
+    for r in regions:
+        layer = layer_of(r)
+        if layer is not None:
+            key = _plan_key(layer, hw, kw)
+            if key not in _PLANS:
+                todo.setdefault(key, layer)
+    if len(todo) >= PARALLEL_MIN_LAYERS:
+        res = optimise_all([(layer, kw) for layer in todo.values()], LN.Hierarchy.of(hw), workers,
+                           desc="dataflow layers")
+        _PLANS.update(zip(todo, res))
+
+
 def plan(region: Region, hw: CIMHardware, **settings) -> tuple | None:
     """The MIREDO dataflow of a region on a chip with a ``[dataflow]`` table (cached by shape and chip).
 
@@ -1024,8 +1138,7 @@ def plan(region: Region, hw: CIMHardware, **settings) -> tuple | None:
     if layer is None or not hw.dataflow.levels:
         return None
     kw = {**PIPELINE_SETTINGS, **settings}
-    key = (loader.digest(hw), tuple(sorted(layer.bounds.items())), layer.stride, layer.dilation,
-           tuple(sorted(kw.items())))
+    key = _plan_key(layer, hw, kw)
     if key not in _PLANS:
         _PLANS[key] = optimise(layer, LN.Hierarchy.of(hw), **kw)
     return layer, _PLANS[key]

@@ -966,7 +966,9 @@ class PlanDataflow:
         if opts.dataflow != "miredo" or not hw.dataflow.levels:
             return mod
         updates = {}
-        for g, f in region_functions(mod):
+        fs = region_functions(mod)
+        dataflow.plan_all([region_of(f) for _, f in fs], hw)  # distinct shapes in parallel, then cached
+        for g, f in fs:
             got = dataflow.plan(region_of(f), hw)
             if got is None:
                 continue

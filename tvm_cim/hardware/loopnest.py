@@ -225,20 +225,31 @@ class Mapping:
     cuts: tuple
     double: frozenset = frozenset()
 
+    # The lookups below are memoised on the instance (outside the dataclass fields: equality, hashing and the
+    # text forms ignore them); the optimiser evaluates each mapping's tiles dozens of times.
+
     def cut(self, operand: str, level: str) -> int | None:
-        for o, lv, c in self.cuts:
-            if o == operand and lv == level:
-                return c
-        return None
+        memo = self.__dict__.get("_cut_of")
+        if memo is None:
+            memo = {}
+            for o, lv, c in self.cuts:
+                memo.setdefault((o, lv), c)  # the first entry, as a scan would find it
+            object.__setattr__(self, "_cut_of", memo)
+        return memo.get((operand, level))
 
     def spatial_of(self, axis: str) -> dict:
-        for a, fs in self.spatial:
-            if a == axis:
-                out: dict = {}
-                for d, f in fs:
-                    out[d] = out.get(d, 1) * f
-                return out
-        return {}
+        """Factor of every dimension the spatial axis unrolls (a shared dict: do not modify)."""
+        memo = self.__dict__.get("_spatial_of")
+        if memo is None:
+            memo = {}
+            for a, fs in self.spatial:
+                if a not in memo:
+                    out: dict = {}
+                    for d, f in fs:
+                        out[d] = out.get(d, 1) * f
+                    memo[a] = out
+            object.__setattr__(self, "_spatial_of", memo)
+        return memo.get(axis, {})
 
     def as_dict(self) -> dict:
         """Plain values (JSON, program attributes)."""
@@ -307,7 +318,22 @@ def _core_axis(hier: Hierarchy) -> str:
 
 
 def tile_extents(hier: Hierarchy, m: Mapping, cut: int, per_core: bool) -> dict:
-    """Per-dimension extents of the data of ``loops[cut:]`` with the spatial tile (one core's, or all cores')."""
+    """Per-dimension extents of the data of ``loops[cut:]`` with the spatial tile (one core's, or all cores').
+
+    Memoised on the mapping per chip (a shared dict: do not modify).
+    """
+    memo = m.__dict__.get("_extents")
+    if memo is None or memo[0] is not hier.axes:  # held, so the identity test cannot meet a reused id
+        memo = (hier.axes, {})
+        object.__setattr__(m, "_extents", memo)
+    key = (cut, per_core)
+    t = memo[1].get(key)
+    if t is None:
+        t = memo[1][key] = _tile_extents(hier, m, cut, per_core)
+    return t
+
+
+def _tile_extents(hier: Hierarchy, m: Mapping, cut: int, per_core: bool) -> dict:
     t = {d: 1 for d in DIMS}
     for ax in hier.axes:
         if per_core and ax.name == _core_axis(hier):
@@ -417,10 +443,10 @@ def mvm_feed(layer: Layer, hier: Hierarchy, m: Mapping) -> tuple[float, float, s
     return float(res[0][0]), float(res[1][0]), res[0][1], res[1][1]
 
 
-def leaf_cycles(layer: Layer, hier: Hierarchy, m: Mapping) -> float:
+def leaf_cycles(layer: Layer, hier: Hierarchy, m: Mapping, fed: tuple | None = None) -> float:
     """One MVM step of all cores: the bit-serial MVM, unless feeding or draining it is slower
-    (both, when inputs and partial sums use the same port)."""
-    feed, drain, i_lv, o_lv = mvm_feed(layer, hier, m)
+    (both, when inputs and partial sums use the same port).  ``fed``: :func:`mvm_feed`'s result, when known."""
+    feed, drain, i_lv, o_lv = fed or mvm_feed(layer, hier, m)
     return max(float(hier.mvm_cycles), feed, drain, feed + drain if i_lv == o_lv else 0.0)
 
 
@@ -432,19 +458,22 @@ def port_cycles(hier: Hierarchy, m: Mapping, t: Transfer) -> dict:
     return {x.name: (per if x.per_core else t.bits) / x.bandwidth_bits for x in (par, lv)}
 
 
-def mvm_port_share(layer: Layer, hier: Hierarchy, m: Mapping) -> dict:
-    """Share of their ports the MVMs' input feed and partial-sum drain use while computing."""
-    feed, drain, i_lv, o_lv = mvm_feed(layer, hier, m)
-    step = leaf_cycles(layer, hier, m)
+def mvm_port_share(layer: Layer, hier: Hierarchy, m: Mapping, fed: tuple | None = None) -> dict:
+    """Share of their ports the MVMs' input feed and partial-sum drain use while computing
+    (``fed``: :func:`mvm_feed`'s result, when known)."""
+    fed = fed or mvm_feed(layer, hier, m)
+    feed, drain, i_lv, o_lv = fed
+    step = leaf_cycles(layer, hier, m, fed)
     share: dict = {}
     for lv, t in ((i_lv, feed), (o_lv, drain)):
         share[lv] = share.get(lv, 0.0) + t / step
     return share
 
 
-def port_shares(hier: Hierarchy, m: Mapping, t: Transfer) -> dict:
-    """Share of each of its ports a refill of ``t`` takes (1 on the slower end)."""
-    pc = port_cycles(hier, m, t)
+def port_shares(hier: Hierarchy, m: Mapping, t: Transfer, pc: dict | None = None) -> dict:
+    """Share of each of its ports a refill of ``t`` takes (1 on the slower end; ``pc``: its
+    :func:`port_cycles`, when known)."""
+    pc = pc or port_cycles(hier, m, t)
     top = max(pc.values())
     return {p: (c / top if top > 0 else 0.0) for p, c in pc.items()}
 
@@ -454,7 +483,7 @@ def heavy(share: float) -> bool:
     return share > 0.5 + 1e-9
 
 
-def occupancy_terms(hier: Hierarchy, m: Mapping, t: Transfer) -> list:
+def occupancy_terms(hier: Hierarchy, m: Mapping, t: Transfer, sh: dict | None = None) -> list:
     """What one refill of ``t`` adds to the port-occupancy classes, per cycle of its duration.
 
     Returns ``(port, cls, weight)`` triples.  A transfer taking more than half
@@ -463,9 +492,9 @@ def occupancy_terms(hier: Hierarchy, m: Mapping, t: Transfer) -> list:
     weight = share), except that those heavy on another port ``q`` exclude each
     other there (class ``q``: weight 1): a DRAM-to-buffer stream occupies half
     the buffer's port, and no buffer-to-core transfer, which needs all of it,
-    can run meanwhile.
+    can run meanwhile.  ``sh``: its :func:`port_shares`, when known.
     """
-    sh = port_shares(hier, m, t)
+    sh = sh or port_shares(hier, m, t)
     out = []
     for p, x in sh.items():
         if heavy(x):
@@ -476,11 +505,12 @@ def occupancy_terms(hier: Hierarchy, m: Mapping, t: Transfer) -> list:
     return out
 
 
-def occupancy_classes(hier: Hierarchy, m: Mapping, trs: list) -> list:
-    """The ``(port, cls)`` occupancy classes of a mapping's transfers (see :func:`occupancy_terms`)."""
+def occupancy_classes(hier: Hierarchy, m: Mapping, trs: list, terms: dict | None = None) -> list:
+    """The ``(port, cls)`` occupancy classes of a mapping's transfers (see :func:`occupancy_terms`;
+    ``terms``: theirs by ``id``, when known)."""
     keys = set()
     for t in trs:
-        for p, c, _ in occupancy_terms(hier, m, t):
+        for p, c, _ in terms[id(t)] if terms is not None else occupancy_terms(hier, m, t):
             keys.add((p, None))
             if c != "*":
                 keys.add((p, c))
@@ -507,7 +537,8 @@ def holds(share: float) -> bool:
     return share >= 1.0 - 1e-9
 
 
-def blocking(hier: Hierarchy, m: Mapping, trs: list, passing: dict, i: int) -> dict:
+def blocking(hier: Hierarchy, m: Mapping, trs: list, passing: dict, i: int, pcs: dict | None = None,
+             shs: dict | None = None) -> dict:
     """Overlapped refills at loop ``i`` that hold a port the inner loops' serial refills need: ``{port: cycles}``.
 
     A refill that overlaps the body of loop ``i`` (a double-buffered output
@@ -523,36 +554,38 @@ def blocking(hier: Hierarchy, m: Mapping, trs: list, passing: dict, i: int) -> d
     double-buffered input or weight prefetch does not block: it is requested
     when its buffer frees, during the iteration before, and moves in the room
     the inner refills leave (the port-occupancy bound of :func:`latency`
-    covers it).
+    covers it).  ``pcs``, ``shs``: the transfers' :func:`port_cycles` and
+    :func:`port_shares` by ``id``, when known.
     """
+    pcs = pcs if pcs is not None else {id(t): port_cycles(hier, m, t) for t in trs}
     inner_ports, here_ports = set(), set()
     for t in trs:
         if t.slot > i:
-            inner_ports |= set(port_cycles(hier, m, t))
+            inner_ports |= set(pcs[id(t)])
         elif t.slot == i and t.operand != "O":
-            here_ports |= set(port_cycles(hier, m, t))
+            here_ports |= set(pcs[id(t)])
     out: dict = {}
     for t in trs:
         if t.slot != i or not (t.operand == "O" and t.double or id(t) in passing and not t.double):
             continue
         waiting = inner_ports | here_ports if t.operand == "O" else inner_ports
-        for p, x in port_shares(hier, m, t).items():
+        for p, x in (shs[id(t)] if shs is not None else port_shares(hier, m, t, pcs[id(t)])).items():
             if holds(x) and p in waiting:
                 out[p] = out.get(p, 0.0) + t.times * t.cycles
     return out
 
 
-def yield_rate(hier: Hierarchy, m: Mapping, t: Transfer, mvm_share: dict) -> float:
+def yield_rate(hier: Hierarchy, m: Mapping, t: Transfer, mvm_share: dict, sh: dict | None = None) -> float:
     """Pace (fraction of full) at which a refill of ``t`` moves while the macros compute.
 
     The MVMs' input feed and partial-sum drain have priority on their ports
     (``mvm_share``, :func:`mvm_port_share`); a transfer moves in the room they
     leave, at the pace of the port with the least room for it: ``min(1, (1 -
     u_p) / s_p)`` over its ports ``p`` (``s_p``: its share of ``p`` at full
-    pace, :func:`port_shares`).  0 when the MVMs use all of one of its ports.
+    pace, :func:`port_shares`; ``sh``, when known).  0 when the MVMs use all of one of its ports.
     """
     r = 1.0
-    for p, x in port_shares(hier, m, t).items():
+    for p, x in (sh or port_shares(hier, m, t)).items():
         u = mvm_share.get(p, 0.0)
         if u > 0 and x > 0:
             r = min(r, max(0.0, 1.0 - u) / x)
@@ -615,15 +648,23 @@ def latency(layer: Layer, hier: Hierarchy, m: Mapping) -> float:
       :func:`tvm_cim.compiler.dataflow.double_buffered_variants`, judged by
       this model.
     """
-    trs = transfers(layer, hier, m)
+    return _latency(layer, hier, m, transfers(layer, hier, m))
+
+
+def _latency(layer: Layer, hier: Hierarchy, m: Mapping, trs: list) -> float:
+    """:func:`latency` given the mapping's :func:`transfers` (each port figure computed once per transfer)."""
     passing = pass_through(trs)
-    lat = leaf_cycles(layer, hier, m)
-    occ = {c: 0.0 for c in occupancy_classes(hier, m, trs)}
+    fed = mvm_feed(layer, hier, m)
+    pcs = {id(t): port_cycles(hier, m, t) for t in trs}
+    shs = {id(t): port_shares(hier, m, t, pcs[id(t)]) for t in trs}
+    terms = {id(t): occupancy_terms(hier, m, t, shs[id(t)]) for t in trs}
+    lat = leaf_cycles(layer, hier, m, fed)
+    occ = {c: 0.0 for c in occupancy_classes(hier, m, trs, terms)}
     heavy_sum = {c: 0.0 for c in occ if c[1] is not None}  # per class (p, q): cycles of the refills heavy on q
-    for p, u in mvm_port_share(layer, hier, m).items():  # the MVMs' inputs and partial sums, per step
+    mvm_share = mvm_port_share(layer, hier, m, fed)
+    for p, u in mvm_share.items():  # the MVMs' inputs and partial sums, per step
         occ[(p, None)] = occ.get((p, None), 0.0) + u * lat
-    mvm_share = mvm_port_share(layer, hier, m)
-    rate = {id(t): yield_rate(hier, m, t, mvm_share) for t in trs}
+    rate = {id(t): yield_rate(hier, m, t, mvm_share, shs[id(t)]) for t in trs}
     computing = lat  # cycles the macros compute in one iteration of the inner loops
     body: dict = {}  # loop index -> duration of one iteration's inner loops (without its own refills)
     for i in range(len(m.loops) - 1, -1, -1):
@@ -632,7 +673,7 @@ def latency(layer: Layer, hier: Hierarchy, m: Mapping) -> float:
         here = [t for t in trs if t.slot == i]
         serial = lat + sum(_exposed(t, trs, body, rate[id(t)]) for t in here
                            if not t.double and id(t) not in passing)
-        crit = serial + max(blocking(hier, m, trs, passing, i).values(), default=0.0)
+        crit = serial + max(blocking(hier, m, trs, passing, i, pcs, shs).values(), default=0.0)
         ph, qh, ow = {}, {}, {}  # per class (p, q): cycles of the refills at i heavy on p, of those heavy on q,
         # and of the output write-backs among the latter
         for t in here:
@@ -644,7 +685,7 @@ def latency(layer: Layer, hier: Hierarchy, m: Mapping) -> float:
             d = t.times * t.cycles
             # a double-buffered output write-back into a double-buffered level: pipelined behind that level's own
             into_double = t.operand == "O" and t.double and (t.operand, t.parent) in m.double
-            for p, c, w in occupancy_terms(hier, m, t):
+            for p, c, w in terms[id(t)]:
                 for k in occ:
                     if k[0] == p and k[1] is None:
                         occ[k] += (w if c in (None, "*") else 0.0) * d
@@ -679,10 +720,10 @@ def latency(layer: Layer, hier: Hierarchy, m: Mapping) -> float:
     # no port moves more than its bandwidth allows over the whole layer (refills and MVM feeds together)
     load: dict = {}
     for t in trs:
-        for p, c in port_cycles(hier, m, t).items():
+        for p, c in pcs[id(t)].items():
             load[p] = load.get(p, 0.0) + t.count * t.times * c
     steps = math.prod(f for _, f in m.loops)
-    feed, drain, i_lv, o_lv = mvm_feed(layer, hier, m)
+    feed, drain, i_lv, o_lv = fed
     load[i_lv] = load.get(i_lv, 0.0) + steps * feed
     load[o_lv] = load.get(o_lv, 0.0) + steps * drain
     return max(total, max(load.values()))
@@ -712,14 +753,15 @@ class Cost:
         return self.energy_pj * self.ns
 
 
-def energy(layer: Layer, hier: Hierarchy, m: Mapping, cycles: float) -> dict:
-    """Energy (pJ by component) of the layer under ``m`` lasting ``cycles``."""
+def energy(layer: Layer, hier: Hierarchy, m: Mapping, cycles: float, trs: list | None = None) -> dict:
+    """Energy (pJ by component) of the layer under ``m`` lasting ``cycles`` (``trs``: its
+    :func:`transfers`, when known)."""
     br: dict = {}
 
     def add(k, v):
         br[k] = br.get(k, 0.0) + v
 
-    for t in transfers(layer, hier, m):
+    for t in trs if trs is not None else transfers(layer, hier, m):
         par, lv = hier.level(t.parent), hier.level(t.level)
         bits = t.bits * t.count
         add(par.name, bits * par.read_pj)
@@ -744,8 +786,9 @@ def energy(layer: Layer, hier: Hierarchy, m: Mapping, cycles: float) -> dict:
 
 def evaluate(layer: Layer, hier: Hierarchy, m: Mapping) -> Cost:
     """Latency and energy of ``layer`` under ``m`` (the analytical model)."""
-    cyc = latency(layer, hier, m)
-    br = energy(layer, hier, m, cyc)
+    trs = transfers(layer, hier, m)
+    cyc = _latency(layer, hier, m, trs)
+    br = energy(layer, hier, m, cyc, trs)
     return Cost(cyc, cyc * hier.cycle_ns, float(sum(br.values())), br)
 
 
