@@ -899,3 +899,14 @@ def test_workers_setting_is_checked(monkeypatch):
         DF.workers_default()
     monkeypatch.setenv("TVM_CIM_WORKERS", "3")
     assert DF.workers_default() == 3
+
+
+def test_cli_rejects_a_bad_workers_setting_before_any_work(tmp_path):
+    import subprocess
+    import sys
+
+    env = {**__import__("os").environ, "TVM_CIM_WORKERS": "x"}
+    p = subprocess.run([sys.executable, "-m", "tvm_cim", "run", "zoo:resnet18?image_size=32", "--hw", "miredo",
+                        "--strategy", "miredo"], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert p.returncode == 2 and "TVM_CIM_WORKERS='x': expected a positive integer" in p.stderr
+    assert "Traceback" not in p.stderr

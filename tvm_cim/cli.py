@@ -25,15 +25,24 @@ from .common import hardware, sweep, zoo
 from .common.cli import UserError, add_run_io, dispatch, load_hardware
 from .common.onnx_io import load_onnx  # noqa: F401  (part of the CLI's API: zoo specs)
 from .common.report import finish_run, peak_rss_mb, write_json
-from .compiler import strategies
+from .compiler import dataflow, strategies
 from .compiler.accuracy import DEFAULT_MAX_ERROR
 from .compiler.transform import last_compile_info
 from .evaluate import compile_only, evaluate
 from .hardware.crossbar import Nonideal
 
 
+def _check_workers() -> None:
+    """``$TVM_CIM_WORKERS`` (the dataflow solve's processes) checked before any work: exit 2 with its message."""
+    try:
+        dataflow.workers_default()
+    except ValueError as e:
+        raise UserError(str(e)) from None
+
+
 def cmd_run(args) -> int:
     load_hardware(args.hw, "cim")  # validate early: bad hardware exits 2 before any work
+    _check_workers()
     if args.max_error is not None and not args.max_error >= 0:
         raise UserError(f"--max-error must be >= 0, got {args.max_error}")
     if args.batch < 1:
@@ -50,6 +59,7 @@ def cmd_run(args) -> int:
 
 def cmd_compile(args) -> int:
     load_hardware(args.hw, "cim")
+    _check_workers()
     rep, info = compile_only(args.model, args.hw, args.strategy, seed=args.seed, calib_samples=args.calib_samples,
                              max_error=args.max_error)
     rep["peak_rss_mb"] = peak_rss_mb()
