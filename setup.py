@@ -48,7 +48,7 @@ setup(
     extras_require={
         # tests compare with onnxruntime; benchmarks too
         # scikit-learn: the handwritten-digits data set of benchmarks/accuracy.py (shipped inside the package)
-        "test": ["pytest", "hypothesis", "onnxruntime>=1.18", "ruff", "ray", "scikit-learn>=1.3"],
+        "test": ["pytest", "pytest-xdist", "hypothesis", "onnxruntime>=1.18", "ruff", "ray", "scikit-learn>=1.3"],
         "sweep": ["ray"],
         "bench": ["onnxruntime>=1.18", "scikit-learn>=1.3"],
     },
