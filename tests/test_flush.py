@@ -145,3 +145,41 @@ def test_exact_reads_queued_across_rewrites_see_the_tiles_they_read(preset, shor
         for j in range(5):
             ref[i * 5 + j] = np.einsum("chw,ochw->o", xp[:, i : i + 3, j : j + 3], wc.astype(np.int64))
     assert np.array_equal(run(rc, xc)[0].reshape(25, 70), ref)
+
+
+def test_placed_tiles_are_reused_only_for_the_same_tile_arrays():
+    """Flushes of the same reads of the same tile arrays reuse the matrix placed the first time; a new tile
+    array at the same rows and columns (a rewrite) is placed anew: every flush equals plain int64 numpy."""
+    rng = np.random.default_rng(7)
+    bt, m, k, n = 1, 6, 40, 24
+    blocks = engine._Blocks(2**20)
+    meta = np.array([(0, 20, 0, 0, 12, 0, 3, 0), (20, 40, 20, 0, 12, 0, 3, 1), (0, 20, 0, 12, 24, 3, 6, 0)],
+                    dtype=np.int64)
+    first = [(rng.integers(-127, 128, (1, 20, 12)).astype(np.int8), None, None) for _ in range(2)]
+    second = [(rng.integers(-127, 128, (1, 20, 12)).astype(np.int8), None, None) for _ in range(2)]
+    for tiles, new in ((first, True), (first, False), (second, True), (first, False)):
+        x = rng.integers(-255, 256, (bt, m, k)).astype(np.int32)
+        ref = np.zeros((bt, m, n), dtype=np.int64)
+        for a, b, base, c0, c1, v0, v1, j in meta.tolist():
+            ref[:, v0:v1, c0:c1] += x[:, v0:v1, a:b].astype(np.int64) @ tiles[j][0][0, a - base:b - base,
+                                                                                   : c1 - c0].astype(np.int64)
+        before = len(blocks._memo)
+        acc = np.zeros((bt, m, n), dtype=np.int64)
+        Chip._flush_exact(x, acc, meta, tiles, engine.RegionStats("t", "t"), blocks)
+        assert np.array_equal(acc, ref)
+        assert (len(blocks._memo) > before) == new
+    assert not next(iter(blocks._memo.values()))[0][0].flags.writeable  # placed matrices are read-only
+
+
+def test_placed_tiles_stay_within_their_byte_bound():
+    """The least recently used entries leave once the bound is passed; a value filled in later counts."""
+    blocks = engine._Blocks(1000)
+    keep = [np.zeros(1)]
+    for i in range(5):
+        blocks.put(i, [np.zeros(50)], keep, 400)
+        assert blocks.bytes <= 1000
+    assert list(blocks._memo) == [3, 4] and blocks.get(3) is not None and blocks.get(0) is None
+    blocks.grow(3, 300)  # entry 3 (now the most recent) holds 700 bytes: entry 4 leaves
+    assert list(blocks._memo) == [3] and blocks.bytes == 700
+    blocks.put("big", [np.zeros(1)], keep, 2000)  # larger than the bound: not kept
+    assert "big" not in blocks._memo and blocks.bytes == 700

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import functools
 import operator
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -151,6 +151,47 @@ class _Tile:
 
 # Bound the memory of one batch of queued crossbar reads (bytes of their input vectors as float64).
 _FLUSH_BYTES = 96 * 2**20
+# Bound the memory of the placed tiles reads keep for the next flush of the same reads (_Blocks).
+_BLOCK_BYTES = 256 * 2**20
+
+
+class _Blocks:
+    """Tiles placed for a flush of queued reads (:meth:`Chip._exact_product`'s float64 matrix,
+    :meth:`Chip._flush_group`'s stacked weights and cells), kept for the next flush of the same reads; least
+    recently used out first, bounded in bytes.
+
+    On a chip with resident weights every flush reads the same crossbars for a few vectors, so the same
+    tiles were placed thousands of times.  A key names every tile array it placed by identity and the entry
+    keeps those arrays alive, so no other array takes their identities while it is kept; tiles are never
+    modified in place (a write programs a new one), and the placed arrays are read-only.
+    """
+
+    def __init__(self, limit: int):
+        self.limit, self.bytes, self._memo = limit, 0, OrderedDict()
+
+    def get(self, key):
+        """The value kept under ``key`` (now the most recent), or None."""
+        entry = self._memo.get(key)
+        if entry is None:
+            return None
+        self._memo.move_to_end(key)
+        return entry[0]
+
+    def put(self, key, value, keep: list, size: int) -> None:
+        """Keep ``value`` (``size`` bytes) under ``key``; ``keep``: the arrays its key names by identity."""
+        if size <= self.limit:
+            self._memo[key] = [value, keep, 0]
+            self.grow(key, size)
+
+    def grow(self, key, size: int) -> None:
+        """Entry ``key`` holds ``size`` more bytes (a part of its value filled in later); the oldest leave."""
+        entry = self._memo.get(key)
+        if entry is None:
+            return
+        entry[2] += size
+        self.bytes += size
+        while self.bytes > self.limit and self._memo:
+            self.bytes -= self._memo.popitem(last=False)[1][2]
 # Bound the tiles (int64 weights) queued reads hold across crossbar rewrites.
 _TILE_BYTES = 32 * 2**20
 
@@ -253,6 +294,7 @@ class Chip:
         self._stored_now: set[int] = set()  # arrays this run of the program has stored into
         self._modes_of: str | None = None  # the build whose programs set the current modes
         self._lazy = False  # reads resolve their tiles when flushed (_start_lazy)
+        self._placed = _Blocks(_BLOCK_BYTES)  # tiles placed for flushed reads, for the next of the same
 
     @property
     def leakage_mw(self) -> float:
@@ -988,7 +1030,7 @@ class Chip:
                     continue
                 meta, tiles = (self._lazy_table if self._lazy else self._read_table)(all_items)
                 if self._exact_reads(env, meta, tiles):
-                    self._flush_exact(env[src], env[dst], self._merge_rows(meta), tiles, stats)
+                    self._flush_exact(env[src], env[dst], self._merge_rows(meta), tiles, stats, self._placed)
                     continue
                 for i0, i1 in self._batches(meta, env[src].shape[0]):
                     self._flush_group(src, dst, meta[i0:i1], tiles, env, stats)
@@ -1006,7 +1048,7 @@ class Chip:
             return False
         if self.signed_input and self.xhw.crossbar.input_encoding == "twos":
             return False
-        return all(tiles[j][0].shape[0] == 1 for j in np.unique(meta[:, 7]).tolist())
+        return all(tiles[j][0].shape[0] == 1 for j in set(meta[:, 7].tolist()))
 
     @staticmethod
     def _read_table(items: list) -> tuple[np.ndarray, list]:
@@ -1091,16 +1133,21 @@ class Chip:
         v_tot = [sum(v.size for v in by_key[k]) for k in keys]
         v_max = max(v_tot)
         xs = np.zeros((t_n, bt, v_max, r_max), dtype=np.int32)
-        wts = []
         for t, key in enumerate(keys):
             _, r0, r1, base, c0, c1 = key
             off = 0
             for v in by_key[key]:
                 xs[t, :, off : off + v.size, : r1 - r0] = x[:, v.slice(), r0:r1]
                 off += v.size
-            w = tile[key][0][:, r0 - base : r1 - base]
-            wts.append(self._fit(w, bt, r_max, n_max))
-        wts = np.stack(wts)
+        # the same reads of the same tiles: their stacked weights (and cells) are placed once (_Blocks)
+        ident = (bt, tuple((id(tile[k][0]), id(tile[k][1])) + k[1:] for k in keys))
+        placed = self._placed.get(ident)
+        if placed is None:
+            wts = np.stack([self._fit(tile[k][0][:, k[1] - k[3] : k[2] - k[3]], bt, r_max, n_max) for k in keys])
+            wts.setflags(write=False)
+            placed = [wts, None]
+            self._placed.put(ident, placed, [tile[k] for k in keys], wts.nbytes)
+        wts = placed[0]
         shape = (t_n, bt, r_max) + self._slices_planes() + (n_max,)  # of the stacked cells
         lsb = self._lsb(env, keys, shape)
         hw, sc = self.xhw, self.options.exact_shortcut
@@ -1116,11 +1163,16 @@ class Chip:
         if sc and offset is None and X.exact(hw, lsb, r_max):  # (implies the bound of every tile, "tile")
             # the exact integer product: only the cells' shape is used, not their values
             cells = np.broadcast_to(np.zeros((), np.float32), shape)
+        elif placed[1] is not None:
+            cells = placed[1]
         else:
             parts = [self._cells(tile[k][1])[:, k[1] - k[3] : k[2] - k[3]] for k in keys]
             cells = np.zeros(shape, dtype=np.result_type(*parts))  # (one copy: no padded intermediates)
             for t, c in enumerate(parts):
                 cells[t, :, : c.shape[1], ..., : c.shape[-1]] = c
+            cells.setflags(write=False)
+            placed[1] = cells
+            self._placed.grow(ident, cells.nbytes)
         ideal = None
         if self.options.measure_adc_error and (offset is not None or not X.exact(hw, lsb, r_max)):
             ideal = np.matmul(xs.astype(np.float64), wts.astype(np.float64))
@@ -1147,7 +1199,8 @@ class Chip:
                 stats.macs += bt * v.size * (r1 - r0) * (c1 - c0)
 
     @staticmethod
-    def _flush_exact(x: np.ndarray, acc: np.ndarray, meta: np.ndarray, tiles: list, stats) -> None:
+    def _flush_exact(x: np.ndarray, acc: np.ndarray, meta: np.ndarray, tiles: list, stats,
+                     blocks: _Blocks | None = None) -> None:
         """Queued reads whose conversions the ADC cannot alter: each adds the integer product of its input
         slice and its tile's rows and columns to the accumulator (what :func:`X.mvm`'s exact shortcut computes,
         and, for unsigned, ``phases`` or ``offset`` inputs, what its signed passes recombine to).
@@ -1157,7 +1210,7 @@ class Chip:
         over the rows and columns they span, built once, and the inputs' rows times that matrix are added to
         the accumulator's columns.  Every partial sum is an integer below 2^53 (checked), so float64 sums it
         exactly in any order: the same integers as one product per read.  ``meta``, ``tiles``: the reads as
-        :meth:`_read_table` gives them."""
+        :meth:`_read_table` gives them; ``blocks``: the matrices earlier flushes placed (:class:`_Blocks`)."""
         if not len(meta):
             return
         bt = x.shape[0]
@@ -1166,31 +1219,32 @@ class Chip:
         meta = meta[v_sz > 0]
         if not len(meta):
             return
-        # pieces (tile, rows, columns) and vector ranges; each vector range's multiset of pieces
-        _, piece = np.unique(meta[:, [0, 1, 2, 3, 4, 7]], axis=0, return_inverse=True)
-        vr, vid = np.unique(meta[:, 5:7], axis=0, return_inverse=True)
-        piece, vid = piece.reshape(-1), vid.reshape(-1)
-        order = np.lexsort((piece, vid))
-        cut = np.flatnonzero(np.diff(vid[order])) + 1
+        # each vector range's multiset of pieces (tile, rows, columns); the ranges of one multiset are one class
+        rows = meta.tolist()
+        by_range: dict = {}
+        for i, r in enumerate(rows):
+            by_range.setdefault((r[5], r[6]), []).append(i)
         classes: dict = {}  # the pieces' multiset -> (its reads, its vector ranges)
-        for rows in np.split(order, cut):
-            sig = piece[rows].tobytes()
+        for vrange, idx in by_range.items():
+            pieces = sorted(((*rows[i][:5], rows[i][7]), i) for i in idx)
+            sig = tuple(p for p, _ in pieces)
             hit = classes.get(sig)
             if hit is None:
-                classes[sig] = (rows, [int(vid[rows[0]])])
+                classes[sig] = ([i for _, i in pieces], [vrange])
             else:
-                hit[1].append(int(vid[rows[0]]))
-        for rows, vids in classes.values():
-            spans = []  # the class's vector ranges, adjacent ones joined
-            for v0, v1 in sorted(vr[vids].tolist()):
+                hit[1].append(vrange)
+        for idx, vranges in classes.values():
+            spans: list = []  # the class's vector ranges, adjacent ones joined
+            for v0, v1 in sorted(vranges):
                 if spans and spans[-1][1] == v0:
                     spans[-1][1] = v1
                 else:
                     spans.append([v0, v1])
-            Chip._exact_product(x, acc, spans, meta[rows], tiles)
+            Chip._exact_product(x, acc, spans, meta[idx], tiles, blocks)
 
     @staticmethod
-    def _exact_product(x: np.ndarray, acc: np.ndarray, spans: list, g: np.ndarray, tiles: list) -> None:
+    def _exact_product(x: np.ndarray, acc: np.ndarray, spans: list, g: np.ndarray, tiles: list,
+                       blocks: _Blocks | None = None) -> None:
         """The reads ``g`` (rows of ``meta``, one per piece) of every vector range of ``spans``: one product
         per block of columns whose pieces fill at least half of it (:meth:`_flush_exact`)."""
         area = int(((g[:, 1] - g[:, 0]) * (g[:, 4] - g[:, 3])).sum())
@@ -1201,12 +1255,20 @@ class Chip:
                 if len(parts) > 1:
                     for a, b in parts.tolist():
                         Chip._exact_product(x, acc, spans, g[(g[:, cols][:, 0] == a) & (g[:, cols][:, 1] == b)],
-                                            tiles)
+                                            tiles, blocks)
                     return
-        w = np.zeros((r1 - r0, c1 - c0), dtype=np.float64)
-        for a, b, base, c, d, _, _, j in g.tolist():
-            w[a - r0 : b - r0, c - c0 : d - c0] += tiles[j][0][0, a - base : b - base, : d - c]
-        w_max = float(np.abs(w).max(initial=0.0))
+        pieces = g.tolist()
+        key = (r0, r1, c0, c1, tuple((a, b, base, c, d, id(tiles[j][0])) for a, b, base, c, d, _, _, j in pieces))
+        hit = blocks.get(key) if blocks is not None else None
+        if hit is None:
+            w = np.zeros((r1 - r0, c1 - c0), dtype=np.float64)
+            for a, b, base, c, d, _, _, j in pieces:
+                w[a - r0 : b - r0, c - c0 : d - c0] += tiles[j][0][0, a - base : b - base, : d - c]
+            w.setflags(write=False)
+            hit = (w, float(np.abs(w).max(initial=0.0)))
+            if blocks is not None:
+                blocks.put(key, hit, [tiles[j][0] for *_, j in pieces], w.nbytes)
+        w, w_max = hit
         bt = x.shape[0]
         step = max(1, _FLUSH_BYTES // max(1, 8 * bt * (r1 - r0 + 2 * (c1 - c0))))
         for v0, v1 in spans:
