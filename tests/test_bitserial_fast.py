@@ -154,3 +154,23 @@ def test_reference_is_the_integer_product_on_a_lossless_adc():
     hw, x, cells, w = _case("pimcomp-c", 6)
     wide = dataclasses.replace(hw, crossbar=dataclasses.replace(hw.crossbar, adc_bits=16))
     np.testing.assert_array_equal(reference(x, cells, wide, 8, 8, 1), np.einsum("tbvr,tbrn->tbvn", x, w))
+
+
+@pytest.mark.parametrize("name", ["prime", "pimcomp-c"])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_bitlines_proven_for_any_input_are_proven_for_these_inputs(name, seed):
+    """``proven_groups`` (the cells alone, every row at the top DAC level) equals the per-read bound of
+    inputs at the top level, implies the bound of any other inputs, and handing it to ``mvm`` changes no
+    result: on cells it proves whole (level at most one, four rows set) and on cells it does not."""
+    hw, x, cells, w = _case(name, seed)
+    small = np.minimum(cells, 1).astype(cells.dtype) * (np.arange(cells.shape[2]) < 4)[:, None, None, None]
+    top = np.full_like(x, (1 << hw.crossbar.dac_bits) - 1)
+    for c in (cells, small):
+        proven = crossbar.proven_groups(c, hw)
+        cg = c.reshape(x.shape[:2] + (x.shape[-1], -1))
+        np.testing.assert_array_equal(proven, crossbar._exact_groups(top, cg, hw, 8, 1))
+        assert not (proven & ~crossbar._exact_groups(x, cg, hw, 8, 1)).any()
+        ref = reference(x, c, hw, 8, 8, 1)
+        for mode in ("tile", True):
+            np.testing.assert_array_equal(crossbar.mvm(x, c, hw, 8, 8, exact_shortcut=mode, proven=proven), ref)
+    assert crossbar.proven_groups(small, hw).all() and not crossbar.proven_groups(cells, hw).all()

@@ -355,7 +355,30 @@ def bitline_peaks(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, input_bits:
     return peak.reshape((t_n,) + cells.shape[-3:])
 
 
-def _exact_groups(x: np.ndarray, cg: np.ndarray, hw: CIMHardware, input_bits: int, lsb) -> np.ndarray:
+def proven_groups(cells: np.ndarray, hw: CIMHardware) -> np.ndarray:
+    """Which (tile, row group, bitline) the ADC leaves unaltered whatever the inputs, shape ``(T, G, K)``.
+
+    The bound of :func:`_exact_groups` with every row driven at the top DAC
+    level: a bitline's cells summed over a row group, times that level, within
+    the top code.  It depends on the cells only, so a caller reading the same
+    cells again computes it once; the LSB is checked per read.  ``cells`` as
+    :func:`mvm` takes them.
+    """
+    xb = hw.crossbar
+    t_n, bt, r = cells.shape[:3]
+    cg = cells.reshape(t_n, bt, r, -1)
+    ra = xb.rows_active
+    g_n = max(1, -(-r // ra))
+    if g_n * ra != r:
+        cg = np.concatenate([cg, np.zeros((t_n, bt, g_n * ra - r, cg.shape[-1]), dtype=cg.dtype)], axis=2)
+    if cg.dtype.kind not in "u" and (cg < 0).any():  # (cells are levels: a negative one adds nothing to the bound)
+        cg = np.maximum(cg, 0)
+    sums = cg.reshape(t_n, bt, g_n, ra, -1).sum(axis=3, dtype=np.float64).max(axis=1)
+    return sums * ((1 << xb.dac_bits) - 1) <= float(2**xb.adc_bits - 1)
+
+
+def _exact_groups(x: np.ndarray, cg: np.ndarray, hw: CIMHardware, input_bits: int, lsb,
+                  proven: np.ndarray | None = None) -> np.ndarray:
     """Which (tile, row group, bitline) the ADC provably leaves unaltered on these inputs, shape ``(T, G, K)``.
 
     A bound, not a measurement: in a read step, row ``r`` is driven with at
@@ -364,7 +387,8 @@ def _exact_groups(x: np.ndarray, cg: np.ndarray, hw: CIMHardware, input_bits: in
     When that bound is within the top code and the bitline's LSB is one, every
     conversion of the bitline in that group returns its sum unchanged.
     ``cg``: integer cells ``(T, Bt, R, K)``; ``lsb``: one value or
-    ``(T, 1, 1, 1, K)``.
+    ``(T, 1, 1, 1, K)``; ``proven``: :func:`proven_groups` of these cells, if
+    the caller has it (when it proves every bitline, these inputs need no bound).
     """
     xb = hw.crossbar
     t_n, _, v, r = x.shape
@@ -382,6 +406,8 @@ def _exact_groups(x: np.ndarray, cg: np.ndarray, hw: CIMHardware, input_bits: in
     top = 2**xb.adc_bits - 1
     level = min((1 << xb.dac_bits) - 1, (1 << input_bits) - 1)
     if min(r, ra) * level * (2**xb.cell_bits - 1) <= top:  # every cell at its top level still fits
+        return np.broadcast_to(lsb_ok, (t_n, g_n, k)).copy()
+    if proven is not None and proven.all():  # these cells at the top drive level: so at any lower one
         return np.broadcast_to(lsb_ok, (t_n, g_n, k)).copy()
     xm = np.minimum(x.max(axis=(1, 2)), level).astype(np.float32)  # (T, R): the largest level each row is driven with
     bound = np.empty((t_n, g_n, k), dtype=np.float32)
@@ -537,7 +563,7 @@ def _bit_serial_lsbs(x: np.ndarray, cg: np.ndarray, hw: CIMHardware, input_bits:
 
 def mvm(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, weight_bits: int, input_bits: int,
         exact_shortcut: bool | str = True, weights: np.ndarray | None = None, lsb=None,
-        offset=None, product: np.ndarray | None = None) -> np.ndarray:
+        offset=None, product: np.ndarray | None = None, proven: np.ndarray | None = None) -> np.ndarray:
     """Bit-serial matrix-vector products on crossbars, vectorised over tiles.
 
     Parameters
@@ -575,6 +601,8 @@ def mvm(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, weight_bits: int, inp
     product : np.ndarray, optional
         ``x @ weights`` as float64, shape ``(T, Bt, V, n)``, if the caller has
         it (the shortcuts start from it; it is not modified).
+    proven : np.ndarray, optional
+        :func:`proven_groups` of ``cells``, if the caller has it cached.
 
     Returns
     -------
@@ -598,7 +626,7 @@ def mvm(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, weight_bits: int, inp
     sp, spn = s_n * p_n, s_n * p_n * n
     sw = _slice_weights(hw, weight_bits).reshape(sp)
     cg = cells.reshape(t_n, bt, r, spn)
-    ok = _exact_groups(x, cg, hw, input_bits, lsb) if exact_shortcut else None
+    ok = _exact_groups(x, cg, hw, input_bits, lsb, proven) if exact_shortcut else None
     if ok is not None and (ok.all() or _SPLIT_MAX_CONVERTED * ok[..., 0].size * sp >= (~ok).reshape(
             t_n, -1, sp, n).any(axis=3).sum()):
         # the integer product of every bitline, plus what the ADC changes on the blocks no bound proves
@@ -703,7 +731,8 @@ def input_passes(x: np.ndarray, hw: CIMHardware, input_bits: int) -> list[tuple[
 
 
 def mvm_signed(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, weight_bits: int, input_bits: int,
-               exact_shortcut: bool = True, weights: np.ndarray | None = None, lsb=None, offset=None) -> np.ndarray:
+               exact_shortcut: bool = True, weights: np.ndarray | None = None, lsb=None, offset=None,
+               proven: np.ndarray | None = None) -> np.ndarray:
     """:func:`mvm` of signed input codes, applied as ``hw.crossbar.input_encoding`` says.
 
     ``x`` holds signed codes in ``[-(2^(b-1)-1), 2^(b-1)-1]`` (``b = input_bits``);
@@ -713,7 +742,7 @@ def mvm_signed(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, weight_bits: i
     """
     res = None
     for codes, bits, factor in input_passes(x, hw, input_bits):
-        part = mvm(codes, cells, hw, weight_bits, bits, exact_shortcut, weights, lsb, offset)
+        part = mvm(codes, cells, hw, weight_bits, bits, exact_shortcut, weights, lsb, offset, proven=proven)
         res = factor * part if res is None else res + factor * part
     if hw.crossbar.input_encoding == "offset":
         w = decode(cells, hw, weight_bits) if weights is None else weights

@@ -1145,7 +1145,7 @@ class Chip:
         if placed is None:
             wts = np.stack([self._fit(tile[k][0][:, k[1] - k[3] : k[2] - k[3]], bt, r_max, n_max) for k in keys])
             wts.setflags(write=False)
-            placed = [wts, None]
+            placed = [wts, None, None]  # stacked weights, cells, the bitlines they prove (X.proven_groups)
             self._placed.put(ident, placed, [tile[k] for k in keys], wts.nbytes)
         wts = placed[0]
         shape = (t_n, bt, r_max) + self._slices_planes() + (n_max,)  # of the stacked cells
@@ -1171,16 +1171,17 @@ class Chip:
             for t, c in enumerate(parts):
                 cells[t, :, : c.shape[1], ..., : c.shape[-1]] = c
             cells.setflags(write=False)
-            placed[1] = cells
-            self._placed.grow(ident, cells.nbytes)
+            placed[1], placed[2] = cells, X.proven_groups(cells, hw)
+            self._placed.grow(ident, cells.nbytes + placed[2].nbytes)
         ideal = None
         if self.options.measure_adc_error and (offset is not None or not X.exact(hw, lsb, r_max)):
             ideal = np.matmul(xs.astype(np.float64), wts.astype(np.float64))
         if self.signed_input:  # as the input encoding applies them (two unsigned phases by default)
-            res = X.mvm_signed(xs, cells, hw, self.wbits, self.ibits, sc, weights=wts, lsb=lsb, offset=offset)
+            res = X.mvm_signed(xs, cells, hw, self.wbits, self.ibits, sc, weights=wts, lsb=lsb, offset=offset,
+                               proven=placed[2])
         else:  # (the unsigned product starts from the ideal one)
             res = X.mvm(xs, cells, hw, self.wbits, self.ibits, sc, weights=wts, lsb=lsb, offset=offset,
-                        product=ideal)
+                        product=ideal, proven=placed[2])
         if ideal is not None:
             # only the tiles' own bitlines: a padded column holds no weight (with offset encoding its zero
             # cells decode to -2^(b-1), so the chip's result there is not 0, and no output reads it)
