@@ -1139,8 +1139,11 @@ class Chip:
             for v in by_key[key]:
                 xs[t, :, off : off + v.size, : r1 - r0] = x[:, v.slice(), r0:r1]
                 off += v.size
-        # the same reads of the same tiles: their stacked weights (and cells) are placed once (_Blocks)
-        ident = (bt, tuple((id(tile[k][0]), id(tile[k][1])) + k[1:] for k in keys))
+        # the same reads of the same tiles: their stacked weights (and cells) are placed once (_Blocks); what
+        # the cells prove depends on how this program drives the crossbar (rows per step, DAC and ADC bits)
+        xb = self.xhw.crossbar
+        ident = (bt, xb.rows_active, xb.dac_bits, xb.adc_bits,
+                 tuple((id(tile[k][0]), id(tile[k][1])) + k[1:] for k in keys))
         placed = self._placed.get(ident)
         if placed is None:
             wts = np.stack([self._fit(tile[k][0][:, k[1] - k[3] : k[2] - k[3]], bt, r_max, n_max) for k in keys])
