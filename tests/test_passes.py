@@ -8,6 +8,7 @@ from tvm import relax
 import tvm_cim
 from tvm_cim import transform as T
 from tvm_cim.common import zoo
+from tvm_cim.common.relax_utils import ShareHostKernels, operator_calls
 from tvm_cim.common.onnx_io import import_onnx
 from tvm_cim.compiler import strategies
 from tvm_cim.compiler import transform as CT
@@ -158,6 +159,26 @@ def test_calibration_build_computes_the_bits_of_the_optimised_build(name):
         ex = relax.build(mod, target=tvm.target.Target(target))
         outs.append(relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy())
     assert outs[0].dtype == np.float32 and np.isfinite(outs[0]).all()
+    np.testing.assert_array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32))
+
+
+@pytest.mark.parametrize("name", ["densenet121"])
+def test_shared_host_kernels_compute_the_bits_of_static_ones(name):
+    """``ShareHostKernels``: one batch-norm kernel per spatial size (not per channel count), and the model's
+    output bits of TVM's static-shape ``llvm`` build."""
+    mod = import_onnx(zoo.build_model(name, image_size=32), name)[0]
+    shared = ShareHostKernels(mod)
+    with tvm.target.Target("llvm"):
+        legal = relax.transform.LegalizeOps()(shared)
+    bn_sizes = {tuple(int(c.args[0].ty.shape[i]) for i in (2, 3)) for c in operator_calls(mod)
+                if c.op.name == "relax.nn.batch_norm"}
+    bn_kernels = [g for g, f in legal.functions.items()
+                  if isinstance(f, tvm.tirx.PrimFunc) and g.name_hint.startswith("batch_norm")]
+    assert bn_sizes and len(bn_kernels) == len(bn_sizes)
+    x = np.random.default_rng(5).standard_normal((1, 3, 32, 32)).astype("float32")
+    outs = [relax.VirtualMachine(relax.build(m, target="llvm"), tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+            for m in (mod, shared)]
+    assert np.isfinite(outs[0]).all()
     np.testing.assert_array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32))
 
 

@@ -7,7 +7,7 @@ Each is a ``tvm.transform`` module pass usable on its own, in this order::
         tvm_cim.transform.MapCrossbars("prime"), tvm_cim.transform.Segment("prime"), tvm_cim.transform.DuplicateWeights("prime"),
         tvm_cim.transform.AllocateArrayModes("prime"), tvm_cim.transform.Place("prime"),
         tvm_cim.transform.PlanDataflow("prime"), tvm_cim.transform.GenerateMetaOps("prime"),
-        tvm_cim.transform.LowerToRuntime("prime"),
+        tvm_cim.transform.LowerToRuntime("prime"), tvm_cim.transform.ShareHostKernels,
     ])
 
 :func:`CIMPipeline` is that sequence.
@@ -27,6 +27,7 @@ from .compiler.transform import (
     Quantize,
     Segment,
 )
+from .common.relax_utils import ShareHostKernels
 
 __all__ = ["FindRegions", "Calibrate", "Quantize", "MapCrossbars", "Segment", "DuplicateWeights", "AllocateArrayModes", "Place", "PlanDataflow", "GenerateMetaOps",
-           "LowerToRuntime", "CIMPipeline"]
+           "LowerToRuntime", "ShareHostKernels", "CIMPipeline"]

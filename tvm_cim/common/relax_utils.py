@@ -263,3 +263,133 @@ def fold_constants_numpy(mod: tvm.IRModule) -> tvm.IRModule:
 def FoldConstantsNumpy(mod: tvm.IRModule, ctx) -> tvm.IRModule:  # noqa: N802 - TVM pass naming
     """:func:`fold_constants_numpy` as a module pass."""
     return fold_constants_numpy(mod)
+
+
+# ============================================================================ host kernels shared across channel counts
+#: Host operators whose kernel is the same arithmetic at every channel count (per element, or per channel
+#: with per-channel constants): at a symbolic channel count one kernel serves them all.  Each element is
+#: computed by the same float operations in the same order as at a static count (no reduction runs over
+#: channels), so the bits do not change (``tests/test_passes.py`` checks it on zoo models).
+SHARED_CHANNEL_OPS = ("relax.nn.batch_norm", "relax.nn.relu", "relax.concat")
+
+
+def _channel_data(value) -> list | None:
+    """The NCHW tensor arguments of a call that :data:`SHARED_CHANNEL_OPS` may share, or None."""
+    if not (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and value.op.name in SHARED_CHANNEL_OPS):
+        return None
+    name = value.op.name
+    if name == "relax.concat":
+        if int(value.attrs.axis) != 1 or not isinstance(value.args[0], relax.Tuple):
+            return None
+        data = list(value.args[0].fields)
+    elif name == "relax.nn.batch_norm" and (int(value.attrs.axis) != 1 or bool(value.attrs.training)):
+        return None
+    else:
+        data = [value.args[0]]
+    for d in data:
+        shape = getattr(d.ty, "shape", None)
+        if not isinstance(d, relax.Var) or shape is None or len(shape) != 4:
+            return None
+    return data
+
+
+@relax.expr_functor.mutator
+class _ShareChannelKernels(relax.PyExprMutator):
+    """Give :data:`SHARED_CHANNEL_OPS` symbolic channel counts (``R.match_cast``), back to static where
+    another operator, a region or the function's result reads them."""
+
+    def __init__(self, mod: tvm.IRModule):
+        super().__init__(mod)
+        self.symbolic: dict = {}  # a rewritten var -> its symbolic-channel version
+        self.static_use: set = set()  # original vars read by something other than a shared op's data
+
+    def analyse(self, func: relax.Function) -> None:
+        """Which vars something other than a shared operator's data argument reads."""
+        shared: set = set()
+        for blk in func.body.blocks:
+            for b in blk.bindings:
+                v = b.value
+                data = None
+                if isinstance(b.var, relax.DataflowVar):
+                    data = _channel_data(v)
+                    if data is None and isinstance(v, relax.TupleGetItem) and v.tuple_value in shared:
+                        data = [v.tuple_value]
+                if data is not None:
+                    shared.add(b.var)
+                self.static_use.update(u for u in relax.analysis.free_vars(v)
+                                       if data is None or not any(u.same_as(d) for d in data))
+        self.static_use.update(relax.analysis.free_vars(func.body.body))
+
+    def _symbolic(self, var):
+        """The symbolic-channel version of a (rewritten) 4-D tensor var: one channel var of its own."""
+        var = self.symbolic.get(var, var)
+        if isinstance(var.ty.shape[1], tvm.tirx.Var):
+            return var
+        n, _, h, w = var.ty.shape
+        return self.builder_.match_cast(var, relax.TensorType([n, tvm.tirx.Var("c", "int64"), h, w], var.ty.dtype))
+
+    def _bind(self, old, new) -> None:
+        static = self.builder_.match_cast(new, old.ty) if old in self.static_use else new
+        self.set_var_remap(old, static)
+        self.symbolic[static] = new
+
+    def visit_var_binding_(self, binding):
+        value = binding.value
+        if isinstance(binding.var, relax.DataflowVar):
+            data = _channel_data(value)
+            if data is not None:
+                if value.op.name == "relax.concat":
+                    args = [relax.Tuple([self._symbolic(self.visit_expr(d)) for d in data])]
+                else:
+                    x = self._symbolic(self.visit_expr(data[0]))
+                    rest = [self.visit_expr(a) for a in value.args[1:]]
+                    if value.op.name == "relax.nn.batch_norm":  # per-channel constants at the same count
+                        c = x.ty.shape[1]
+                        rest = [self.builder_.match_cast(p, relax.TensorType([c], p.ty.dtype)) for p in rest]
+                    args = [x] + rest
+                self._bind(binding.var, self.builder_.emit(relax.Call(value.op, args, value.attrs)))
+                return
+            if isinstance(value, relax.TupleGetItem):
+                t = self.visit_expr(value.tuple_value)
+                if t in self.symbolic:
+                    self._bind(binding.var, self.builder_.emit(relax.TupleGetItem(self.symbolic[t], value.index)))
+                    return
+        super().visit_var_binding_(binding)
+
+
+@tvm.transform.module_pass(opt_level=0, name="ShareHostKernels")
+def ShareHostKernels(mod: tvm.IRModule, ctx) -> tvm.IRModule:  # noqa: N802 - TVM pass naming
+    """Let host operators that differ only in their channel count share one compiled kernel.
+
+    A DenseNet calls batch norm and ReLU at 58 channel counts and concatenates
+    at 54: TVM's LLVM build compiles a kernel for each (127 host functions, most
+    of the build and JIT time).  This pass gives :data:`SHARED_CHANNEL_OPS` a
+    symbolic channel count (``R.match_cast`` to ``(n, c, h, w)``, and back to the
+    static shape where anything else reads the result), so legalization makes
+    one kernel per operator and spatial size (23 for DenseNet-121).  Every
+    element is computed by the same float operations, so the bits are those
+    of the static build.
+
+    Parameters
+    ----------
+    mod : tvm.IRModule
+        A Relax module before legalization (composites are left as they are).
+
+    Returns
+    -------
+    tvm.IRModule
+    """
+    out = mod
+    for gv, f in callers(mod):
+        if any(_channel_data(e) is not None for e in _calls(f)):
+            mutator = _ShareChannelKernels(out)
+            mutator.analyse(f)
+            out = out.clone() if out is mod else out
+            out[gv] = mutator.visit_expr(f)
+    return relax.transform.DeadCodeElimination()(out) if out is not mod else mod
+
+
+def _calls(func: relax.Function) -> list:
+    found: list = []
+    relax.analysis.post_order_visit(func.body, lambda e: found.append(e) if isinstance(e, relax.Call) else None)
+    return found

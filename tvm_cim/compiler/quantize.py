@@ -29,7 +29,7 @@ import tvm_ffi
 from tvm import relax
 
 from ..common.layout import im2col
-from ..common.relax_utils import composite_name, rewrite_callers
+from ..common.relax_utils import ShareHostKernels, composite_name, rewrite_callers
 from .partition import PREFIX
 from .region import CONV2D, DMATMUL, MATMUL, Region, unfold_conv_weight
 
@@ -302,9 +302,10 @@ CALIBRATION_TARGET = {"kind": "llvm", "opt-level": 1}
 class RegionRunner:
     """The model built once for ``llvm`` with every region replaced by a Python function.
 
-    Host operators run through TVM's ``llvm`` build; each region call goes
-    to the handler given to :meth:`run` (the float observer of calibration
-    by default).
+    Host operators run through TVM's ``llvm`` build (kernels shared across
+    channel counts, :func:`~tvm_cim.common.relax_utils.ShareHostKernels`, as
+    in the final build); each region call goes to the handler given to
+    :meth:`run` (the float observer of calibration by default).
 
     Parameters
     ----------
@@ -317,7 +318,7 @@ class RegionRunner:
     def __init__(self, mod: tvm.IRModule, region_names: dict[str, str]):
         mutator = _InsertObservers(mod)
         mutator.names = region_names
-        cmod = relax.transform.DeadCodeElimination()(rewrite_callers(mod, mutator))
+        cmod = ShareHostKernels(relax.transform.DeadCodeElimination()(rewrite_callers(mod, mutator)))
         ex = relax.build(cmod, target=tvm.target.Target(CALIBRATION_TARGET))
         self.vm = relax.VirtualMachine(ex, tvm.cpu())
         self.params = list(mod["main"].params)

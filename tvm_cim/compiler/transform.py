@@ -33,6 +33,9 @@ pass                   what it decides, and where it writes it
                        of segments (module attribute ``cim.network``)
 ``LowerToRuntime``     calls of regions become ``call_dps_packed("tvm_cim.run_region", ...)``; the
                        analytical estimate (module attribute ``cim.estimate_ns``)
+``ShareHostKernels``   host batch norm, ReLU and channel concatenation at a symbolic channel count
+                       (``R.match_cast``), so TVM's LLVM build compiles one kernel per operator and
+                       spatial size instead of one per channel count (same bits)
 =====================  =============================================================================
 
 Every decision is an attribute of the region functions (or of the module),
@@ -66,6 +69,7 @@ from ..common.relax_utils import (
     call_order,
     composite_name,
     has_op,
+    ShareHostKernels,
     host_ops,
     lower_composites,
     rewrite_callers,
@@ -1332,6 +1336,7 @@ def CIMPipeline(hw=None, strategy: str | None = None, options: strategies.Option
             PlanDataflow(hw),
             GenerateMetaOps(hw),
             LowerToRuntime(hw),
+            ShareHostKernels,
     ]
     bar: list = []  # one progress bar per run of the pipeline (shown on terminals only)
     timed = [_Timed(p, bar, i == 0, i == len(passes) - 1, len(passes)) for i, p in enumerate(passes)]
