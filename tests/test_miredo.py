@@ -551,6 +551,44 @@ def test_a_double_buffered_prefetch_moves_in_the_room_the_inner_refills_leave(hi
     assert abs(LN.latency(layer, hier, m) - s) / s < 0.05
 
 
+def test_a_prefetch_waits_while_a_write_back_holds_its_port_and_the_last_iteration_prefetches_nothing(hier):
+    """MobileNetV2 features.1.conv.1 under the mapping MIREDO chose in session 15: at every P7 iteration the
+    input tile is prefetched from DRAM (7,168 cycles, all of DRAM, half of the global buffer's port), the
+    outputs go back to DRAM single-buffered (7,168 cycles, all of DRAM), and the MVMs, fed from and drained
+    to the global buffer, hold all of its port for 7,168 cycles.  The prefetch finds room neither beside
+    the MVMs nor beside the write-back: the three run one after another, 7 x 3 x 7,168 cycles and the
+    weights (seven input tiles: the first before the loop, none in its last iteration).  (The model gave
+    108,096 when it let the prefetch run beside the write-back, 158,272 when it also counted an eighth.)"""
+    layer = LN.Layer.conv("pw", 1, 16, 32, 112, 112, 1, 1)
+    m = _mapping("cores[Q8] rows[C32] cols[K16] :: |gbuf:W |macro:W P7 |gbuf:I* |gbuf:O Q2 P2 P4 Q7 P2")
+    assert LN.check(layer, hier, m) == []
+    trs = {(t.operand, t.level): t for t in LN.transfers(layer, hier, m)}
+    assert trs[("I", "gbuf")].cycles == trs[("O", "gbuf")].cycles == 7168 and LN.leaf_cycles(layer, hier, m) * 224 == 7168
+    s = simulate(layer, hier, m).cycles
+    assert 21 * 7168 <= s <= 21 * 7168 * 1.01
+    assert abs(LN.latency(layer, hier, m) - s) / s < 0.02
+
+
+@pytest.mark.parametrize("shape,text", [
+    # the input prefetch at Q7 finds no room in the inner P2 loop: the MVMs hold the global buffer's port,
+    # the partial sums' single-buffered write-backs hold DRAM (the inner loop's phases, not idle time)
+    ((16, 32, 112, 112), "cores[Q8] rows[C32] cols[K16] :: P7 Q2 P2 P4 Q7 |gbuf:I* P2 |gbuf:W* |macro:W |gbuf:O"),
+    # an output write-back double-buffered at Q7 is issued when the iteration starts and the inner loop's
+    # write-backs into the global buffer move in the room it leaves, not the other way round (weight-
+    # stationary's MobileNetV2 features.2.conv.0.0: 364,856 cycles executed, 477,544 when the write-back
+    # was given only the room the inner write-backs left)
+    ((96, 16, 112, 112), "cores[K2,Q4] rows[C16] cols[K16] :: |gbuf:I K3 |gbuf:W* |macro:W Q2 Q2 P7 P2 P4 Q7 "
+                         "|gbuf:O* P2 |obuf:O"),
+])
+def test_prefetches_yield_to_the_inner_loops_and_write_backs_do_not(hier, shape, text):
+    k, c, p, q = shape
+    layer = LN.Layer.conv("pw", 1, k, c, p, q, 1, 1)
+    m = _mapping(text)
+    assert m.text() == text and LN.check(layer, hier, m) == []
+    s = simulate(layer, hier, m).cycles
+    assert abs(LN.latency(layer, hier, m) - s) / s < 0.02
+
+
 def test_a_single_buffered_level_feeding_only_its_child_refills_while_the_macros_compute(hier):
     """The global buffer's input tile is read only by the input buffer's refill at the same loop, so the
     next one arrives while the macros compute: cheaper than the two refills in series."""
