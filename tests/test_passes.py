@@ -8,8 +8,8 @@ from tvm import relax
 import tvm_cim
 from tvm_cim import transform as T
 from tvm_cim.common import zoo
-from tvm_cim.common.relax_utils import ShareHostKernels, operator_calls
 from tvm_cim.common.onnx_io import import_onnx
+from tvm_cim.common.relax_utils import ShareHostKernels, operator_calls
 from tvm_cim.compiler import strategies
 from tvm_cim.compiler import transform as CT
 from tvm_cim.compiler.estimate import Estimator, shape_key

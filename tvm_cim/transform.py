@@ -13,6 +13,7 @@ Each is a ``tvm.transform`` module pass usable on its own, in this order::
 :func:`CIMPipeline` is that sequence.
 """
 
+from .common.relax_utils import ShareHostKernels
 from .compiler.transform import (
     AllocateArrayModes,
     Calibrate,
@@ -27,7 +28,6 @@ from .compiler.transform import (
     Quantize,
     Segment,
 )
-from .common.relax_utils import ShareHostKernels
 
 __all__ = ["FindRegions", "Calibrate", "Quantize", "MapCrossbars", "Segment", "DuplicateWeights", "AllocateArrayModes", "Place", "PlanDataflow", "GenerateMetaOps",
            "LowerToRuntime", "ShareHostKernels", "CIMPipeline"]

@@ -65,11 +65,11 @@ from tvm import relax
 
 from ..common import hardware as loader
 from ..common.relax_utils import (
+    ShareHostKernels,
     UniqueCallSites,
     call_order,
     composite_name,
     has_op,
-    ShareHostKernels,
     host_ops,
     lower_composites,
     rewrite_callers,
