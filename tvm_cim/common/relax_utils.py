@@ -379,17 +379,11 @@ def ShareHostKernels(mod: tvm.IRModule, ctx) -> tvm.IRModule:  # noqa: N802 - TV
     -------
     tvm.IRModule
     """
-    out = mod
+    if not any(_channel_data(e) is not None for e in operator_calls(mod)):
+        return mod
+    out = mod.clone()
     for gv, f in callers(mod):
-        if any(_channel_data(e) is not None for e in _calls(f)):
-            mutator = _ShareChannelKernels(out)
-            mutator.analyse(f)
-            out = out.clone() if out is mod else out
-            out[gv] = mutator.visit_expr(f)
-    return relax.transform.DeadCodeElimination()(out) if out is not mod else mod
-
-
-def _calls(func: relax.Function) -> list:
-    found: list = []
-    relax.analysis.post_order_visit(func.body, lambda e: found.append(e) if isinstance(e, relax.Call) else None)
-    return found
+        mutator = _ShareChannelKernels(out)
+        mutator.analyse(f)
+        out[gv] = mutator.visit_expr(f)
+    return relax.transform.DeadCodeElimination()(out)

@@ -623,10 +623,10 @@ def _phases_add(phases: dict, cycles: float, use: dict, mvm: bool = False) -> di
     return phases
 
 
-def _unplaced(doubles: list, windows: list, shs: dict, terms: dict, double_parent) -> float:
+def _unplaced(doubles: list, windows: list, shs: dict, terms: dict, double: frozenset) -> float:
     """Cycles the double-buffered refills ``doubles`` of one iteration need beyond its ``windows``
     (``(cycles, {port: share in use}, by the MVMs)``: the inner loops' phases, each serial refill of the
-    iteration).
+    iteration; ``double``: the mapping's double-buffered ``(operand, level)``).
 
     In each window they move in turn, at the pace the room left on their
     ports allows (:func:`overlap_room`): output write-backs first, in the
@@ -667,7 +667,7 @@ def _unplaced(doubles: list, windows: list, shs: dict, terms: dict, double_paren
     for t in doubles:
         # a double-buffered output write-back into a double-buffered level runs beside that level's own
         # (as in latency's occupancy classes)
-        into_double = t.operand == "O" and double_parent(t)
+        into_double = t.operand == "O" and (t.operand, t.parent) in double
         for p, c, w in terms[id(t)]:
             for k in classes:
                 if k[0] == p and (k[1] == c or c == "*" and (k[1] is None or not into_double)):
@@ -807,12 +807,11 @@ def _latency(layer: Layer, hier: Hierarchy, m: Mapping, trs: list) -> float:
             body_phases = _phases_add(dict(phases), lat - sum(v[0] for v in phases.values()), {})
             windows = [(d, use, mvm) for d, use, mvm in body_phases.values()]
             windows += [(e, shs[id(o)], False) for o, e in exposed]
-            into = lambda t: (t.operand, t.parent) in m.double  # noqa: E731
-            unplaced = _unplaced(doubles, windows, shs, terms, into)
+            unplaced = _unplaced(doubles, windows, shs, terms, m.double)
             if serial + unplaced > crit:
                 for t in doubles:  # what each adds beyond every other term: what its last prefetch adds
                     rest = [d for d in doubles if d is not t]
-                    extends[id(t)] = serial + unplaced - max(crit, serial + _unplaced(rest, windows, shs, terms, into))
+                    extends[id(t)] = serial + unplaced - max(crit, serial + _unplaced(rest, windows, shs, terms, m.double))
                 crit = serial + unplaced
         if i > outer_double:  # one iteration's phases (for the prefetches of the loops above): the inner
             # loops', each serial refill, the prefetches' leftover (on their ports), and whatever else the
