@@ -968,3 +968,48 @@ def test_the_chosen_mapping_doubled_runs_a_dram_bound_expansion_near_its_floor(h
     assert run_a > 1.4 * floor and run_b < 1.1 * floor
     assert {("O", "gbuf"), ("O", "obuf")} <= b.mapping.double
     assert b.cost.edp < a.cost.edp and b.mapping in {m for m, _ in b.front}
+
+
+def test_port_bookings_select_and_forget_as_a_plain_list_does():
+    """The loop-nest simulator's port keeps its bookings' ends beside them (numpy selection); every operation
+    the simulation applies leaves what a plain list of bookings filtered one by one gives, in order (small
+    thresholds, so that selection, forgetting and trimming all run)."""
+    from tvm_cim.simulator.loopnest import _Port
+
+    class Port(_Port):
+        KEEP, PRUNE, SCAN = 200, 16, 8
+
+    rng = np.random.default_rng(3)
+    port, plain, horizon, longest, trims = Port(), [], 0.0, 0, 0
+    for step in range(3000):
+        a = float(rng.integers(0, 500)) + step
+        b = a + float(rng.integers(0, 300))
+        port.add(a, b, 0.25)
+        if b > a:
+            plain.append((a, b, 0.25))
+        op = rng.integers(0, 10)
+        if op == 0 and plain:  # undo the last bookings (an iteration booked again)
+            n = max(0, len(plain) - int(rng.integers(0, 4)))
+            port.truncate(n)
+            del plain[n:]
+        elif op == 1 and plain:
+            k = int(rng.integers(0, len(plain)))
+            port.remove(k)
+            del plain[k]
+        elif op == 2:
+            floor = step - 200.0
+            port.forget(floor)
+            if len(plain) > Port.PRUNE:
+                plain = [x for x in plain if x[1] > floor]
+        elif op == 3 and len(plain) > Port.KEEP:
+            port.trim()
+            plain.sort(key=lambda x: x[1])
+            horizon = max(horizon, plain[len(plain) - Port.KEEP // 2 - 1][1])
+            del plain[:len(plain) - Port.KEEP // 2]
+            trims += 1
+        t = step + float(rng.integers(-300, 300))
+        assert port.after(t) == [x for x in plain if x[1] > t]
+        assert port.iv == plain and list(port.ends) == [x[1] for x in plain]
+        longest = max(longest, len(plain))
+    assert port.horizon == horizon
+    assert longest > Port.SCAN and trims > 0

@@ -362,3 +362,30 @@ def test_timing_only_records_what_a_full_simulation_records():
                                    else rng.standard_normal(d.shape).astype(d.dtype))
         full.append(chip.run(p, tensors)[1])
     _same_recording(timing, full)
+
+
+@pytest.mark.parametrize("pipeline", [True, False])
+def test_input_loads_wait_for_the_producer_outputs_they_read(pipeline):
+    """Every input load of a consumer starts at the latest finish of the producer stores whose share of the
+    output overlaps its own (with the pipeline; all of them without), checked against a brute force over
+    the pairs, on random overlapping shares; nothing else delays the loads (own resources, no dependencies)."""
+    rng = np.random.default_rng(7)
+    prod, cons = Events(), Events()
+    for k in range(300):
+        i = prod.add(float(rng.integers(1, 50)), (f"p{k % 7}",), (), 1.0, False, "DMOV.store")
+        g0 = float(rng.random())
+        prod.outputs.append((i, g0, min(1.0, g0 + float(rng.random()) * 0.05)))
+    for k in range(200):
+        i = cons.add(3.0, (f"c{k}",), (), 1.0, False, "DMOV.load")
+        f0 = float(rng.random())
+        cons.inputs.append((i, f0, min(1.0, f0 + float(rng.random()) * 0.1)))
+    tl = schedule_graph([("p", prod, 0), ("c", cons, 0)], {"c": ["p"]}, pipeline=pipeline)
+    fin = tl.finish[:len(prod)]
+    prev_end = float(fin.max())
+    for i, f0, f1 in cons.inputs:
+        want = 0.0 if pipeline else prev_end
+        for j, g0, g1 in prod.outputs:
+            if not pipeline or (g0 < f1 - 1e-12 and g1 > f0 + 1e-12):
+                want = max(want, float(fin[j]))
+        assert tl.start[len(prod) + i] == want
+    assert pipeline is False or len({tl.start[len(prod) + i] for i, _, _ in cons.inputs}) > 20

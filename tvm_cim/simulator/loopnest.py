@@ -30,7 +30,10 @@ from __future__ import annotations
 
 import itertools
 import math
+from array import array
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from ..hardware import loopnest as LN
 
@@ -58,21 +61,39 @@ class _Port:
     port, as an arbiter interleaves requests on a single-ported SRAM).
     """
 
-    __slots__ = ("iv", "horizon")
+    __slots__ = ("iv", "ends", "horizon", "min_end")
     KEEP = 4096  # safety net: bookings kept; older ones are forgotten and the port counts as full until they end
     # (the simulation first forgets bookings that end before any later transfer may start, :meth:`forget`;
     # with 96 and only this rule, VGG/MobileNet layers with thousands of small write-backs per refill saw the
     # port full over a whole block: MobileNetV2 features.14.conv.1.0 ran 58,854 cycles instead of 42,1xx)
     PRUNE = 64  # bookings above which :meth:`forget` filters
-
-    def forget(self, floor: float) -> None:
-        """Drop the bookings that end by ``floor`` (no later transfer starts before it: exact)."""
-        if len(self.iv) > self.PRUNE:
-            self.iv = [x for x in self.iv if x[1] > floor]
+    SCAN = 128  # bookings above which :meth:`after` selects with numpy (below, a list comprehension is faster)
 
     def __init__(self):
         self.iv: list = []
+        self.ends = array("d")  # the bookings' ends, in the order of ``iv`` (every change to ``iv`` mirrored)
         self.horizon = 0.0
+        self.min_end = math.inf  # at most the earliest end of a booking in ``iv`` (removals leave it below)
+
+    def forget(self, floor: float) -> None:
+        """Drop the bookings that end by ``floor`` (no later transfer starts before it: exact).  The list is
+        filtered only when its earliest end is at or below ``floor`` (``min_end``, a lower bound kept as
+        bookings are added; most iterations drop nothing)."""
+        if len(self.iv) > self.PRUNE and self.min_end <= floor:
+            self._keep((np.frombuffer(self.ends) > floor).nonzero()[0])
+            self.min_end = min(self.ends, default=math.inf)
+
+    def _keep(self, idx: np.ndarray) -> None:
+        iv = self.iv
+        self.iv = [iv[i] for i in idx.tolist()]
+        self.ends = array("d", [x[1] for x in self.iv])
+
+    def after(self, t: float) -> list:
+        """The bookings that end after ``t``, in booking order."""
+        if len(self.iv) <= self.SCAN:
+            return [x for x in self.iv if x[1] > t]
+        iv = self.iv
+        return [iv[i] for i in (np.frombuffer(self.ends) > t).nonzero()[0].tolist()]
 
     def load(self, t: float) -> float:
         return sum(f for a, b, f in self.iv if a <= t < b)
@@ -81,6 +102,19 @@ class _Port:
         if end <= start or share <= 0:
             return
         self.iv.append((start, end, share))
+        self.ends.append(end)
+        if end < self.min_end:
+            self.min_end = end
+
+    def truncate(self, n: int) -> None:
+        """Undo the bookings made after the first ``n``."""
+        del self.iv[n:]
+        del self.ends[n:]
+
+    def remove(self, k: int) -> None:
+        """Undo the ``k``-th booking."""
+        del self.iv[k]
+        del self.ends[k]
 
     def trim(self) -> None:
         """Keep at most :attr:`KEEP` bookings (between iterations: one iteration's bookings can be undone)."""
@@ -89,6 +123,7 @@ class _Port:
             drop = len(self.iv) - self.KEEP // 2
             self.horizon = max(self.horizon, self.iv[drop - 1][1])
             del self.iv[:drop]
+            self.ends = array("d", [x[1] for x in self.iv])
 
 
 def _stream(uses: list, t: float) -> float:
@@ -99,7 +134,7 @@ def _stream(uses: list, t: float) -> float:
     if w_max <= 0:
         return t
     t = max([t] + [p.horizon for p, _ in uses])
-    ivs = [[x for x in p.iv if x[1] > t] for p, _ in uses]
+    ivs = [p.after(t) for p, _ in uses]
     if not any(ivs):  # nothing else on these ports: full pace
         for p, w in uses:
             p.add(t, t + w_max, w / w_max)
@@ -314,7 +349,7 @@ def simulate(layer: LN.Layer, hier: LN.Hierarchy, m: LN.Mapping, max_events: int
 
     def restore(snap: tuple) -> None:
         for p, n in zip(port_list, snap[0]):
-            del p.iv[n:]
+            p.truncate(n)
         for s, (key, n, last, ready) in zip(order, snap[1]):
             s.key, s.ready = key, ready
             del s.uses[n:]
@@ -369,7 +404,7 @@ def simulate(layer: LN.Layer, hier: LN.Hierarchy, m: LN.Mapping, max_events: int
                 stats["unsettled"] += 1
                 for lvn in shares:
                     k = port_list.index(ports[lvn])
-                    del ports[lvn].iv[snap[0][k]]  # the reservation, the first booking after the snapshot
+                    ports[lvn].remove(snap[0][k])  # the reservation, the first booking after the snapshot
                 for lvn, u in shares.items():
                     ports[lvn].add(start, start + block, u)
         else:

@@ -381,6 +381,7 @@ def _schedule_graph(regions, producers, pipeline, power_cap_mw, summary=True) ->
     starts, finishes, analog, energy, durs = [], [], [], [], []
     span, busy = {}, {}
     outs: dict[str, list] = {}
+    out_np: dict = {}  # region -> its outputs' (start, stop, finish) arrays (_outputs_of)
     acc = (starts, finishes, analog, energy, durs, outs, span, busy)
     prev_end = 0.0
     seg_floor, cur_seg = 0.0, None
@@ -400,15 +401,9 @@ def _schedule_graph(regions, producers, pipeline, power_cap_mw, summary=True) ->
         n_ev = len(ev)
         st = [0.0] * n_ev
         fin = [0.0] * n_ev
-        ext_ready = {}
         prods = [p for p in producers.get(name, []) if p in outs]
-        for idx, f0, f1 in ev.inputs:
-            t = seg_floor if pipeline else prev_end
-            for p in prods:
-                for j, g0, g1 in outs[p]:
-                    if not pipeline or (g0 < f1 - 1e-12 and g1 > f0 + 1e-12):
-                        t = max(t, finishes[j])
-            ext_ready[idx] = t
+        ext_ready = _inputs_ready(ev.inputs, [_outputs_of(p, outs, finishes, out_np) for p in prods],
+                                  seg_floor if pipeline else prev_end, pipeline)
         floor = prev_end if not pipeline else seg_floor
         if paired:  # placed with its consumer
             chain.append((name, ev, ext_ready, st, fin))
@@ -448,6 +443,55 @@ def _schedule_graph(regions, producers, pipeline, power_cap_mw, summary=True) ->
                         peak_power_mw=0.0, peak_write_power_mw=0.0, analog_energy_pj=0.0, utilisation={},
                         start=np.asarray(starts), finish=finish)
     return _summary(regions, res, starts, finishes, analog, energy, durs, span, busy)
+
+
+def _outputs_of(name: str, outs: dict, finishes: list, memo: dict) -> tuple:
+    """A placed region's outputs as arrays: their starts, stops and finish times (in ``outs`` order)."""
+    hit = memo.get(name)
+    if hit is None:
+        o = outs[name]
+        hit = memo[name] = (np.array([g0 for _, g0, _ in o], dtype=float), np.array([g1 for _, _, g1 in o], dtype=float),
+                            np.array([finishes[j] for j, _, _ in o], dtype=float))
+    return hit
+
+
+_READY_CHUNK = 1 << 22  # input x output pairs compared at once (bounded memory)
+
+
+def _inputs_ready(inputs: list, prods: list, t0: float, pipeline: bool) -> dict:
+    """When each input load of a region may start: ``t0``, or the latest finish of the producers' outputs it
+    reads -- with the inter-layer pipeline, those whose share of the output overlaps the load's ``[f0, f1)``;
+    without it, all of them.
+
+    Parameters
+    ----------
+    inputs : list of (event, f0, f1)
+    prods : list of (starts, stops, finishes) arrays, one per producer (:func:`_outputs_of`)
+    t0 : float
+    pipeline : bool
+
+    Returns
+    -------
+    dict
+        Event index -> earliest start (a later duplicate of an event overrides, as ``inputs`` lists it).
+    """
+    idx = [i for i, _, _ in inputs]
+    if not idx:
+        return {}
+    prods = [p for p in prods if len(p[2])]
+    if not prods:
+        return dict.fromkeys(idx, t0)
+    if not pipeline:  # every output of every producer
+        return dict.fromkeys(idx, max(t0, max(float(p[2].max()) for p in prods)))
+    lo = np.array([f0 for _, f0, _ in inputs], dtype=float) + 1e-12
+    hi = np.array([f1 for _, _, f1 in inputs], dtype=float) - 1e-12
+    best = np.full(len(idx), t0, dtype=float)
+    for g0, g1, fin in prods:
+        step = max(1, _READY_CHUNK // len(g0))
+        for a in range(0, len(idx), step):
+            over = (g0[None, :] < hi[a:a + step, None]) & (g1[None, :] > lo[a:a + step, None])
+            np.maximum(best[a:a + step], np.where(over, fin[None, :], -np.inf).max(axis=1), out=best[a:a + step])
+    return dict(zip(idx, best.tolist()))
 
 
 def _append(acc: tuple, name: str, ev, st: list, fin: list, prev_end: float) -> float:
