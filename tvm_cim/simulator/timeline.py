@@ -446,13 +446,15 @@ def _schedule_graph(regions, producers, pipeline, power_cap_mw, summary=True) ->
 
 
 def _outputs_of(name: str, outs: dict, finishes: list, memo: dict) -> tuple:
-    """A placed region's outputs as arrays: their starts, stops and finish times (in ``outs`` order)."""
+    """A placed region's outputs as arrays: their starts, stops and finish times (in ``outs`` order; memoised
+    per ``outs`` entry: a region executed again replaces it)."""
+    o = outs[name]
     hit = memo.get(name)
-    if hit is None:
-        o = outs[name]
-        hit = memo[name] = (np.array([g0 for _, g0, _ in o], dtype=float), np.array([g1 for _, _, g1 in o], dtype=float),
-                            np.array([finishes[j] for j, _, _ in o], dtype=float))
-    return hit
+    if hit is None or hit[0] is not o:
+        hit = memo[name] = (o, (np.array([g0 for _, g0, _ in o], dtype=float),
+                                np.array([g1 for _, _, g1 in o], dtype=float),
+                                np.array([finishes[j] for j, _, _ in o], dtype=float)))
+    return hit[1]
 
 
 _READY_CHUNK = 1 << 22  # input x output pairs compared at once (bounded memory)
