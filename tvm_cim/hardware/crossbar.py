@@ -474,6 +474,8 @@ def _corrections(x: np.ndarray, cg: np.ndarray, hw: CIMHardware, input_bits: int
                 a = np.matmul(xs[ti, :, gi], cb[ti, :, gi, :, s])  # (M, Bt, B*V, n)
                 tiles = ti
             if lsb_b is None and lsb == 1:  # min(a, top) - a
+                if not a.size or a.max() <= top:  # (the usual case: no conversion saturates; one pass over the sums)
+                    continue
                 conv = np.subtract(top, a, out=a)
                 np.minimum(conv, 0.0, out=conv)
             else:  # round to the nearest multiple of the LSB (ties up), saturate at the top code (as _adc), - a

@@ -152,7 +152,7 @@ class _Tile:
 # Bound the memory of one batch of queued crossbar reads (bytes of their input vectors as float64).
 _FLUSH_BYTES = 96 * 2**20
 # Bound the memory of the placed tiles reads keep for the next flush of the same reads (_Blocks).
-_BLOCK_BYTES = 256 * 2**20
+_BLOCK_BYTES = 128 * 2**20
 
 
 class _Blocks:
