@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 from . import hardware
 
@@ -71,3 +73,58 @@ def gc_paused():
     finally:
         if was:
             gc.enable()
+
+
+def workers_default() -> int:
+    """Parallel workers by default: ``$TVM_CIM_WORKERS``, else every CPU of the machine.
+
+    The MIREDO layer solves use this many processes, and the numerics of the
+    simulator and of the compiler's error measurement this many threads.
+
+    Raises
+    ------
+    ValueError
+        ``$TVM_CIM_WORKERS`` is not a positive integer.
+    """
+    env = os.environ.get("TVM_CIM_WORKERS")
+    if env is None:
+        return os.cpu_count() or 1
+    if not env.strip().isdigit() or int(env) < 1:
+        raise ValueError(f"TVM_CIM_WORKERS={env!r}: expected a positive integer (1: no worker processes)")
+    return int(env)
+
+
+_POOL: dict[int, ThreadPoolExecutor] = {}  # threads -> the pool, made on first use
+_POOL_LOCK = threading.Lock()
+_INSIDE = threading.local()  # set in a pool thread: a nested map runs in that thread
+
+
+def thread_map(fn, items, workers: int | None = None) -> list:
+    """``[fn(x) for x in items]``, the calls spread over a pool of threads.
+
+    For work that spends its time in numpy (which releases the interpreter
+    lock in its loops and in BLAS): independent calls whose results do not
+    depend on the order they run in, so the list is the one the loop gives.
+    A call made from inside a pool thread runs its items in that thread (no
+    nested pools, no deadlock), as does a single item or a single worker.
+
+    Parameters
+    ----------
+    fn : callable
+    items : iterable
+    workers : int, optional
+        Threads (default :func:`workers_default`).
+    """
+    items = list(items)
+    n = min(len(items), workers_default() if workers is None else int(workers))
+    if n <= 1 or getattr(_INSIDE, "on", False):
+        return [fn(x) for x in items]
+    with _POOL_LOCK:
+        pool = _POOL.get(n)
+        if pool is None:
+            pool = _POOL[n] = ThreadPoolExecutor(n, thread_name_prefix="tvm-cim", initializer=_mark_inside)
+    return list(pool.map(fn, items))
+
+
+def _mark_inside() -> None:
+    _INSIDE.on = True

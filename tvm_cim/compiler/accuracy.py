@@ -56,6 +56,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..common.layout import dequantize, im2col, quantize_codes
+from ..common.runtime import thread_map
 from ..hardware import crossbar as X
 from ..hardware.schema import CIMHardware
 from .estimate import Estimator
@@ -613,17 +614,23 @@ def map_layers(regions: list[Region], obs: Observation, hw: CIMHardware, wbits: 
 def _map_layers(regions, obs, hw, wbits, ibits, max_error, int8_error) -> Result:
     budget = DEFAULT_MAX_ERROR if max_error is None else float(max_error)
     est = Estimator(hw, wbits, ibits)
-    fronts = {}
     for r in regions:
-        vecs = obs.vectors.get(r.name)
-        if not vecs:
+        if not obs.vectors.get(r.name):
             raise ValueError(f"region {r.name}: no calibration vectors; run Calibrate on this module first")
-        fronts[r.name] = Front(LayerProbe(r, vecs, hw, wbits, ibits), est)
+    # The layers are measured independently (each front's entries depend on its layer only), so they are
+    # measured on threads, largest weight matrix first: the same fronts, hence the same choice, as in a loop.
+    big_first = sorted(regions, key=lambda r: -r.w_int.size if r.w_int is not None else 0)
+    made = dict(zip([r.name for r in big_first], thread_map(
+        lambda r: Front(LayerProbe(r, obs.vectors[r.name], hw, wbits, ibits), est), big_first)))
+    fronts = {r.name: made[r.name] for r in regions}
     lossy = sum(f.get(0).error for f in fronts.values()) > 0
     e_q = None
     if lossy and budget < 1.0:
         e_q = float(int8_error())
-        idx = allocate(fronts, max(0.0, budget - e_q))
+        allowance = max(0.0, budget - e_q)
+        if sum(f.get(0).error for f in fronts.values()) > allowance:  # allocate's first step asks every layer
+            thread_map(lambda f: f.get(1), made.values())
+        idx = allocate(fronts, allowance)
     else:
         idx = {k: 0 for k in fronts}
     choices = [Choice(r.name, fronts[r.name].get(idx[r.name]), fronts[r.name].get(0), fronts[r.name].tried)

@@ -32,7 +32,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-import os
 import random
 import subprocess
 import time
@@ -45,6 +44,7 @@ from tvm.support.popen_pool import PopenPoolExecutor
 
 from ..common import hardware as loader
 from ..common.report import pareto
+from ..common.runtime import workers_default
 from ..hardware import loopnest as LN
 from ..hardware.schema import CIMHardware
 from .region import CONV2D, MATMUL, Region
@@ -1015,22 +1015,6 @@ def _optimise(layer, hier, method, objective, node_limit, spatial_top, starts, m
     front = tuple(seen[p] for p in pareto_front(list(seen)))
     return Result(best[0], best[1], time.perf_counter() - t0, method, objective, best[2], best[3], hit,
                   time.process_time() - c0 + ws_cpu, front)
-
-
-def workers_default() -> int:
-    """Processes :func:`optimise_all` uses by default: ``$TVM_CIM_WORKERS``, else every CPU of the machine.
-
-    Raises
-    ------
-    ValueError
-        ``$TVM_CIM_WORKERS`` is not a positive integer.
-    """
-    env = os.environ.get("TVM_CIM_WORKERS")
-    if env is None:
-        return os.cpu_count() or 1
-    if not env.strip().isdigit() or int(env) < 1:
-        raise ValueError(f"TVM_CIM_WORKERS={env!r}: expected a positive integer (1: no worker processes)")
-    return int(env)
 
 
 def _optimise_job(layer: LN.Layer, hier: LN.Hierarchy, kw: dict) -> Result:

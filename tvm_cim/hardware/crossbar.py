@@ -92,10 +92,14 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from threadpoolctl import ThreadpoolController
 
+from ..common.runtime import thread_map
 from ..hardware.schema import CIMHardware
 
 # Bound the working set of the bitwise path (bytes of float32 partial sums).
-_CHUNK_BYTES = 16 * 2**20  # (larger chunks are slower: the partial sums are reduced after they leave the caches)
+# 4 MB: a chunk's sums stay in the caches between the product and the passes that convert and reduce them
+# (VGG-19 on prime, one thread: 16 MB chunks took 1.1-2.3x as long on its bit-serial blocks; 1 MB chunks
+# make more, smaller products).
+_CHUNK_BYTES = 4 * 2**20
 #: The share of (tile, row group, weight slice) blocks that no bound proves below which :func:`mvm` computes
 #: the integer product and converts only those blocks (:func:`_corrections`); above it every bitline is
 #: converted bit-serially in one batched product (the same results).
@@ -348,10 +352,31 @@ def bitline_peaks(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, input_bits:
     What a programmable ADC range is calibrated on.  Shapes as in
     :func:`mvm`; returns ``(T, S, P, n)``.
     """
-    t_n = x.shape[0]
-    peak = np.zeros((t_n, int(np.prod(cells.shape[-3:]))), dtype=np.float64)
-    for _, _, _, part in _conversions(x, cells, hw, input_bits):
-        np.maximum(peak, part.max(axis=(1, 2, 3)), out=peak)
+    xb = hw.crossbar
+    t_n, bt, v, r = x.shape
+    spn = int(np.prod(cells.shape[-3:]))
+    ra, d = xb.rows_active, xb.dac_bits
+    g_n = -(-r // ra)
+    pad = g_n * ra - r
+    xi = (x if not pad else np.concatenate([x, np.zeros(x.shape[:-1] + (pad,), x.dtype)], axis=-1)).astype(np.int32)
+    cg = cells.reshape(t_n, bt, r, spn)
+    if pad:
+        cg = np.concatenate([cg, np.zeros((t_n, bt, pad, spn), cg.dtype)], axis=2)
+    cg = cg.reshape(t_n, bt, g_n, ra, spn)
+    mask = (1 << d) - 1
+    steps = hw.input_steps(input_bits)
+
+    shifts = (d * np.arange(steps, dtype=np.int32))[:, None, None]  # (B, 1, 1)
+
+    def peaks(chunk):  # the largest sum of each bitline of tiles [t0, t1) over vectors [v0, v1) and every step
+        t0, t1, v0, v1 = chunk
+        xv = xi[t0:t1, :, v0:v1].reshape(t1 - t0, bt, v1 - v0, g_n, ra).transpose(0, 1, 3, 2, 4)
+        xs = ((xv[:, :, :, None] >> shifts) & mask).astype(np.float32).reshape(t1 - t0, bt, g_n, -1, ra)
+        return chunk, np.matmul(xs, cg[t0:t1]).max(axis=(1, 2, 3))  # (every step in one product: one read of cg)
+
+    peak = np.zeros((t_n, spn), dtype=np.float64)
+    for (t0, t1, _, _), top in thread_map(peaks, _chunks(t_n, v, bt * g_n * steps * spn * 4)):
+        np.maximum(peak[t0:t1], top, out=peak[t0:t1])
     return peak.reshape((t_n,) + cells.shape[-3:])
 
 
@@ -458,31 +483,35 @@ def _corrections(x: np.ndarray, cg: np.ndarray, hw: CIMHardware, input_bits: int
         m = int(bad[:, :, s].sum())
         if m:
             plan.append((s, None if 2 * m > t_n * g_n else np.nonzero(bad[:, :, s])))
-    per_vec = t_n * bt * g_n * steps * (n + ra) * 8
-    chunk = max(1, _CHUNK_BYTES // max(1, per_vec))
-    for v0 in range(0, v, chunk):
-        v1 = min(v, v0 + chunk)
+    pairs_by_tile = [None if p is None else np.searchsorted(p[0], np.arange(t_n + 1)) for _, p in plan]
+
+    def convert(chunk):  # the chunk's tiles [t0, t1) and vectors [v0, v1): out there gets its corrections
+        t0, t1, v0, v1 = chunk
         vc = v1 - v0
-        xv = xi[:, :, v0:v1].reshape(t_n, bt, vc, g_n, ra).transpose(0, 1, 3, 2, 4)  # (T, Bt, G, V, ra)
-        xs = ((xv[:, :, :, None] >> shifts) & mask).astype(np.float32).reshape(t_n, bt, g_n, steps * vc, ra)
-        for s, pairs in plan:
+        xv = xi[t0:t1, :, v0:v1].reshape(t1 - t0, bt, vc, g_n, ra).transpose(0, 1, 3, 2, 4)  # (T', Bt, G, V, ra)
+        xs = ((xv[:, :, :, None] >> shifts) & mask).astype(np.float32).reshape(t1 - t0, bt, g_n, steps * vc, ra)
+        for (s, pairs), at in zip(plan, pairs_by_tile):
             if pairs is None:
-                a = np.matmul(xs, cb[:, :, :, :, s])  # (T, Bt, G, B*V, n): the analogue sums
+                a = np.matmul(xs, cb[t0:t1, :, :, :, s])  # (T', Bt, G, B*V, n): the analogue sums
                 tiles = None
             else:
-                ti, gi = pairs
-                a = np.matmul(xs[ti, :, gi], cb[ti, :, gi, :, s])  # (M, Bt, B*V, n)
-                tiles = ti
-            if lsb_b is None and lsb == 1:  # min(a, top) - a
-                if not a.size or a.max() <= top:  # (the usual case: no conversion saturates; one pass over the sums)
+                ti, gi = pairs[0][at[t0] : at[t1]], pairs[1][at[t0] : at[t1]]
+                if not len(ti):
                     continue
-                conv = np.subtract(top, a, out=a)
-                np.minimum(conv, 0.0, out=conv)
+                a = np.matmul(xs[ti - t0, :, gi], cb[ti, :, gi, :, s])  # (M, Bt, B*V, n)
+                tiles = ti
+            summed = False  # conv summed over the row groups of each tile
+            if lsb_b is None and lsb == 1:  # min(a, top) - a = top - max(a, top): two passes over the sums
+                np.maximum(a, top, out=a)
+                if tiles is None and exact32:  # summed over the groups first: sum(top - max) = G * top - sum(max)
+                    conv, summed = np.subtract(g_n * top, a.sum(axis=2), dtype=np.float32), True
+                else:
+                    conv = np.subtract(top, a, out=a)
             else:  # round to the nearest multiple of the LSB (ties up), saturate at the top code (as _adc), - a
                 if lsb_b is None:
                     lb = lsb
                 elif tiles is None:
-                    lb = lsb_b[:, None, None, None, s]
+                    lb = lsb_b[t0:t1, None, None, None, s]
                 else:
                     lb = lsb_b[tiles, None, None, s]
                 conv = np.divide(a, lb, dtype=np.result_type(a, lb))
@@ -493,17 +522,34 @@ def _corrections(x: np.ndarray, cg: np.ndarray, hw: CIMHardware, input_bits: int
                 conv -= a
             if not conv.any():  # (the usual case: no conversion of the block saturates or rounds)
                 continue
-            if tiles is None:  # sum the groups of each tile (integers: exact in float32 below 2^24)
+            if tiles is None and not summed:  # sum the groups of each tile (integers: exact in float32 below 2^24)
                 conv = conv.sum(axis=2, dtype=np.float32 if conv.dtype == np.float32 and exact32 else np.float64)
             delta = np.einsum("mbsvn,s->mbvn", conv.reshape(len(conv), bt, steps, vc, n), step_w)
             delta *= sw[s]
             if tiles is None:
-                out[:, :, v0:v1] += delta
+                out[t0:t1, :, v0:v1] += delta
             else:  # the pairs are in tile order: one sum per tile
                 uniq, first = np.unique(tiles, return_index=True)
                 if len(uniq) < len(tiles):
                     delta = np.add.reduceat(delta, first, axis=0)
                 out[uniq, :, v0:v1] += delta
+
+    thread_map(convert, _chunks(t_n, v, bt * g_n * steps * (n + ra) * 8))  # (each writes its own part of out)
+
+
+def _chunks(t_n: int, v: int, per_tv: int) -> list[tuple[int, int, int, int]]:
+    """Chunks ``(t0, t1, v0, v1)`` of tiles and vectors of about :data:`_CHUNK_BYTES` (``per_tv``: bytes per
+    tile and vector): every vector of as many tiles as fit, else part of one tile's vectors.
+
+    The batched products are one per (tile, row group) over a chunk's vector rows, so chunks of few vectors
+    make many tiny products; chunks of whole tiles keep them as large as the memory allows.  The chunks
+    cover disjoint parts of the results, so they can run on threads (:func:`thread_map`).
+    """
+    if v * per_tv <= _CHUNK_BYTES:
+        tc, vc = max(1, _CHUNK_BYTES // max(1, v * per_tv)), max(1, v)
+    else:
+        tc, vc = 1, max(1, _CHUNK_BYTES // max(1, per_tv))
+    return [(t0, min(t_n, t0 + tc), v0, min(v, v0 + vc)) for t0 in range(0, t_n, tc) for v0 in range(0, v, vc)]
 
 
 def _bit_serial(x: np.ndarray, cg: np.ndarray, hw: CIMHardware, input_bits: int, lsb) -> np.ndarray:
@@ -538,14 +584,17 @@ def _bit_serial_lsbs(x: np.ndarray, cg: np.ndarray, hw: CIMHardware, input_bits:
     mask = (1 << d) - 1
     top = float(2**xb.adc_bits - 1)
     outs = [np.empty((t_n, bt, v, k), dtype=np.float64) for _ in lsbs]
-    per_vec = t_n * bt * g_n * steps * (k + ra) * 8
-    chunk = max(1, _CHUNK_BYTES // max(1, per_vec))
-    for v0 in range(0, v, chunk):
-        v1 = min(v, v0 + chunk)
-        xv = xi[:, :, v0:v1].reshape(t_n, bt, v1 - v0, g_n, ra).transpose(0, 1, 3, 2, 4)  # (T, Bt, G, V, ra)
-        xs = ((xv[:, :, :, None] >> shifts) & mask).astype(np.float32)  # (T, Bt, G, B, V, ra)
-        analog = np.matmul(xs.reshape(t_n, bt, g_n, steps * (v1 - v0), ra), cg)  # one conversion per element
-        for lsb, out in zip(lsbs, outs):
+    lsb_maxes = [float(np.max(lsb)) for lsb in lsbs]
+
+    def convert(chunk):  # tiles [t0, t1) and vectors [v0, v1) of every output
+        t0, t1, v0, v1 = chunk
+        tc, vc = t1 - t0, v1 - v0
+        xv = xi[t0:t1, :, v0:v1].reshape(tc, bt, vc, g_n, ra).transpose(0, 1, 3, 2, 4)  # (T', Bt, G, V, ra)
+        xs = ((xv[:, :, :, None] >> shifts) & mask).astype(np.float32)  # (T', Bt, G, B, V, ra)
+        analog = np.matmul(xs.reshape(tc, bt, g_n, steps * vc, ra), cg[t0:t1])  # one conversion per element
+        for lsb, out, lsb_max in zip(lsbs, outs, lsb_maxes):
+            if np.ndim(lsb) and len(lsb) == t_n:  # (one per tile: this chunk's)
+                lsb = lsb[t0:t1]
             if not np.ndim(lsb) and lsb == 1:
                 part = np.minimum(analog, top, out=analog if len(lsbs) == 1 else None)
             else:  # floor(analog / lsb + 0.5) in the dtype that expression has, without its temporaries
@@ -557,9 +606,11 @@ def _bit_serial_lsbs(x: np.ndarray, cg: np.ndarray, hw: CIMHardware, input_bits:
                 np.minimum(part, top, out=part)
                 part *= lsb
             # the converted sums are integers: float32 adds them exactly below 2^24 (the same values)
-            exact32 = part.dtype == np.float32 and g_n * top * float(np.max(lsb)) < 2.0**24
-            conv = part.sum(axis=2, dtype=None if exact32 else np.float64).reshape(t_n, bt, steps, v1 - v0, k)
-            out[:, :, v0:v1] = np.einsum("tbsvk,s->tbvk", conv, step_w)
+            exact32 = part.dtype == np.float32 and g_n * top * lsb_max < 2.0**24
+            conv = part.sum(axis=2, dtype=None if exact32 else np.float64).reshape(tc, bt, steps, vc, k)
+            out[t0:t1, :, v0:v1] = np.einsum("tbsvk,s->tbvk", conv, step_w)
+
+    thread_map(convert, _chunks(t_n, v, bt * g_n * steps * (k + ra) * 8))
     return outs
 
 
@@ -650,7 +701,23 @@ def _product(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, weight_bits: int
     if product is not None:
         return product
     w = decode(cells, hw, weight_bits) if weights is None else weights
-    return np.matmul(x.astype(np.float64), w.astype(np.float64))
+    return exact_matmul(x, w)
+
+
+def exact_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b`` of integer-valued arrays as float64, exactly (``np.matmul`` broadcasting).
+
+    In float32 when no partial sum can reach ``2^24`` (the summed length times
+    the largest magnitudes of ``a`` and ``b``): float32 holds every integer
+    below it, so whatever order BLAS adds in, every sum is the exact integer,
+    at half the memory traffic of float64.  Otherwise in float64.
+    """
+    if not a.size or not b.size:
+        return np.matmul(a.astype(np.float64), b.astype(np.float64))
+    top = max(float(a.max()), -float(a.min())) * max(float(b.max()), -float(b.min())) * a.shape[-1]
+    if top < 2.0**24:
+        return np.matmul(a.astype(np.float32), b.astype(np.float32)).astype(np.float64)
+    return np.matmul(a.astype(np.float64), b.astype(np.float64))
 
 
 def mvm_lsbs(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, weight_bits: int, input_bits: int,

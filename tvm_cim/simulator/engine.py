@@ -1178,7 +1178,7 @@ class Chip:
             self._placed.grow(ident, cells.nbytes + placed[2].nbytes)
         ideal = None
         if self.options.measure_adc_error and (offset is not None or not X.exact(hw, lsb, r_max)):
-            ideal = np.matmul(xs.astype(np.float64), wts.astype(np.float64))
+            ideal = X.exact_matmul(xs, wts)
         if self.signed_input:  # as the input encoding applies them (two unsigned phases by default)
             res = X.mvm_signed(xs, cells, hw, self.wbits, self.ibits, sc, weights=wts, lsb=lsb, offset=offset,
                                proven=placed[2])
