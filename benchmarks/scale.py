@@ -2,8 +2,9 @@
 
 Every point runs ``python -m tvm_cim run`` in its own process, so the peak
 resident memory is that of one model on one chip.  Per model x preset it
-prints compile and simulation time (wall and CPU: other processes share the
-cores, so wall time is noisy), the peak RSS, the time of the ``--timing-only``
+prints compile and simulation time (wall and CPU: the goals are judged on wall
+time, what a user waits for -- the numerics run on threads, so CPU seconds exceed
+it -- and other processes sharing the cores inflate it), the peak RSS, the time of the ``--timing-only``
 simulation and its ratio to the full one, and the size of the work (meta-
 operators executed, passes of layers larger than the chip), with the machine's
 load average before and after the point (CPU seconds rise with it).  Then: the
@@ -132,14 +133,14 @@ def compile_table(models: list[str], presets: list[str], image: int, out: dict, 
         if json_path:
             Path(json_path).write_text(json.dumps(out, indent=1))
     print(f"\nCompile only at {image}x{image} (python -m tvm_cim compile, default strategy; wall / CPU seconds; "
-          f"goal: CPU < {GOAL_COMPILE_S} s)")
+          f"goal: wall < {GOAL_COMPILE_S} s)")
     for r in out["compile"]:
         if "error" in r:
             print(f"  {r['model']:11s} {r['hw']:11s} ERROR {r['error']}")
             continue
         print(f"  {r['model']:11s} {r['hw']:11s} {r['regions']:4d} layers  compile {r['compile_s']:6.1f} / "
               f"{r['compile_cpu_s']:6.1f} s  RSS {r['peak_rss_mb']:6.0f} MB  dominant {r['dominant_phase']} "
-              f"({100 * r['dominant_share']:.0f}%)  {'met' if r['compile_cpu_s'] < GOAL_COMPILE_S else 'NOT met'}"
+              f"({100 * r['dominant_share']:.0f}%)  {'met' if r['compile_s'] < GOAL_COMPILE_S else 'NOT met'}"
               f"{_load(r)}")
 
 
@@ -185,6 +186,8 @@ def main() -> int:
             row["timing_only_rss_mb"] = t.get("peak_rss_mb")
             if t.get("simulate_cpu_s"):
                 row["timing_only_ratio_cpu"] = row["simulate_cpu_s"] / t["simulate_cpu_s"]
+            if t.get("simulate_s"):
+                row["timing_only_ratio"] = row["simulate_s"] / t["simulate_s"]  # wall: what a sweep waits for
             if "error" in t:
                 row["timing_only_error"] = t["error"]
             row["timing_only_load_avg"] = t.get("load_avg")
@@ -218,8 +221,8 @@ def main() -> int:
             continue
         tot = r["compile_s"] + r["simulate_s"]
         tot_cpu = r["compile_cpu_s"] + r["simulate_cpu_s"]
-        ok = [tot_cpu < GOAL_TOTAL_S, r["peak_rss_mb"] < GOAL_RSS_MB, r["compile_cpu_s"] < GOAL_COMPILE_S]
-        ratio = r.get("timing_only_ratio_cpu")
+        ok = [tot < GOAL_TOTAL_S, r["peak_rss_mb"] < GOAL_RSS_MB, r["compile_s"] < GOAL_COMPILE_S]
+        ratio = r.get("timing_only_ratio")
         if ratio is not None:
             ok.append(ratio >= GOAL_RATIO)
         t_only = f"{r['timing_only_s']:5.1f}/{r['timing_only_cpu_s']:5.1f}" if r.get("timing_only_s") is not None else "-"
@@ -246,7 +249,7 @@ def main() -> int:
                 print(f"  {r['hw']:11s} ERROR {r['error']}")
                 continue
             print(f"  {r['hw']:11s} simulate {r['simulate_s']:6.1f} s wall / {r['simulate_cpu_s']:6.1f} s CPU, "
-                  f"RSS {r['peak_rss_mb']:.0f} MB  {'met' if r['simulate_cpu_s'] < GOAL_BITWISE_S else 'NOT met'}")
+                  f"RSS {r['peak_rss_mb']:.0f} MB  {'met' if r['simulate_s'] < GOAL_BITWISE_S else 'NOT met'}")
     if out["compile_growth"]:
         print(f"\nCompile time against the number of layers ({growth_image}x{growth_image}, cim-mlc, calibration "
               f"included; goal ResNet-50 < {GOAL_R50_S} s)")

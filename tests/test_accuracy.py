@@ -512,7 +512,7 @@ def test_probe_peaks_match_a_reference_at_every_row_count(kept, monkeypatch):
     assert len(probe._peaks) == len(accuracy.row_options(hw))
 
 
-def test_exact_product_equals_the_integer_product():
+def test_exact_matmul_equals_the_integer_product():
     """Long sums of the largest codes (partial sums far above 2^24): the float32 slices give the integer
     product exactly, with leading dimensions, signed codes, and an empty summed dimension."""
     rng = np.random.default_rng(5)
@@ -520,13 +520,13 @@ def test_exact_product_equals_the_integer_product():
     a[0, 0] = 255
     b = rng.integers(-127, 128, size=(2000, 7)).astype(np.int8)
     b[:, 0] = 127
-    got = accuracy.exact_product(a.astype(np.float32), b)
+    got = crossbar.exact_matmul(a.astype(np.float32), b)
     assert got.dtype == np.float64 and got.shape == (2, 3, 7)
     np.testing.assert_array_equal(got, a.astype(np.int64) @ b.astype(np.int64))
     assert got[0, 0, 0] == 255 * 127 * 2000 > 2**24
     s = rng.integers(-127, 128, size=(4, 2000)).astype(np.int32)
-    np.testing.assert_array_equal(accuracy.exact_product(s, b), s.astype(np.int64) @ b.astype(np.int64))
-    assert accuracy.exact_product(np.zeros((3, 0)), np.zeros((0, 2), np.int8)).shape == (3, 2)
+    np.testing.assert_array_equal(crossbar.exact_matmul(s, b), s.astype(np.int64) @ b.astype(np.int64))
+    assert crossbar.exact_matmul(np.zeros((3, 0)), np.zeros((0, 2), np.int8)).shape == (3, 2)
 
 
 @pytest.mark.parametrize("signed", [False, True])

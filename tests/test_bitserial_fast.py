@@ -174,3 +174,31 @@ def test_bitlines_proven_for_any_input_are_proven_for_these_inputs(name, seed):
         for mode in ("tile", True):
             np.testing.assert_array_equal(crossbar.mvm(x, c, hw, 8, 8, exact_shortcut=mode, proven=proven), ref)
     assert crossbar.proven_groups(small, hw).all() and not crossbar.proven_groups(cells, hw).all()
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 3000, 1 << 30])
+def test_chunks_on_threads_equal_every_conversion(monkeypatch, chunk_bytes):
+    """The bit-serial paths cut their work into chunks of tiles and vectors that run on two threads: part of
+    one tile's vectors per chunk (1 byte), every vector of a few tiles (3000 bytes) or all in one; the products,
+    with the fixed ADC and a programmed LSB per bitline, and the bitline peaks (the largest analogue sum of one
+    row group in one input step, from int64 numpy) are the same."""
+    monkeypatch.setattr(crossbar, "_CHUNK_BYTES", chunk_bytes)
+    monkeypatch.setenv("TVM_CIM_WORKERS", "2")
+    hw, x, cells, w = _case("prime", 5)
+    # (4 tiles of 5 vectors, 300 bytes per tile and vector: 20 chunks of one vector, 2 of two tiles, or one)
+    assert len(crossbar._chunks(4, 5, 300)) == {1: 20, 3000: 2, 1 << 30: 1}[chunk_bytes]
+    rng = np.random.default_rng(7)
+    per_bitline = np.where(rng.random((4,) + cells.shape[-3:]) < 0.5, 1, 1 << rng.integers(1, 4, (4,) + cells.shape[-3:]))
+    for lsb in (crossbar.adc_lsb(hw, x.shape[-1]), per_bitline):
+        ref = reference(x, cells, hw, 8, 8, lsb)
+        for mode in (False, "tile"):
+            np.testing.assert_array_equal(crossbar.mvm(x, cells, hw, 8, 8, exact_shortcut=mode, lsb=lsb), ref)
+    xb = hw.crossbar
+    c = np.rint(cells).astype(np.int64).reshape(x.shape[0], 1, x.shape[-1], -1)
+    peak = np.zeros((x.shape[0], c.shape[-1]), np.int64)
+    for b in range(-(-8 // xb.dac_bits)):
+        digit = (x.astype(np.int64) >> (b * xb.dac_bits)) & ((1 << xb.dac_bits) - 1)
+        for g0 in range(0, x.shape[-1], xb.rows_active):
+            a = np.einsum("tbvr,tbrk->tvk", digit[..., g0 : g0 + xb.rows_active], c[:, :, g0 : g0 + xb.rows_active])
+            peak = np.maximum(peak, a.max(axis=1))
+    np.testing.assert_array_equal(crossbar.bitline_peaks(x, cells, hw, 8), peak.reshape((-1,) + cells.shape[-3:]))

@@ -1,5 +1,7 @@
 """The CIM build as Relax passes: decisions as attributes, edits followed, the pipeline hook, the registry."""
 
+import threading
+
 import numpy as np
 import pytest
 import tvm
@@ -10,6 +12,7 @@ from tvm_cim import transform as T
 from tvm_cim.common import zoo
 from tvm_cim.common.onnx_io import import_onnx
 from tvm_cim.common.relax_utils import ShareHostKernels, operator_calls
+from tvm_cim.common.runtime import thread_map
 from tvm_cim.compiler import strategies
 from tvm_cim.compiler import transform as CT
 from tvm_cim.compiler.estimate import Estimator, shape_key
@@ -259,3 +262,23 @@ def test_layers_of_one_shape_have_one_latency_curve(resnet18_isaac):
     # and layers of different shapes differ somewhere (the key is not trivially shared)
     firsts = [g[0] for g in groups.values()]
     assert len({Estimator(hw, 8, 8).region_ns(r, 1, hw.crossbar.rows) for r in firsts}) > 1
+
+
+def test_thread_map_keeps_order_runs_nested_maps_inline_and_raises(monkeypatch):
+    """``thread_map`` returns the loop's list in item order on a pool of threads, a map called from a pool
+    thread runs in that thread (no nested pool to deadlock on), and an item's exception reaches the caller."""
+    monkeypatch.setenv("TVM_CIM_WORKERS", "2")
+    main = threading.get_ident()
+    outer = thread_map(lambda i: (i * i, threading.get_ident(),
+                                  {threading.get_ident() for _ in thread_map(lambda j: j, range(4))}), range(8))
+    assert [o[0] for o in outer] == [i * i for i in range(8)]
+    assert all(o[1] != main and o[2] == {o[1]} for o in outer)  # items on pool threads; nested maps inline
+    assert thread_map(lambda i: threading.get_ident(), range(3), workers=1) == [main] * 3
+
+    def boom(i):
+        if i == 3:
+            raise ValueError("item 3")
+        return i
+
+    with pytest.raises(ValueError, match="item 3"):
+        thread_map(boom, range(6))

@@ -97,6 +97,7 @@ def workers_default() -> int:
 _POOL: dict[int, ThreadPoolExecutor] = {}  # threads -> the pool, made on first use
 _POOL_LOCK = threading.Lock()
 _INSIDE = threading.local()  # set in a pool thread: a nested map runs in that thread
+os.register_at_fork(after_in_child=_POOL.clear)  # (a forked child has none of the parent's threads: new pools)
 
 
 def thread_map(fn, items, workers: int | None = None) -> list:

@@ -640,26 +640,6 @@ def _map_layers(regions, obs, hw, wbits, ibits, max_error, int8_error) -> Result
 
 
 # ============================================================================ exact int8 network
-def exact_product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``a @ b`` in float64 of integer-valued arrays (``a``: ``(..., K)``, ``b``: ``(K, N)``), exactly.
-
-    Computed in float32 over slices of the summed dimension short enough that
-    no partial sum can pass ``2^24`` (float32 holds every integer up to it),
-    the slices added in float64: the same values as the float64 product (both
-    exact), without a float64 copy of ``b``.
-    """
-    lead, k = a.shape[:-1], a.shape[-1]
-    a = a.reshape(int(np.prod(lead)), k)
-    top = max(float(a.max(initial=0)), -float(a.min(initial=0))) * max(float(b.max(initial=0)),
-                                                                        -float(b.min(initial=0)))
-    step = max(1, k) if top == 0 else int(2.0**24 // top)
-    if step < 1:
-        return (a.astype(np.float64) @ b.astype(np.float64)).reshape(lead + b.shape[1:])
-    a32 = a.astype(np.float32, copy=False)
-    out = np.zeros((a.shape[0], b.shape[1]))
-    for k0 in range(0, k, step):  # (no float copy of all of b: VGG-19's first classifier layer has 103 M weights)
-        out += a32[:, k0 : k0 + step] @ b[k0 : k0 + step].astype(np.float32)
-    return out.reshape(lead + b.shape[1:])
 
 
 def emulate(r: Region, xs: list[np.ndarray], wbits: int, ibits: int) -> np.ndarray:
@@ -669,13 +649,13 @@ def emulate(r: Region, xs: list[np.ndarray], wbits: int, ibits: int) -> np.ndarr
         xq = quantize_codes(xs[0], r.x_scale, r.x_zero, ibits, r.x_signed).astype(np.float32)  # exact codes
         cols = im2col(xq, c["kernel"], c["strides"], c["padding"], c["dilation"], r.x_zero)
         wsum = r.w_int.sum(axis=0, dtype=np.float64) if r.x_zero else None
-        y = dequantize(exact_product(cols, r.w_int), r.x_scale, r.x_zero, wsum, r.w_scale, r.bias)
+        y = dequantize(X.exact_matmul(cols, r.w_int), r.x_scale, r.x_zero, wsum, r.w_scale, r.bias)
         n, oc, oh, ow = r.out_shape
         y = y.reshape(n, oh, ow, oc).transpose(0, 3, 1, 2)
     elif r.kind == MATMUL:
         xq = quantize_codes(xs[0], r.x_scale, r.x_zero, ibits, r.x_signed)
         wsum = r.w_int.sum(axis=0, dtype=np.float64) if r.x_zero else None
-        y = dequantize(exact_product(xq, r.w_int), r.x_scale, r.x_zero, wsum, r.w_scale, r.bias)
+        y = dequantize(X.exact_matmul(xq, r.w_int), r.x_scale, r.x_zero, wsum, r.w_scale, r.bias)
     else:
         xq = quantize_codes(xs[0], r.x_scale, r.x_zero, ibits, r.x_signed).astype(np.float64)
         yq = quantize_codes(xs[1], r.y_scale, 0, wbits, True).astype(np.float64)

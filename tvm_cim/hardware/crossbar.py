@@ -705,19 +705,33 @@ def _product(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, weight_bits: int
 
 
 def exact_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``a @ b`` of integer-valued arrays as float64, exactly (``np.matmul`` broadcasting).
+    """``a @ b`` of integer-valued arrays as float64, exactly (``np.matmul`` broadcasting, ``b`` at least 2-D).
 
-    In float32 when no partial sum can reach ``2^24`` (the summed length times
-    the largest magnitudes of ``a`` and ``b``): float32 holds every integer
-    below it, so whatever order BLAS adds in, every sum is the exact integer,
-    at half the memory traffic of float64.  Otherwise in float64.
+    Computed in float32 over slices of the summed dimension short enough that
+    no partial sum can reach ``2^24`` (float32 holds every integer below it,
+    so whatever order BLAS adds in, every sum is the exact integer), the
+    slices added in float64: the float64 product's values (both exact) at half
+    its memory traffic, without a float copy of all of ``b`` (VGG-19's first
+    classifier layer has 103 M weights).  In float64 when one product of the
+    largest magnitudes already reaches ``2^24``.
     """
-    if not a.size or not b.size:
+    k = a.shape[-1]
+    top = (max(float(a.max()), -float(a.min())) * max(float(b.max()), -float(b.min()))
+           if a.size and b.size else 0.0)
+    if top == 0:  # (all zeros, or nothing to sum)
+        return np.matmul(np.zeros(a.shape[:-1] + (0,)), np.zeros(b.shape[:-2] + (0, b.shape[-1])))
+    step = int(2.0**24 // top)
+    if step < 1:
         return np.matmul(a.astype(np.float64), b.astype(np.float64))
-    top = max(float(a.max()), -float(a.min())) * max(float(b.max()), -float(b.min())) * a.shape[-1]
-    if top < 2.0**24:
-        return np.matmul(a.astype(np.float32), b.astype(np.float32)).astype(np.float64)
-    return np.matmul(a.astype(np.float64), b.astype(np.float64))
+    a32 = a.astype(np.float32, copy=False)
+    out = None
+    for k0 in range(0, k, step):
+        part = np.matmul(a32[..., k0 : k0 + step], b[..., k0 : k0 + step, :].astype(np.float32, copy=False))
+        if out is None:
+            out = part.astype(np.float64)
+        else:
+            out += part
+    return out
 
 
 def mvm_lsbs(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, weight_bits: int, input_bits: int,

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..common.layout import dequantize, im2col, quantize_codes
-from ..common.runtime import gc_paused
+from ..common.runtime import gc_paused, thread_map
 from ..hardware import cost, loopnest
 from ..hardware import crossbar as X
 from ..hardware.schema import CIMHardware
@@ -151,12 +151,13 @@ class _Tile:
 
 # Bound the memory of one batch of queued crossbar reads (bytes of their input vectors as float64).
 _FLUSH_BYTES = 96 * 2**20
+_THREAD_MACS = 2**24  # an exact product this large (multiply-adds) is cut in two for two threads
 # Bound the memory of the placed tiles reads keep for the next flush of the same reads (_Blocks).
 _BLOCK_BYTES = 128 * 2**20
 
 
 class _Blocks:
-    """Tiles placed for a flush of queued reads (:meth:`Chip._exact_product`'s float64 matrix,
+    """Tiles placed for a flush of queued reads (:meth:`Chip._exact_product`'s matrix,
     :meth:`Chip._flush_group`'s stacked weights and cells), kept for the next flush of the same reads; least
     recently used out first, bounded in bytes.
 
@@ -1210,10 +1211,11 @@ class Chip:
         and, for unsigned, ``phases`` or ``offset`` inputs, what its signed passes recombine to).
 
         Vector ranges read from the same tiles (the same multiset of tile, rows and columns: every chunk of
-        a pass, or of a layer's passes) are one product: the tiles are placed (added) into one float64 matrix
-        over the rows and columns they span, built once, and the inputs' rows times that matrix are added to
-        the accumulator's columns.  Every partial sum is an integer below 2^53 (checked), so float64 sums it
-        exactly in any order: the same integers as one product per read.  ``meta``, ``tiles``: the reads as
+        a pass, or of a layer's passes) are one product: the tiles are placed (added) into one matrix over the
+        rows and columns they span, built once, and the inputs' rows times that matrix are added to the
+        accumulator's columns (:func:`X.exact_matmul`: float32 slices of the rows, added in float64).  Every
+        partial sum is an integer below 2^53 (checked), summed exactly in any order: the same integers as one
+        product per read.  ``meta``, ``tiles``: the reads as
         :meth:`_read_table` gives them; ``blocks``: the matrices earlier flushes placed (:class:`_Blocks`)."""
         if not len(meta):
             return
@@ -1268,22 +1270,31 @@ class Chip:
             w = np.zeros((r1 - r0, c1 - c0), dtype=np.float64)
             for a, b, base, c, d, _, _, j in pieces:
                 w[a - r0 : b - r0, c - c0 : d - c0] += tiles[j][0][0, a - base : b - base, : d - c]
+            w_max = float(np.abs(w).max(initial=0.0))
+            if w_max < 2.0**24:  # integers float32 holds: X.exact_matmul reads it without a copy
+                w = w.astype(np.float32)
             w.setflags(write=False)
-            hit = (w, float(np.abs(w).max(initial=0.0)))
+            hit = (w, w_max)
             if blocks is not None:
                 blocks.put(key, hit, [tiles[j][0] for *_, j in pieces], w.nbytes)
         w, w_max = hit
         bt = x.shape[0]
         step = max(1, _FLUSH_BYTES // max(1, 8 * bt * (r1 - r0 + 2 * (c1 - c0))))
-        for v0, v1 in spans:
-            for a in range(v0, v1, step):  # bounded memory: the inputs (as float64) and the product of a chunk
-                b = min(v1, a + step)
-                xs = x[:, a:b, r0:r1].astype(np.float64)
-                # every partial sum is an integer at most this large: exact in float64 below 2^53
-                if float(np.abs(xs).max(initial=0.0)) * w_max * (r1 - r0) >= 2.0**53:
-                    raise SimulationError("crossbar read sums exceed the integers float64 holds exactly")
-                res = np.matmul(xs, w)
-                acc[:, a:b, c0:c1] += np.rint(res, out=res).astype(np.int64)
+        n_v = sum(v1 - v0 for v0, v1 in spans)
+        if n_v > 1 and bt * n_v * (r1 - r0) * (c1 - c0) >= _THREAD_MACS:  # (a large product: halves on two threads)
+            step = min(step, -(-n_v // 2))
+
+        def product(chunk):  # bounded memory: the inputs and the product of a chunk of vectors
+            a, b = chunk
+            xs = x[:, a:b, r0:r1]
+            # every partial sum is an integer at most this large: exact in float64 below 2^53
+            if max(float(xs.max(initial=0)), -float(xs.min(initial=0))) * w_max * (r1 - r0) >= 2.0**53:
+                raise SimulationError("crossbar read sums exceed the integers float64 holds exactly")
+            res = X.exact_matmul(xs, w)
+            acc[:, a:b, c0:c1] += np.rint(res, out=res).astype(np.int64)
+
+        # (the chunks add to their own vectors of the accumulator: on threads, the values of a loop)
+        thread_map(product, [(a, min(v1, a + step)) for v0, v1 in spans for a in range(v0, v1, step)])
 
     @staticmethod
     def _merge_rows(meta: np.ndarray) -> np.ndarray:
