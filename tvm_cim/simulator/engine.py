@@ -1281,8 +1281,8 @@ class Chip:
         bt = x.shape[0]
         step = max(1, _FLUSH_BYTES // max(1, 8 * bt * (r1 - r0 + 2 * (c1 - c0))))
         n_v = sum(v1 - v0 for v0, v1 in spans)
-        if n_v > 1 and bt * n_v * (r1 - r0) * (c1 - c0) >= _THREAD_MACS:  # (a large product: halves on two threads)
-            step = min(step, -(-n_v // 2))
+        if n_v > 1 and bt * n_v * (r1 - r0) * (c1 - c0) >= _THREAD_MACS:  # a large product: on two threads,
+            step = min(-(-n_v // 2), max(1, step // 2))  # in halves of the chunk one thread would hold
 
         def product(chunk):  # bounded memory: the inputs and the product of a chunk of vectors
             a, b = chunk
