@@ -33,7 +33,8 @@ from .hardware.crossbar import Nonideal
 
 
 def _check_workers() -> None:
-    """``$TVM_CIM_WORKERS`` (the dataflow solve's processes) checked before any work: exit 2 with its message."""
+    """``$TVM_CIM_WORKERS`` (the dataflow solve's processes, the numerics' threads) checked before any work:
+    exit 2 with its message."""
     try:
         dataflow.workers_default()
     except ValueError as e:

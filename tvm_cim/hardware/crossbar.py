@@ -316,6 +316,19 @@ def _adc(part: np.ndarray, hw: CIMHardware, lsb, offset=None) -> np.ndarray:
     return q
 
 
+def _row_groups(x: np.ndarray, cg: np.ndarray, ra: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """Inputs ``x`` ``(T, Bt, V, R)`` as int32 and cells ``cg`` ``(T, Bt, R, K)`` padded with zero rows to whole
+    row groups of ``ra`` rows: ``(inputs (T, Bt, V, G*ra), cells (T, Bt, G, ra, K), G)``."""
+    t_n, bt, _, r = x.shape
+    g_n = -(-r // ra)
+    pad = g_n * ra - r
+    xi = x.astype(np.int32)
+    if pad:
+        xi = np.concatenate([xi, np.zeros(x.shape[:-1] + (pad,), np.int32)], axis=-1)
+        cg = np.concatenate([cg, np.zeros((t_n, bt, pad, cg.shape[-1]), cg.dtype)], axis=2)
+    return xi, cg.reshape(t_n, bt, g_n, ra, cg.shape[-1]), g_n
+
+
 def _conversions(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, input_bits: int):
     """The analogue sums every ADC converts, chunk of vectors by chunk.
 
@@ -327,15 +340,8 @@ def _conversions(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, input_bits: 
     t_n, bt, v, r = x.shape
     s_n, p_n, n = cells.shape[-3:]
     ra, d = xb.rows_active, xb.dac_bits
-    g_n = -(-r // ra)
-    pad = g_n * ra - r
-    xg = x if not pad else np.concatenate([x, np.zeros(x.shape[:-1] + (pad,), x.dtype)], axis=-1)
-    cg = cells.reshape(t_n, bt, r, s_n * p_n * n)
-    if pad:
-        cg = np.concatenate([cg, np.zeros((t_n, bt, pad, cg.shape[-1]), cg.dtype)], axis=2)
-    cg = cg.reshape(t_n, bt, g_n, ra, s_n * p_n * n)  # (T, Bt, G, ra, SPn)
+    xi, cg, g_n = _row_groups(x, cells.reshape(t_n, bt, r, s_n * p_n * n), ra)  # cg: (T, Bt, G, ra, SPn)
     mask = (1 << d) - 1
-    xi = xg.astype(np.int32)
     per_vec = t_n * bt * g_n * s_n * p_n * n * 4
     chunk = max(1, _CHUNK_BYTES // max(1, per_vec))
     for v0 in range(0, v, chunk):
@@ -356,13 +362,7 @@ def bitline_peaks(x: np.ndarray, cells: np.ndarray, hw: CIMHardware, input_bits:
     t_n, bt, v, r = x.shape
     spn = int(np.prod(cells.shape[-3:]))
     ra, d = xb.rows_active, xb.dac_bits
-    g_n = -(-r // ra)
-    pad = g_n * ra - r
-    xi = (x if not pad else np.concatenate([x, np.zeros(x.shape[:-1] + (pad,), x.dtype)], axis=-1)).astype(np.int32)
-    cg = cells.reshape(t_n, bt, r, spn)
-    if pad:
-        cg = np.concatenate([cg, np.zeros((t_n, bt, pad, spn), cg.dtype)], axis=2)
-    cg = cg.reshape(t_n, bt, g_n, ra, spn)
+    xi, cg, g_n = _row_groups(x, cells.reshape(t_n, bt, r, spn), ra)
     mask = (1 << d) - 1
     steps = hw.input_steps(input_bits)
 
@@ -462,12 +462,7 @@ def _corrections(x: np.ndarray, cg: np.ndarray, hw: CIMHardware, input_bits: int
     k = cg.shape[-1]
     sp = k // n
     ra, d = xb.rows_active, xb.dac_bits
-    g_n = ok.shape[1]
-    pad = g_n * ra - r
-    xi = x.astype(np.int32)
-    if pad:
-        xi = np.concatenate([xi, np.zeros(x.shape[:-1] + (pad,), np.int32)], axis=-1)
-        cg = np.concatenate([cg, np.zeros((t_n, bt, pad, k), cg.dtype)], axis=2)
+    xi, cg, g_n = _row_groups(x, cg, ra)  # (g_n == ok.shape[1])
     cb = cg.reshape(t_n, bt, g_n, ra, sp, n)
     bad = (~ok).reshape(t_n, g_n, sp, n).any(axis=3)  # (T, G, SP): blocks to convert
     steps = hw.input_steps(input_bits)
@@ -571,13 +566,7 @@ def _bit_serial_lsbs(x: np.ndarray, cg: np.ndarray, hw: CIMHardware, input_bits:
     t_n, bt, v, r = x.shape
     k = cg.shape[-1]
     ra, d = xb.rows_active, xb.dac_bits
-    g_n = -(-r // ra)
-    pad = g_n * ra - r
-    xi = x.astype(np.int32)
-    if pad:
-        xi = np.concatenate([xi, np.zeros(x.shape[:-1] + (pad,), np.int32)], axis=-1)
-        cg = np.concatenate([cg, np.zeros((t_n, bt, pad, k), cg.dtype)], axis=2)
-    cg = cg.reshape(t_n, bt, g_n, ra, k)
+    xi, cg, g_n = _row_groups(x, cg, ra)
     steps = hw.input_steps(input_bits)
     shifts = (d * np.arange(steps, dtype=np.int32))[:, None, None]  # (B, 1, 1)
     step_w = 2.0 ** (d * np.arange(steps, dtype=np.float64))
