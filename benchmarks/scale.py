@@ -18,6 +18,10 @@ figures; they are not asserted.
     python benchmarks/scale.py --quick --json out.json      # ResNet-18 at 32x32 on isaac (seconds)
     python benchmarks/scale.py --compile-only               # compile time only: every model (and DenseNet-121)
                                                             # x every preset, and against the number of layers
+    python benchmarks/scale.py --models vgg19 --repeat 3    # each point three times: median times, largest RSS
+
+Single runs on a shared 2-core machine spread by about 20 %; ``--repeat N`` runs every point N times and
+prints the median of each time (every run's figures are kept in the JSON, ``repeats``).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -88,6 +93,36 @@ def run_point(spec: str, hw: str, strategy: str | None = None, *flags: str) -> d
     }
 
 
+#: What ``--repeat`` takes the median of (the simulated figures are deterministic, checked).
+_TIMES = ("compile_s", "compile_cpu_s", "simulate_s", "simulate_cpu_s", "import_s", "process_wall_s")
+
+
+def repeated(point, n: int, *args) -> dict:
+    """``point(*args)`` (:func:`run_point` or :func:`compile_point`) ``n`` times: the median of each time, the
+    largest peak RSS, the load average from before the first run to after the last, the other figures from the
+    first run; ``repeats``: every run's times and RSS; ``differs``: figures that changed between runs (they
+    should not: the simulation is deterministic).  An error in any run is the point's error."""
+    runs = [point(*args) for _ in range(max(1, n))]
+    bad = next((r for r in runs if "error" in r), None)
+    if bad is not None or len(runs) == 1:
+        return bad or runs[0]
+    out = dict(runs[0])
+    kept = [k for k in (*_TIMES, "peak_rss_mb") if k in out]
+    out["repeats"] = [{k: r[k] for k in kept} for r in runs]
+    for k in _TIMES:
+        if k in out:
+            out[k] = statistics.median(r[k] for r in runs)
+    out["peak_rss_mb"] = max(r["peak_rss_mb"] for r in runs)
+    for key in ("load_avg", "loadavg"):
+        if key in out:
+            out[key] = type(out[key])([runs[0][key][0], runs[-1][key][1]])
+    differs = [k for k in ("latency_ns", "energy_pj", "metaops", "regions", "segments")
+               if k in out and any(r[k] != out[k] for r in runs)]
+    if differs:
+        out["differs"] = differs
+    return out
+
+
 def dominant(phases: dict, compile_cpu_s: float | None = None) -> tuple[str, float]:
     """The pass with the most CPU time and its share of the compile CPU time.
 
@@ -123,16 +158,19 @@ def compile_point(spec: str, hw: str, strategy: str | None = None) -> dict:
             "loadavg": load}
 
 
-def compile_table(models: list[str], presets: list[str], image: int, out: dict, json_path: str | None) -> None:
-    """Compile-only rows (default strategy) of models x presets; the JSON is rewritten after every row."""
+def compile_table(models: list[str], presets: list[str], image: int, out: dict, json_path: str | None,
+                  repeat: int = 1) -> None:
+    """Compile-only rows (default strategy) of models x presets, each point ``repeat`` times (:func:`repeated`);
+    the JSON is rewritten after every row."""
     for m, h in tqdm([(m, h) for m in models for h in presets], desc="compile model x preset"):
-        row = {"model": m, "hw": h, **compile_point(f"{COMPILE_MODELS[m]}?image_size={image}", h)}
+        row = {"model": m, "hw": h, **repeated(compile_point, repeat, f"{COMPILE_MODELS[m]}?image_size={image}", h)}
         if "error" not in row:
             row["dominant_phase"], row["dominant_share"] = dominant(row["phases"], row["compile_cpu_s"])
         out["compile"].append(row)
         if json_path:
             Path(json_path).write_text(json.dumps(out, indent=1))
-    print(f"\nCompile only at {image}x{image} (python -m tvm_cim compile, default strategy; wall / CPU seconds; "
+    med = f"; median of {repeat} runs" if repeat > 1 else ""
+    print(f"\nCompile only at {image}x{image} (python -m tvm_cim compile, default strategy; wall / CPU seconds{med}; "
           f"goal: wall < {GOAL_COMPILE_S} s)")
     for r in out["compile"]:
         if "error" in r:
@@ -161,6 +199,8 @@ def main() -> int:
     ap.add_argument("--growth-models", nargs="*", default=None, choices=GROWTH_MODELS,
                     help="models of compile time against the number of layers, on isaac (default: all five)")
     ap.add_argument("--quick", action="store_true", help="ResNet-18 at 32x32 on isaac only (a few seconds)")
+    ap.add_argument("--repeat", type=int, default=1, metavar="N",
+                    help="run every point N times and report the median times and the largest RSS (default 1)")
     ap.add_argument("--json", help="write every figure to this file")
     args = ap.parse_args()
     presets = args.hw or known_presets("cim")
@@ -170,17 +210,17 @@ def main() -> int:
     growth_image = 224
     if args.quick:
         presets, models, image, growth_models, growth_image = ["isaac"], ["resnet18"], 32, ["resnet18"], 32
-    out: dict = {"image": image, "runs": [], "bitwise": [], "compile_growth": [], "compile": []}
+    out: dict = {"image": image, "repeat": args.repeat, "runs": [], "bitwise": [], "compile_growth": [], "compile": []}
     if args.compile_only:
         args.no_runs = args.no_bitwise = True
-        compile_table(args.compile_models or list(COMPILE_MODELS), presets, image, out, args.json)
+        compile_table(args.compile_models or list(COMPILE_MODELS), presets, image, out, args.json, args.repeat)
 
     jobs = [] if args.no_runs else [(m, h) for m in models for h in presets]
     for m, h in tqdm(jobs, desc="model x preset"):
         spec = f"{MODELS[m]}?image_size={image}"
-        row = {"model": m, "hw": h, **run_point(spec, h)}
+        row = {"model": m, "hw": h, **repeated(run_point, args.repeat, spec, h)}
         if "error" not in row and not args.no_timing_only:
-            t = run_point(spec, h, None, "--timing-only")
+            t = repeated(run_point, args.repeat, spec, h, None, "--timing-only")
             row["timing_only_s"] = t.get("simulate_s")
             row["timing_only_cpu_s"] = t.get("simulate_cpu_s")
             row["timing_only_rss_mb"] = t.get("peak_rss_mb")
@@ -196,7 +236,7 @@ def main() -> int:
             Path(args.json).write_text(json.dumps(out, indent=1))
     if not args.no_bitwise:
         for h in tqdm(presets, desc="ResNet-18 --bitwise"):
-            r = run_point(f"zoo:resnet18?image_size={image}", h, None, "--bitwise")
+            r = repeated(run_point, args.repeat, f"zoo:resnet18?image_size={image}", h, None, "--bitwise")
             out["bitwise"].append({"hw": h, **r})
             if args.json:
                 Path(args.json).write_text(json.dumps(out, indent=1))
@@ -205,13 +245,14 @@ def main() -> int:
     elif not args.no_compile:
         hw = "isaac"
         for m in tqdm(growth_models, desc="compile growth"):
-            r = compile_point(f"zoo:{m}?image_size={growth_image}", hw, "cim-mlc")
+            r = repeated(compile_point, args.repeat, f"zoo:{m}?image_size={growth_image}", hw, "cim-mlc")
             out["compile_growth"].append({"model": m, "hw": hw, **r})
             if args.json:
                 Path(args.json).write_text(json.dumps(out, indent=1))
 
     # ---- print
-    print(f"\nCompile + simulation at {image}x{image} (python -m tvm_cim run; wall / CPU seconds; "
+    med = f"; median of {args.repeat} runs" if args.repeat > 1 else ""
+    print(f"\nCompile + simulation at {image}x{image} (python -m tvm_cim run; wall / CPU seconds{med}; "
           f"goals: total < {GOAL_TOTAL_S} s, RSS < {GOAL_RSS_MB} MB, timing-only >= {GOAL_RATIO}x faster)")
     print(f"{'model':9s} {'preset':11s} {'compile':>13s} {'simulate':>15s} {'total':>7s} {'RSS MB':>7s} "
           f"{'t-only':>13s} {'ratio':>6s} {'metaops':>9s} {'passes':>7s} {'us/op':>6s} {'load':>9s}  goals")
@@ -232,6 +273,8 @@ def main() -> int:
               f"{(f'{ratio:6.1f}' if ratio else '     -')} {r['metaops']:9d} {r['passes']:7d} {us_op:6.1f} "
               f"{r['load_avg'][0]:4.1f}-{r['load_avg'][1]:<4.1f}  "
               f"{'met' if all(ok) else 'NOT met'} (CPU total {tot_cpu:.1f} s)")
+        if r.get("differs"):
+            print(f"  WARNING: {', '.join(r['differs'])} changed between the repeated runs")
     ok_runs = [r for r in out["runs"] if "error" not in r and r["metaops"]]
     if len(ok_runs) > 1:  # how the simulation cost grows: CPU seconds per executed meta-operator
         per = sorted(1e6 * r["simulate_cpu_s"] / r["metaops"] for r in ok_runs)
@@ -243,7 +286,7 @@ def main() -> int:
               f"{per[len(per) // 2]:.1f}); the largest run executes {big['metaops']} meta-operators "
               f"({big['model']} on {big['hw']}, {big['passes']} passes)")
     if out["bitwise"]:
-        print(f"\nResNet-18 {image}x{image} --bitwise (goal: simulate < {GOAL_BITWISE_S} s)")
+        print(f"\nResNet-18 {image}x{image} --bitwise (goal: simulate < {GOAL_BITWISE_S} s{med})")
         for r in out["bitwise"]:
             if "error" in r:
                 print(f"  {r['hw']:11s} ERROR {r['error']}")
@@ -252,7 +295,7 @@ def main() -> int:
                   f"RSS {r['peak_rss_mb']:.0f} MB  {'met' if r['simulate_s'] < GOAL_BITWISE_S else 'NOT met'}")
     if out["compile_growth"]:
         print(f"\nCompile time against the number of layers ({growth_image}x{growth_image}, cim-mlc, calibration "
-              f"included; goal ResNet-50 < {GOAL_R50_S} s)")
+              f"included; goal ResNet-50 < {GOAL_R50_S} s{med})")
         for r in out["compile_growth"]:
             if "error" in r:
                 print(f"  {r['model']:10s} ERROR {r['error']}")

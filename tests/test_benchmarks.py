@@ -188,3 +188,27 @@ def test_cim_multilevel_critical_path(tmp_path):
         r = res["exp8"][cfg]
         assert abs(r["path_ns"] - r["latency_ns"]) <= 1e-9 * r["latency_ns"]
         assert abs(sum(s["path_ns"] for s in r["stages"]) - r["latency_ns"]) <= 1e-6 * r["latency_ns"]
+
+
+def test_scale_repeat_takes_median_times_largest_rss_and_flags_changed_figures():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("scale", ROOT / "benchmarks" / "scale.py")
+    scale = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(scale)
+    runs = iter([(3.0, 900.0, 5.0, 0.4), (1.0, 1000.0, 5.0, 0.9), (2.0, 950.0, 5.0, 1.2)])
+
+    def point(spec_, hw, latency=None):
+        sim, rss, lat, load = next(runs)
+        return {"simulate_s": sim, "simulate_cpu_s": 2 * sim, "peak_rss_mb": rss, "latency_ns": latency or lat,
+                "load_avg": (load, load + 0.1)}
+
+    r = scale.repeated(point, 3, "zoo:x", "isaac")
+    assert (r["simulate_s"], r["simulate_cpu_s"], r["peak_rss_mb"]) == (2.0, 4.0, 1000.0)
+    assert [x["simulate_s"] for x in r["repeats"]] == [3.0, 1.0, 2.0] and "differs" not in r
+    assert r["load_avg"] == (0.4, 1.3)
+    runs = iter([(1.0, 1.0, 5.0, 0.0), (1.0, 1.0, 6.0, 0.0)])
+    assert scale.repeated(point, 2, "zoo:x", "isaac")["differs"] == ["latency_ns"]
+    runs = iter([(1.0, 1.0, 5.0, 0.0)])
+    bad = iter([{"error": "boom"}])
+    assert scale.repeated(lambda: next(bad, None) or point("s", "h"), 2) == {"error": "boom"}
