@@ -11,7 +11,7 @@ import pytest
 import tvm_cim
 from tvm_cim.compiler import codegen, mapping, schedule
 from tvm_cim.compiler.region import CONV2D, MATMUL, Region, unfold_conv_weight
-from tvm_cim.program.ir import Range
+from tvm_cim.program.ir import Op, Parallel, Range
 from tvm_cim.simulator import engine
 from tvm_cim.simulator.engine import Chip, Options
 
@@ -183,3 +183,56 @@ def test_placed_tiles_stay_within_their_byte_bound():
     assert list(blocks._memo) == [3] and blocks.bytes == 700
     blocks.put("big", [np.zeros(1)], keep, 2000)  # larger than the bound: not kept
     assert "big" not in blocks._memo and blocks.bytes == 700
+
+
+@pytest.mark.parametrize("shortcut", [False, True])
+def test_chunks_post_processing_waits_only_for_the_reads_it_reads(shortcut):
+    """A convolution in chunks: each chunk's reads, its dequantisation (deferred until the reads execute) and a
+    store.  Data movements and whole-tensor operations already computed change no value, so the chunks' reads
+    execute as one batch; a read into vectors whose deferred dequantisation has not run yet flushes first (here
+    every chunk's reads run again after its dequantisation: the output holds the product once, the accumulator
+    twice).  Against int64 numpy, on the bit-serial path and on the exact shortcut."""
+    hw = tvm_cim.load("pimcomp-b")
+    rng = np.random.default_rng(3)
+    wc = rng.integers(-127, 128, size=(40, 24, 3, 3)).astype(np.int8)
+    xc = rng.integers(0, 256, size=(1, 24, 12, 12)).astype(np.float32)
+    conv = dict(kernel=(3, 3), strides=(1, 1), padding=(1, 1, 1, 1), dilation=(1, 1), groups=1)
+    rc = Region("cv", CONV2D, [(1, 24, 12, 12)], (1, 40, 12, 12), x_scale=1.0, w_int=unfold_conv_weight(wc, 1),
+                w_scale=np.ones(40, np.float32), conv=conv)
+    sched = schedule.schedule([rc], hw, "cim-mlc")
+    prog = codegen.generate(rc, mapping.allocate([rc], hw, sched.plans).placements[rc.name], hw, sched.options,
+                            "cim-mlc")
+    xp = np.pad(xc[0].astype(np.int64), ((0, 0), (1, 1), (1, 1)))
+    ref = np.zeros((40, 12, 12), np.int64)
+    for i in range(12):
+        for j in range(12):
+            ref[:, i, j] = np.einsum("chw,ochw->o", xp[:, i : i + 3, j : j + 3], wc.astype(np.int64))
+    consts = codegen.region_constants(rc)
+    kinds = [s.kind for s in prog.run if isinstance(s, Op)]
+    assert kinds.count("DCOM.dequantize") > 10 and kinds.count("DMOV.store") > 10
+
+    flushes = []
+    real = Chip._flush_reads
+
+    def counted(self, env, stats):
+        flushes.append(sum(len(q) for q in self._pending.values()))
+        return real(self, env, stats)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Chip, "_flush_reads", counted)
+        env = Chip(hw, Options(exact_shortcut=shortcut)).run(prog, {"x": xc, **consts})[0]
+        assert np.array_equal(env["out"][0], ref)
+        assert len([n for n in flushes if n]) == 1  # every chunk's reads in one flush
+        run, reads = [], []
+        for s in prog.run:
+            run.append(s)
+            if type(s) is Parallel:
+                reads.append(s)
+            elif s.kind == "DCOM.dequantize":
+                run += reads
+                reads = []
+        flushes.clear()
+        env = Chip(hw, Options(exact_shortcut=shortcut)).run(dataclasses.replace(prog, run=run), {"x": xc, **consts})[0]
+    assert np.array_equal(env["out"][0], ref)
+    assert np.array_equal(env["acc"][0].reshape(12, 12, 40).transpose(2, 0, 1), 2 * ref)
+    assert len([n for n in flushes if n]) == kinds.count("DCOM.dequantize") + 1  # one per chunk, and the last

@@ -201,6 +201,8 @@ _FROM0: dict = {}  # n -> Range(0, n) (one object per n: ranges are immutable, a
 
 
 _READS = frozenset(("CIM.read_xb", "CIM.read_core", "CIM.read_row"))  # the reads (_record_read)
+# whole-tensor layout and element-wise operations: computed once, later chunks only cost time (Chip._apply)
+_WHOLE_TENSOR = frozenset(("DCOM.quantize", "DCOM.im2col", "DCOM.reshape", "DCOM.colsum", "DCOM.zeros"))
 
 
 def _from0(n: int) -> Range:
@@ -372,7 +374,9 @@ class Chip:
         self._pending_xbs: set = set()  # crossbars and tensors the queued reads / deferred ops touch
         self._pending_dsts: set = set()
         self._pending_srcs: set = set()  # inputs of the queued reads (an operation writing one flushes them)
-        self._deferred_srcs: set = set()  # what the deferred post-processing reads (a read into one flushes)
+        # what the deferred post-processing reads: tensor -> (first, stop) of the vectors it reads (a read
+        # into them flushes)
+        self._deferred_srcs: dict = {}
         self._pending_tiles: dict = {}  # id -> tile weights the queued reads captured (bounded: _FLUSH_BYTES)
         self._pending_tile_bytes = 0
         self._snaps: dict = {}  # id(_entries list) -> what a read of it sees now (_capture; reset by writes)
@@ -718,16 +722,36 @@ class Chip:
 
     def _exec(self, o: Op, env, stats) -> None:
         k = o.kind
-        if k in ("DCOM.reduce", "DCOM.dequantize") and self._pending:
+        if k == "DCOM.dequantize" and self._pending:
             # post-processing waits for its chunk's reads: defer it so that the
             # reads of all chunks execute as one vectorised batch
             self._deferred.append(o)
-            self._pending_dsts.add(o["dst"].name)
-            self._deferred_srcs.update(v.name for _, v in o.args if isinstance(v, Ref) and v.name != o["dst"].name)
+            dst = o["dst"].name
+            self._pending_dsts.add(dst)
+            v = _vecs(o, self.M)
+            held = self._deferred_srcs
+            for name, ref in o.args:  # its accumulator over its chunk's vectors, the other inputs whole
+                if isinstance(ref, Ref) and ref.name != dst:
+                    lo, hi = (v.start, v.stop) if name == "src" else (0, 1 << 60)
+                    was = held.get(ref.name)
+                    held[ref.name] = (lo, hi) if was is None else (min(was[0], lo), max(was[1], hi))
             return
-        if self._touches_pending(o):
+        if self._touches_pending(o) and not self._inert(o):
             self._flush(env, stats)
         self._apply(o, env, stats)
+
+    def _deferred_reads(self, name: str, v: Range) -> bool:
+        """Whether deferred post-processing reads vectors ``v`` of tensor ``name`` (the span from the first to
+        the last vector it reads there: chunks are deferred in order, so the span is what they read)."""
+        held = self._deferred_srcs.get(name)
+        return held is not None and held[0] < v.stop and v.start < held[1]
+
+    def _inert(self, o: Op) -> bool:
+        """Whether executing ``o`` changes no value (:meth:`_apply` only charges it: a data movement, a mode
+        switch, a whole-tensor operation already computed): it need not wait for the queued reads."""
+        if o.opcode in ("DMOV", "CM.switch", "CIM.loopnest") or o.kind == "DCOM.reduce":
+            return True
+        return o.kind in _WHOLE_TENSOR and o["dst"].name in self._done_full
 
     def _apply(self, o: Op, env, stats) -> None:
         k = o.kind
@@ -761,7 +785,7 @@ class Chip:
             return
         if o.opcode in ("DMOV", "CM.switch"):  # costs only; modes are tracked by _dual_mode
             return
-        if k in ("DCOM.quantize", "DCOM.im2col", "DCOM.reshape", "DCOM.colsum", "DCOM.zeros"):
+        if k in _WHOLE_TENSOR:
             # whole-tensor layout/element-wise ops: computed once, later chunks only cost time
             dst = o["dst"].name
             if dst in self._done_full:
@@ -808,7 +832,7 @@ class Chip:
         src, dst = o["src"].name, o["dst"].name
         if src not in env:
             raise SimulationError(f"program '{self.prog.name}': read of %{src} before it was computed")
-        if dst in self._deferred_srcs:  # deferred post-processing reads what this read changes
+        if self._deferred_reads(dst, _vecs(o, env[src].shape[1])):  # deferred post-processing reads what it changes
             self._flush(env, stats)
         queue = self._pending.get((src, dst))
         if queue is None:
@@ -846,7 +870,7 @@ class Chip:
         src, dst = o0["src"].name, o0["dst"].name
         if src not in env:
             raise SimulationError(f"program '{self.prog.name}': read of %{src} before it was computed")
-        if dst in self._deferred_srcs:
+        if self._deferred_reads(dst, _vecs(o0, env[src].shape[1])):
             self._flush(env, stats)
         queue = self._pending.get((src, dst))
         if queue is None:
@@ -1007,7 +1031,7 @@ class Chip:
         self._pending_xbs = set()
         self._pending_dsts = set()
         self._pending_srcs = set()
-        self._deferred_srcs = set()
+        self._deferred_srcs = {}
         self._pending_tiles = {}
         self._pending_tile_bytes = 0
         self._snaps = {}
