@@ -236,3 +236,7 @@ def test_chunks_post_processing_waits_only_for_the_reads_it_reads(shortcut):
     assert np.array_equal(env["out"][0], ref)
     assert np.array_equal(env["acc"][0].reshape(12, 12, 40).transpose(2, 0, 1), 2 * ref)
     assert len([n for n in flushes if n]) == kinds.count("DCOM.dequantize") + 1  # one per chunk, and the last
+    # every read twice in a row: the same tiles read for the same vectors in one flush, added twice
+    run = [t for s in prog.run for t in ((s, s) if type(s) is Parallel else (s,))]
+    env = Chip(hw, Options(exact_shortcut=shortcut)).run(dataclasses.replace(prog, run=run), {"x": xc, **consts})[0]
+    assert np.array_equal(env["out"][0], 2 * ref)

@@ -212,6 +212,19 @@ def _from0(n: int) -> Range:
     return r
 
 
+def _vector_index(ranges: list) -> tuple:
+    """The vectors ``(start, stop)`` ranges cover, in order: ``(index, count, once)``, ``index`` a slice when
+    they follow one another, else an integer array; ``once``: no vector twice."""
+    n = len(ranges)
+    if n == 1 or all(ranges[i][0] == ranges[i - 1][1] for i in range(1, n)):
+        return slice(ranges[0][0], ranges[-1][1]), ranges[-1][1] - ranges[0][0], True
+    r = np.array(ranges, dtype=np.int64)
+    size = r[:, 1] - r[:, 0]
+    idx = np.repeat(r[:, 0] - np.cumsum(size) + size, size) + np.arange(int(size.sum()), dtype=np.int64)
+    once = bool((r[1:, 0] >= r[:-1, 1]).all()) or len(np.unique(idx)) == len(idx)
+    return idx, len(idx), once
+
+
 def _vecs(o: Op, default: int) -> Range:
     v = o._index.get("vecs")
     return v if isinstance(v, Range) else _from0(default)
@@ -1144,26 +1157,26 @@ class Chip:
         (``meta``, ``tiles``: the reads as :meth:`_read_table` gives them)."""
         x, acc = env[src], env[dst]
         bt = x.shape[0]
-        by_key: dict[tuple, list] = defaultdict(list)
+        by_key: dict[tuple, list] = {}
         tile = {}  # key -> (weights, cells, ADC offsets) the reads captured
         for r0, r1, base, c0, c1, v0, v1, j in meta.tolist():
             key = (j, r0, r1, base, c0, c1)
-            if key not in by_key:
+            got = by_key.get(key)
+            if got is None:
                 tile[key] = tiles[j]
-            by_key[key].append(Range(v0, v1))
+                got = by_key[key] = []
+            got.append((v0, v1))
         keys = list(by_key)
         t_n = len(keys)
         r_max = max(k[2] - k[1] for k in keys)
         n_max = max(k[5] - k[4] for k in keys)
-        v_tot = [sum(v.size for v in by_key[k]) for k in keys]
-        v_max = max(v_tot)
+        vecs = [_vector_index(by_key[k]) for k in keys]  # each tile's vectors: (index, count, each once)
+        v_max = max(v[1] for v in vecs)
         xs = np.zeros((t_n, bt, v_max, r_max), dtype=np.int32)
         for t, key in enumerate(keys):
             _, r0, r1, base, c0, c1 = key
-            off = 0
-            for v in by_key[key]:
-                xs[t, :, off : off + v.size, : r1 - r0] = x[:, v.slice(), r0:r1]
-                off += v.size
+            idx, cnt, _ = vecs[t]
+            xs[t, :, :cnt, : r1 - r0] = x[:, idx, r0:r1]
         # the same reads of the same tiles: their stacked weights (and cells) are placed once (_Blocks); what
         # the cells prove depends on how this program drives the crossbar (rows per step, DAC and ADC bits)
         xb = self.xhw.crossbar
@@ -1221,11 +1234,15 @@ class Chip:
             e["sum_sq_ref"] = e.get("sum_sq_ref", 0.0) + float((ideal**2).sum())
         for t, key in enumerate(keys):
             _, r0, r1, base, c0, c1 = key
+            idx, cnt, once = vecs[t]
+            stats.macs += bt * cnt * (r1 - r0) * (c1 - c0)
+            if once:  # (an indexed += adds each vector once)
+                acc[:, idx, c0:c1] += res[t, :, :cnt, : c1 - c0]
+                continue
             off = 0
-            for v in by_key[key]:
-                acc[:, v.slice(), c0:c1] += res[t, :, off : off + v.size, : c1 - c0]
-                off += v.size
-                stats.macs += bt * v.size * (r1 - r0) * (c1 - c0)
+            for v0, v1 in by_key[key]:
+                acc[:, v0:v1, c0:c1] += res[t, :, off : off + v1 - v0, : c1 - c0]
+                off += v1 - v0
 
     @staticmethod
     def _flush_exact(x: np.ndarray, acc: np.ndarray, meta: np.ndarray, tiles: list, stats,
