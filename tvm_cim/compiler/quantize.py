@@ -320,7 +320,7 @@ class RegionRunner:
         mutator.names = region_names
         cmod = ShareHostKernels(relax.transform.DeadCodeElimination()(rewrite_callers(mod, mutator)))
         ex = relax.build(cmod, target=tvm.target.Target(CALIBRATION_TARGET))
-        self.vm = relax.VirtualMachine(ex, tvm.cpu())
+        self.vm = relax.VirtualMachine(ex, tvm.cpu(), memory_cfg="naive")  # (the pooled allocator keeps its buffers)
         self.params = list(mod["main"].params)
 
     def run(self, samples: list[dict], handler=None) -> list[list[np.ndarray]]:

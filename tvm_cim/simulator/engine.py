@@ -200,6 +200,9 @@ _TILE_BYTES = 32 * 2**20
 _FROM0: dict = {}  # n -> Range(0, n) (one object per n: ranges are immutable, and building one costs)
 
 
+# Programs of more operations than this drop the argument dicts their operations built while they ran (Op._index:
+# VGG-19 on jain21, 882,112 operations, held 277 MB of them to the end of the run).
+_KEEP_ARGS_OPS = 10_000
 _READS = frozenset(("CIM.read_xb", "CIM.read_core", "CIM.read_row"))  # the reads (_record_read)
 # whole-tensor layout and element-wise operations: computed once, later chunks only cost time (Chip._apply)
 _WHOLE_TENSOR = frozenset(("DCOM.quantize", "DCOM.im2col", "DCOM.reshape", "DCOM.colsum", "DCOM.zeros"))
@@ -460,6 +463,9 @@ class Chip:
         stats.buffer_peak_bytes = int(in_bytes + sum(int(np.prod(d.shape)) for d in prog.decls
                                                      if d.role == "output") * abytes)
         stats.spills = bool(prog.attr("spills", False))
+        if len(ev) > _KEEP_ARGS_OPS:  # a large program: its operations' argument dicts go (rebuilt if it runs again)
+            for o in _ops(prog.setup) + _ops(prog.run):
+                o.__dict__.pop("_index", None)
         return env, stats
 
     # ------------------------------------------------------------------ structure
