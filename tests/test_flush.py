@@ -240,3 +240,21 @@ def test_chunks_post_processing_waits_only_for_the_reads_it_reads(shortcut):
     run = [t for s in prog.run for t in ((s, s) if type(s) is Parallel else (s,))]
     env = Chip(hw, Options(exact_shortcut=shortcut)).run(dataclasses.replace(prog, run=run), {"x": xc, **consts})[0]
     assert np.array_equal(env["out"][0], 2 * ref)
+
+
+@pytest.mark.parametrize("shortcut", [False, True])
+def test_tiles_hold_codes_clipped_to_the_weight_range(shortcut):
+    """A tile holds its codes clipped to +-(2^(bits-1) - 1): int8 codes of -128 read as -127, and a weight
+    tensor already within the range is read as it is (no clipping copy).  Against int64 numpy."""
+    hw = tvm_cim.load("isaac")
+    rng = np.random.default_rng(5)
+    x = rng.integers(0, 256, size=(7, 300)).astype(np.float32)
+    for low in (-128, -127):
+        w = rng.integers(low, 128, size=(300, 50)).astype(np.int8)
+        w[0, :5] = low
+        r = Region("mm", MATMUL, [(7, 300)], (7, 50), x_scale=1.0, w_int=w, w_scale=np.ones(50, np.float32))
+        sched = schedule.schedule([r], hw, "cim-mlc")
+        prog = codegen.generate(r, mapping.allocate([r], hw, sched.plans).placements[r.name], hw, sched.options,
+                                "cim-mlc")
+        acc = Chip(hw, Options(exact_shortcut=shortcut)).run(prog, {"x": x, **codegen.region_constants(r)})[0]["acc"]
+        assert np.array_equal(acc[0], x.astype(np.int64) @ np.clip(w.astype(np.int64), -127, 127))

@@ -132,9 +132,12 @@ class _Tile:
 
     __slots__ = ("w", "hw", "bits", "_cells", "weights")
 
-    def __init__(self, w: np.ndarray, hw: CIMHardware, bits: int, roundtrip: bool):
+    def __init__(self, w: np.ndarray, hw: CIMHardware, bits: int, roundtrip: bool, in_range: bool = False):
         self.w, self.hw, self.bits, self._cells = w, hw, bits, None
-        if roundtrip:
+        if roundtrip and in_range:  # integer codes already within the clipping range: the tile itself (read only)
+            self.weights = w.view()
+            self.weights.setflags(write=False)
+        elif roundtrip:
             lim = 2 ** (bits - 1) - 1
             if w.dtype.kind not in "iu" or np.iinfo(w.dtype).max < lim:
                 w = w.astype(np.int64)
@@ -416,6 +419,7 @@ class Chip:
         self._shape_memo: dict = {}  # (rows, cols, vectors, groups) -> cost.read of this program's mapping
         self._done_full: set[str] = set()
         self._write_memo: dict = {}
+        self._range_ok: dict = {}  # weight tensor name -> (the tensor, its codes need no clipping)
         self._sp = None
         self._identity = None
         cap = int(prog.attr("local_bytes", 0))
@@ -759,6 +763,17 @@ class Chip:
             self._flush(env, stats)
         self._apply(o, env, stats)
 
+    def _codes_in_range(self, name: str, src: np.ndarray) -> bool:
+        """Whether weight tensor ``src`` holds integer codes a tile needs no clipping of (checked once per
+        tensor and run): every value within ``±(2^(bits-1) - 1)`` in an integer type that holds that bound."""
+        hit = self._range_ok.get(name)
+        if hit is None or hit[0] is not src:
+            lim = 2 ** (self.wbits - 1) - 1
+            ok = (src.dtype.kind in "iu" and np.iinfo(src.dtype).max >= lim
+                  and bool(src.min(initial=0) >= -lim) and bool(src.max(initial=0) <= lim))
+            hit = self._range_ok[name] = (src, ok)
+        return hit[1]
+
     def _deferred_reads(self, name: str, v: Range) -> bool:
         """Whether deferred post-processing reads vectors ``v`` of tensor ``name`` (the span from the first to
         the last vector it reads there: chunks are deferred in order, so the span is what they read)."""
@@ -787,7 +802,8 @@ class Chip:
             key = (o["src"].name, id(src), o["rows"].start, o["rows"].stop, o["cols"].start, o["cols"].stop)
             memo = self._write_memo.get(key)
             if memo is None:
-                memo = self._write_memo[key] = _Tile(w, self.phw, self.wbits, self._roundtrip())
+                memo = self._write_memo[key] = _Tile(w, self.phw, self.wbits, self._roundtrip(),
+                                                     self._codes_in_range(o["src"].name, src))
                 if len(self._write_memo) > self.hw.total_crossbars:
                     del self._write_memo[next(iter(self._write_memo))]
             self.xb_cells[xb], self.xb_weights[xb] = memo, memo.weights
@@ -1314,12 +1330,15 @@ class Chip:
         key = (r0, r1, c0, c1, tuple((a, b, base, c, d, id(tiles[j][0])) for a, b, base, c, d, _, _, j in pieces))
         hit = blocks.get(key) if blocks is not None else None
         if hit is None:
-            w = np.zeros((r1 - r0, c1 - c0), dtype=np.float64)
+            dt = np.result_type(*{tiles[j][0].dtype for *_, j in pieces})
+            # float32 holds every sum of these pieces exactly when no sum can reach 2^24 (int8 or int16 tiles)
+            small = dt.kind in "iu" and dt.itemsize <= 2 and len(pieces) << (8 * dt.itemsize) < 2**24
+            w = np.zeros((r1 - r0, c1 - c0), dtype=np.float32 if small else np.float64)
             for a, b, base, c, d, _, _, j in pieces:
                 w[a - r0 : b - r0, c - c0 : d - c0] += tiles[j][0][0, a - base : b - base, : d - c]
             w_max = float(np.abs(w).max(initial=0.0))
             if w_max < 2.0**24:  # integers float32 holds: X.exact_matmul reads it without a copy
-                w = w.astype(np.float32)
+                w = w.astype(np.float32, copy=False)
             w.setflags(write=False)
             hit = (w, w_max)
             if blocks is not None:
