@@ -102,7 +102,9 @@ def repeated(point, n: int, *args) -> dict:
     largest peak RSS, the load average from before the first run to after the last, the other figures from the
     first run; ``repeats``: every run's times and RSS; ``differs``: figures that changed between runs (they
     should not: the simulation is deterministic).  An error in any run is the point's error."""
-    runs = [point(*args) for _ in range(max(1, n))]
+    if n < 1:
+        raise ValueError(f"repeated: n must be at least 1, got {n}")
+    runs = [point(*args) for _ in range(n)]
     bad = next((r for r in runs if "error" in r), None)
     if bad is not None or len(runs) == 1:
         return bad or runs[0]
@@ -203,6 +205,8 @@ def main() -> int:
                     help="run every point N times and report the median times and the largest RSS (default 1)")
     ap.add_argument("--json", help="write every figure to this file")
     args = ap.parse_args()
+    if args.repeat < 1:
+        ap.error(f"--repeat must be at least 1, got {args.repeat}")
     presets = args.hw or known_presets("cim")
     models = args.models or list(MODELS)
     image = args.image

@@ -212,3 +212,9 @@ def test_scale_repeat_takes_median_times_largest_rss_and_flags_changed_figures()
     runs = iter([(1.0, 1.0, 5.0, 0.0)])
     bad = iter([{"error": "boom"}])
     assert scale.repeated(lambda: next(bad, None) or point("s", "h"), 2) == {"error": "boom"}
+
+
+def test_scale_rejects_a_repeat_below_one(tmp_path):
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "scale.py"), "--quick", "--repeat", "0"],
+                       capture_output=True, text=True, cwd=tmp_path)
+    assert p.returncode == 2 and "--repeat must be at least 1, got 0" in p.stderr
