@@ -364,6 +364,65 @@ def test_timing_only_records_what_a_full_simulation_records():
     _same_recording(timing, full)
 
 
+def _with_op(p, k, **changes):
+    """``p`` renamed, its run section's k-th operation with some arguments changed."""
+    o = p.run[k]
+    args = tuple((n, changes.get(n, v)) for n, v in o.args)
+    return dataclasses.replace(p, name=p.name + "_b", run=p.run[:k] + (Op(o.opcode, args),) + p.run[k + 1:])
+
+
+def test_a_twin_program_takes_the_figures_a_full_simulation_gives_it():
+    """Timing only, a program that is an earlier one but for its quantisation scales (VGG-16's convolutions of
+    one shape) is not simulated again: its rows, energy, counts and latency are what a full simulation of it
+    records, event by event, and the network's timeline is that of simulating every program; a program that
+    differs in any other operand is simulated."""
+    mod = import_onnx(zoo.build_model("vgg16", image_size=32), "v16")[0]
+    hw = tvm_cim.load("jain21")
+    _, info = tvm_cim.offload(mod, hw, strategy="cim-mlc")
+    chip, taken = _timing_run(info.programs, hw, True)
+    Chip.reuse_timing = False
+    try:
+        every_chip, every = _timing_run(info.programs, hw, True)
+    finally:
+        Chip.reuse_timing = True
+    assert not every_chip.twins and len(chip.twins) >= 3
+    assert [s.twin_of for s in taken] == [chip.twins.get(p.name) for p in info.programs]
+    _same_recording(taken, every)
+    regions = [(s.name, s.events, s.segment) for s in taken]
+    ta = schedule_graph(regions, info.producers, pipeline=True)
+    tb = schedule_graph([(s.name, s.events, s.segment) for s in every], info.producers, pipeline=True)
+    assert np.array_equal(ta.start, tb.start) and np.array_equal(ta.finish, tb.finish)
+    assert ta.utilisation == tb.utilisation  # every region's read resources its own
+
+    # the full simulation (values computed, every operation on the general path) of a twin after its original
+    by_name = {p.name: p for p in info.programs}
+    twin, orig = next(iter(chip.twins.items()))
+    full_chip = Chip(hw, SimOptions())
+    rng = np.random.default_rng(0)
+    full = []
+    for p in (by_name[orig], by_name[twin]):
+        tensors = {}
+        for d in p.decls:
+            if d.role in ("input", "const"):
+                kind = np.dtype(d.dtype).kind
+                tensors[d.name] = (rng.integers(-3, 4, d.shape).astype(d.dtype) if kind in "iu"
+                                   else rng.standard_normal(d.shape).astype(d.dtype))
+        full.append(full_chip.run(p, tensors)[1])
+    _same_recording([taken[info.programs.index(by_name[twin])]], full[1:])
+
+    # the same program but for a scale is a twin; with another byte count, another kind of read, it is not
+    p = by_name[orig]
+    kq = next(k for k, s in enumerate(p.run) if isinstance(s, Op) and s.kind == "DCOM.quantize")
+    kl = next(k for k, s in enumerate(p.run) if isinstance(s, Op) and s.kind == "DMOV.load")
+    for q, twin_of in ((_with_op(p, kq, scale=123.0), p.name), (_with_op(p, kl, bytes=p.run[kl]["bytes"] + 64), None),
+                       (_with_op(p, kq, bits=4), None)):
+        c, (first, second) = _timing_run([p, q], hw, True)
+        assert second.twin_of == twin_of
+        if twin_of is None:
+            c2, (alone,) = _timing_run([q], hw, True)
+            _same_recording([second], [alone])
+
+
 @pytest.mark.parametrize("pipeline", [True, False])
 def test_input_loads_wait_for_the_producer_outputs_they_read(pipeline):
     """Every input load of a consumer starts at the latest finish of the producer stores whose share of the

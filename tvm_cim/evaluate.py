@@ -113,6 +113,10 @@ def evaluate(spec: str, hw, strategy: str, *, seed: int = 0, calib_samples: int 
     rep["model"] = spec
     if timing_only:
         rep["simulation"] = "timing only: values not computed, no comparison with the reference"
+        twins = sum(1 for s in stats if s.twin_of)
+        if twins:
+            rep["simulation"] += (f"; {twins} of {len(stats)} regions, the same program as an earlier one but for "
+                                  "their quantisation scales, took its figures (twin_of)")
     else:
         rep.update(compare(outs, ref))
         rep["reference"] = "TVM llvm build of the same float model"

@@ -168,6 +168,7 @@ def build_report(info: CompileInfo, stats: list, hw_name: str, batch: int = 1) -
                 "batch": r.batch if r else 1,
                 "latency_ns": s.latency_ns,
                 "latency_cycles": s.latency_ns / cyc,
+                "twin_of": s.twin_of,
                 "estimate_ns": sched.estimate_regions_ns.get(s.name) if sched else None,
                 "start_ns": tl.region_span.get(s.name, (0.0, 0.0))[0],
                 "finish_ns": tl.region_span.get(s.name, (0.0, 0.0))[1],

@@ -12,7 +12,7 @@ module          what it holds
 """
 
 from .ir import Decl, Network, Op, Parallel, Program, Range, Ref, Segment, Stmt, Value, op, op_from, walk
-from .ops import OPS, OpDef, Operand, definition
+from .ops import OPS, OpDef, Operand, definition, same_timing, timing_key, untimed_operands
 from .text import (
     ProgramSyntaxError,
     parse_emitted,
@@ -26,7 +26,7 @@ from .verify import ProgramError, verify, verify_network
 
 __all__ = [
     "Decl", "Network", "Op", "Parallel", "Program", "Range", "Ref", "Segment", "Stmt", "Value", "op", "op_from", "walk",
-    "OPS", "OpDef", "Operand", "definition",
+    "OPS", "OpDef", "Operand", "definition", "same_timing", "timing_key", "untimed_operands",
     "ProgramSyntaxError", "parse_emitted", "parse_network", "parse_program", "parse_programs",
     "print_network", "print_program", "ProgramError", "verify", "verify_network",
 ]

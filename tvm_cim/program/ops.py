@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .ir import Op, Range, Ref
+from .ir import Op, Parallel, Program, Range, Ref
 
 INT, FLOAT, STR, BOOL, REF, RANGE, TUPLE = int, (int, float), str, bool, Ref, Range, tuple
 
@@ -25,6 +25,7 @@ class Operand:
     types: type | tuple[type, ...]
     required: bool = True
     doc: str = ""
+    timed: bool = True  # False: it changes only the values computed, never a duration, energy or resource
 
 
 @dataclass(frozen=True)
@@ -72,8 +73,53 @@ def definition(o: Op) -> OpDef | None:
     return OPS.get(o.kind)
 
 
-def _o(name, types, required=True, doc=""):
-    return Operand(name, types, required, doc)
+def _o(name, types, required=True, doc="", timed=True):
+    return Operand(name, types, required, doc, timed)
+
+
+def untimed_operands(kind: str) -> frozenset:
+    """The operands of a kind that change only the values computed (``Operand.timed`` False: quantisation
+    scales and zero points); a timing-only simulation does not read them."""
+    d = OPS.get(kind)
+    return frozenset(o.name for o in d.operands if not o.timed) if d is not None else frozenset()
+
+
+def timing_key(p: Program) -> tuple:
+    """What two programs that run alike on a timing-only simulation share, cheap to compute: their
+    attributes but the name and the segment, their declarations and the length of each section (a dict key
+    for candidates of :func:`same_timing`)."""
+    return (tuple(kv for kv in p.attrs if kv[0] != "segment"), p.decls, len(p.setup), len(p.run))
+
+
+def same_timing(a: Program, b: Program) -> bool:
+    """Whether two programs with the same :func:`timing_key` take the same time and energy on a chip in the same
+    state: the same operations in the same order and blocks, up to operands that change only values
+    (:func:`untimed_operands`: the quantisation scales of two layers of the same shape)."""
+    return _same_stmts(a.setup, b.setup) and _same_stmts(a.run, b.run)
+
+
+def _same_stmts(xs, ys) -> bool:
+    if len(xs) != len(ys):
+        return False
+    for x, y in zip(xs, ys):
+        if x is y:
+            continue
+        tx = type(x)
+        if tx is not type(y):
+            return False
+        if tx is Parallel:
+            if not _same_stmts(x.body, y.body):
+                return False
+        elif x.opcode != y.opcode or (x.args != y.args and not _same_but_untimed(x, y)):
+            return False
+    return True
+
+
+def _same_but_untimed(x: Op, y: Op) -> bool:
+    if len(x.args) != len(y.args):
+        return False
+    skip = untimed_operands(x.kind)
+    return bool(skip) and all(kx == ky and (vx == vy or kx in skip) for (kx, vx), (ky, vy) in zip(x.args, y.args))
 
 
 _SUB = _o("op", STR, doc="sub-operation")
@@ -130,7 +176,8 @@ define("DMOV.fetch", "offchip", "bring constant weights over the off-chip interf
        _SUB, _o("src", REF), _LEVEL, _BYTES)
 # ---------------------------------------------------------------------------- digital computation
 define("DCOM.quantize", "chip-alu", "float -> integer codes (scale, zero point, signed or unsigned)",
-       _SUB, _o("src", REF), _o("dst", REF), _VECS, _o("scale", FLOAT), _o("zero", INT), _o("bits", INT),
+       _SUB, _o("src", REF), _o("dst", REF), _VECS, _o("scale", FLOAT, timed=False), _o("zero", INT, timed=False),
+       _o("bits", INT),
        _o("signed", BOOL), _ELEMS,
        _o("at", STR, False, "'chip' (default: the chip ALU) or 'producer': the cores of the regions producing "
           "the input quantised it in their post-processing (DCOM.dequantize requant=...), so it costs nothing here"))
@@ -146,8 +193,8 @@ define("DCOM.zeros", "none", "clear the integer accumulators", _SUB, _o("dst", R
 define("DCOM.reduce", "core-alu", "add the partial sums of a layer's row blocks",
        _SUB, _o("dst", REF), _VECS, _o("core", INT), _o("terms", INT), _ELEMS)
 define("DCOM.dequantize", "core-alu", "integer accumulators -> float (scales, zero point, bias)",
-       _SUB, _o("src", REF), _o("dst", REF), _VECS, _o("core", INT), _o("scale", FLOAT),
-       _o("zero", INT, False), _o("wsum", REF, False), _o("wscale", REF, False), _o("bias", REF, False), _ELEMS,
+       _SUB, _o("src", REF), _o("dst", REF), _VECS, _o("core", INT), _o("scale", FLOAT, timed=False),
+       _o("zero", INT, False, timed=False), _o("wsum", REF, False), _o("wscale", REF, False), _o("bias", REF, False), _ELEMS,
        _o("requant", INT, False, "elements it also quantises for the regions consuming the output (their "
           "DCOM.quantize at='producer'), charged on the same core ALU"))
 define("DCOM.layout", "none", "results into the output layout (NCHW or row-major)",

@@ -41,7 +41,7 @@ from __future__ import annotations
 import functools
 import operator
 from collections import OrderedDict, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -50,10 +50,21 @@ from ..common.runtime import gc_paused, thread_map
 from ..hardware import cost, loopnest
 from ..hardware import crossbar as X
 from ..hardware.schema import CIMHardware
-from ..program import OPS, Op, Parallel, Program, Range, Ref
+from ..program import OPS, Op, Parallel, Program, Range, Ref, same_timing, timing_key
 from .localmem import LocalMemory, buffer_bytes
 from .loopnest import simulate as simulate_loopnest
 from .timeline import LONG_DEPS, Events, Prefix, schedule_graph
+
+
+@dataclass(frozen=True)
+class _TimingRun:
+    """What a later timing-only run of a twin program takes (:meth:`Chip._take_run`)."""
+
+    name: str  # the program run
+    stats: "RegionStats"
+    written: frozenset  # the crossbars the program writes (their owner becomes the twin)
+    grouped: int  # reads it recorded together
+    loopnest: object  # the chip's loopnest_result after it
 
 
 class SimulationError(RuntimeError):
@@ -83,6 +94,9 @@ class RegionStats:
     # with one heap per core shared by the regions (``local_heap = "core"``): the (core, Buffer) of every buffer
     # the program fills, allocated when the timeline is scheduled (:func:`~.localmem.schedule_shared`)
     buffers: list | None = None
+    # timing only: the program, the same but for its quantisation scales, whose run's figures it took
+    # (:meth:`Chip._take_run`; not simulated again)
+    twin_of: str | None = None
 
     def total_energy(self) -> float:
         return float(sum(self.energy_pj.values()))
@@ -252,6 +266,21 @@ def _ops(stmts) -> list:
     return out
 
 
+def _renamed(ev: Events, old: str, new: str) -> Events:
+    """A region's events as another program's (:meth:`Chip._take_run`): the same rows (their lists shared,
+    read-only from here), the resources named after the program (a read's virtual crossbar,
+    :meth:`Chip._read_tag`) named after ``new``."""
+    prefix, to = f"vxb:{old}:", f"vxb:{new}:"
+    memo: dict = {}  # id(resource tuple) -> renamed (reads of one set share one tuple)
+    res = []
+    for r in ev.res:
+        t = memo.get(id(r))
+        if t is None:
+            t = memo[id(r)] = tuple(to + n[len(prefix):] if n.startswith(prefix) else n for n in r)
+        res.append(t)
+    return replace(ev, res=res)
+
+
 def timing_inputs(prog: Program) -> dict[str, np.ndarray]:
     """Placeholders for a timing-only run (``Options(functional=False)``): every input and constant a
     zero-stride array of its declared shape (nothing the size of the weights is allocated)."""
@@ -292,11 +321,15 @@ class Chip:
     (:meth:`_record_reads`); False records every operation on its own (tests compare the two).
     ``prune_readers`` (default True): a read is kept as a reader of its crossbars only where its section
     writes, writes back from or switches them (:meth:`_reset_board`); False keeps every read.
+    ``reuse_timing`` (default True): timing only, a program that runs as one already run on this chip
+    (:meth:`_twin_key`: the same operations but for the quantisation scales, from the same state) takes
+    that run's figures instead of being simulated again; False simulates every program (tests compare).
     """
 
     together = True
     grouped_reads = 0  # reads recorded together so far (on this chip)
     prune_readers = True  # False: every read kept as a reader of its crossbars (tests compare the two)
+    reuse_timing = True
 
     def __init__(self, hw: CIMHardware, options: Options | None = None):
         self.hw = hw
@@ -317,6 +350,9 @@ class Chip:
         self._modes_of: str | None = None  # the build whose programs set the current modes
         self._lazy = False  # reads resolve their tiles when flushed (_start_lazy)
         self._placed = _Blocks(_BLOCK_BYTES)  # tiles placed for flushed reads, for the next of the same
+        # timing only: timing_key -> [(program, _TimingRun)] of the runs a later twin may take (_twin_key)
+        self._timing_runs: dict = {}
+        self.twins: dict[str, str] = {}  # program -> the one whose timing-only run's figures it took
 
     @property
     def leakage_mw(self) -> float:
@@ -385,6 +421,12 @@ class Chip:
             self.xb_stored.clear()
             self.xb_kept.clear()
         self._stored_now = set()
+        twin_key = self._twin_key(prog)
+        if twin_key is not None:
+            for q, done in self._timing_runs.get(twin_key, ()):
+                if same_timing(prog, q):
+                    return self._take_run(prog, env, stats, done)
+        grouped0 = self.grouped_reads
         self.vxbs, self._loopnest, setup_xbs, written, rewritten = self._structure(prog)
         self.M = int(prog.attr("M", 1)) * int(prog.attr("batch", 1))
         self._batch = int(prog.attr("batch", 1))
@@ -470,6 +512,43 @@ class Chip:
         if len(ev) > _KEEP_ARGS_OPS:  # a large program: its operations' argument dicts go (rebuilt if it runs again)
             for o in _ops(prog.setup) + _ops(prog.run):
                 o.__dict__.pop("_index", None)
+        counts = stats.metaop_counts
+        if (twin_key is not None and not self.xb_memory and not self.xb_kept and not counts.get("CM.switch")
+                and not counts.get("DMOV.writeback")):  # it ended as it started: every array in compute mode
+            self._timing_runs.setdefault(twin_key, []).append(
+                (prog, _TimingRun(prog.name, stats, frozenset(written), self.grouped_reads - grouped0, self.loopnest_result)))
+        return env, stats
+
+    def _twin_key(self, prog: Program) -> tuple | None:
+        """The :func:`~tvm_cim.program.timing_key` under which a timing-only run of ``prog`` may take, or leave
+        for a later twin, a run's figures; None when the run depends on more than the program: values are
+        computed, arrays are in memory mode or hold kept data, the program was set up on this chip already
+        (its setup may not run again), or it uses the cores' local memories (buffers shared between regions)."""
+        if (self.options.functional or not self.reuse_timing or self.xb_memory or self.xb_kept
+                or prog.name in self._setup_done or int(prog.attr("local_bytes", 0))):
+            return None
+        return timing_key(prog)
+
+    def _take_run(self, prog: Program, env: dict, stats: RegionStats, done: "_TimingRun"):
+        """What a timing-only run of ``prog`` would give, from its twin's run (:meth:`_twin_key`): the same
+        events, counts and energy under its own name and segment; the crossbars it writes are its own."""
+        s = done.stats
+        stats.latency_ns, stats.setup_ns = s.latency_ns, s.setup_ns
+        stats.energy_pj.update(s.energy_pj)
+        stats.metaop_counts.update(s.metaop_counts)
+        stats.crossbars, stats.weight_writes, stats.macs = s.crossbars, s.weight_writes, s.macs
+        stats.buffer_peak_bytes, stats.spills = s.buffer_peak_bytes, s.spills
+        stats.adc_error = dict(s.adc_error)
+        stats.events = _renamed(s.events, done.name, prog.name)
+        owner = (prog.name,)
+        for x in done.written:
+            self.xb_owner[x] = owner
+        self._setup_done.add(prog.name)
+        self.grouped_reads += done.grouped
+        self.loopnest_result = done.loopnest
+        self.twins[prog.name] = stats.twin_of = done.name
+        out = prog.decl("output")[0]
+        env["out"] = np.broadcast_to(np.float32(0), out.shape)
         return env, stats
 
     # ------------------------------------------------------------------ structure
