@@ -158,3 +158,34 @@ def test_compile_only_emits_the_programs_run_compiles(model_file, run_result, tm
     assert "GenerateMetaOps" in p.stdout
     bad = cli("compile", model_file, "--hw", "no_such_chip")
     assert bad.returncode == 2 and "no_such_chip" in bad.stderr
+
+
+def test_onnxruntime_reference_compares_the_same_outputs_with_the_onnx_model(monkeypatch):
+    """``--reference onnxruntime``: the simulated outputs are the same; they are compared with onnxruntime on
+    the ONNX model, whose outputs agree with TVM's llvm build to float rounding; a bad choice exits 2 and a
+    missing onnxruntime is a clear error."""
+    from tvm_cim.common.cli import UserError
+    from tvm_cim.common.onnx_io import import_onnx, load_onnx
+    from tvm_cim.common.report import onnxruntime_outputs, reference_outputs
+    from tvm_cim.evaluate import evaluate
+
+    spec = "zoo:vgg8"
+    a, outs_a, _ = evaluate(spec, "prime", "cim-mlc")
+    b, outs_b, _ = evaluate(spec, "prime", "cim-mlc", reference="onnxruntime")
+    assert len(outs_a) == len(outs_b) and all(np.array_equal(x, y) for x, y in zip(outs_a, outs_b))
+    assert "onnxruntime" in b["reference"] and "TVM" in a["reference"]
+    assert b["cosine"] == pytest.approx(a["cosine"], abs=1e-6) and a["cosine"] < 1.0
+    assert b["max_abs_err"] == pytest.approx(a["max_abs_err"], rel=1e-3, abs=1e-6)
+
+    model = load_onnx(spec, seed=3)
+    mod, shapes, dtypes = import_onnx(model, spec)
+    x = {k: np.random.default_rng(3).standard_normal(s).astype(dtypes[k]) for k, s in shapes.items()}
+    (ort,), (tvm_ref,) = onnxruntime_outputs(model, x, 1), reference_outputs(mod, x, list(shapes))
+    assert ort.shape == tvm_ref.shape and np.abs(tvm_ref).max() > 0
+    np.testing.assert_allclose(ort, tvm_ref, rtol=1e-4, atol=1e-5 * float(np.abs(tvm_ref).max()))
+
+    p = cli("run", spec, "--hw", "prime", "--reference", "nope")
+    assert p.returncode == 2 and "--reference" in p.stderr
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # not installed
+    with pytest.raises(UserError, match="pip install onnxruntime"):
+        onnxruntime_outputs(model, x, 1)

@@ -24,7 +24,7 @@ from . import report as R
 from .common import hardware, sweep, zoo
 from .common.cli import UserError, add_run_io, dispatch, load_hardware
 from .common.onnx_io import load_onnx  # noqa: F401  (part of the CLI's API: zoo specs)
-from .common.report import finish_run, peak_rss_mb, write_json
+from .common.report import REFERENCES, finish_run, peak_rss_mb, write_json
 from .compiler import dataflow, strategies
 from .compiler.accuracy import DEFAULT_MAX_ERROR
 from .compiler.transform import last_compile_info
@@ -50,7 +50,8 @@ def cmd_run(args) -> int:
         raise UserError(f"--batch must be >= 1, got {args.batch}")
     rep, outs, model = evaluate(args.model, args.hw, args.strategy, seed=args.seed, calib_samples=args.calib_samples,
                                 inputs_path=args.inputs, bitwise=args.bitwise, timing_only=args.timing_only,
-                                max_error=args.max_error, nonideal=_nonideal(args.nonideal), batch=args.batch)
+                                max_error=args.max_error, nonideal=_nonideal(args.nonideal), batch=args.batch,
+                                reference=args.reference)
     if args.emit:
         Path(args.emit).write_text(last_compile_info().program_text())
     if args.timing_only and args.outputs:
@@ -151,6 +152,10 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--timing-only", action="store_true",
                    help="skip the numerics: latency, energy, power and utilisation only (for sweeps); "
                    "no outputs, no comparison with the reference")
+    r.add_argument("--reference", choices=REFERENCES, default="tvm",
+                   help="the float reference the outputs are compared with: 'tvm' (TVM's llvm build of the imported "
+                   "model) or 'onnxruntime' (the ONNX model itself, independent of TVM's importer; about 4x "
+                   "faster on large CNNs; needs the onnxruntime package)")
     r.add_argument("--nonideal", default=None, metavar="K=V,...",
                    help="seeded device non-idealities the simulator applies (off by default; reported): "
                    "conductance=<relative sigma>,ir_drop=<attenuation per row>,adc_offset=<sigma in LSBs>,seed=<int>")

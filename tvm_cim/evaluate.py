@@ -8,15 +8,18 @@ which the report states.
 
 from __future__ import annotations
 
+import os
+import tempfile
 import time
 
+import onnx
 from tvm import relax
 
 from . import report as R
 from . import runtime
 from .common.onnx_io import host_onnx_ops, import_onnx, load_onnx, model_inputs, without_weights
-from .common.report import compare, reference_outputs, run_vm
-from .common.runtime import gc_paused
+from .common.report import REFERENCES, compare, onnxruntime_outputs, reference_outputs, run_vm
+from .common.runtime import gc_paused, workers_default
 from .common.target import register_hardware
 from .compiler.transform import (
     accuracy_budget,
@@ -39,7 +42,8 @@ _SHORTCUT = {False: True, True: "tile", "tile": "tile", "all": False}
 
 def evaluate(spec: str, hw, strategy: str, *, seed: int = 0, calib_samples: int = 1, inputs_path: str | None = None,
              bitwise: bool | str = False, timing_only: bool = False, hw_name: str | None = None,
-             max_error: float | None = None, nonideal=None, batch: int = 1) -> tuple[dict, list, object]:
+             max_error: float | None = None, nonideal=None, batch: int = 1,
+             reference: str = "tvm") -> tuple[dict, list, object]:
     """Compile a model for a chip, simulate it and report.
 
     Parameters
@@ -73,6 +77,11 @@ def evaluate(spec: str, hw, strategy: str, *, seed: int = 0, calib_samples: int 
     batch : int
         Inputs run through the compiled pipeline on one timeline: the report's
         ``throughput_per_s`` and ``batch`` section (``latency_ns`` stays that of one input).
+    reference : str
+        The float reference the outputs are compared with (:data:`~tvm_cim.common.report.REFERENCES`):
+        ``"tvm"``, TVM's ``llvm`` build of the imported module, or ``"onnxruntime"``, onnxruntime on the
+        ONNX model's file (a zoo model is saved to a temporary file: its weights are not held in memory
+        while the model compiles and runs).
 
     Returns
     -------
@@ -82,11 +91,29 @@ def evaluate(spec: str, hw, strategy: str, *, seed: int = 0, calib_samples: int 
     model : onnx.ModelProto
         Its graph (operators, inputs, outputs); the initializers are dropped once imported.
     """
+    with tempfile.TemporaryDirectory(prefix="tvm_cim_") as scratch:  # a zoo model's file for onnxruntime
+        return _evaluate(spec, hw, strategy, seed, calib_samples, inputs_path, bitwise, timing_only, hw_name,
+                         max_error, nonideal, batch, reference, scratch)
+
+
+def _evaluate(spec, hw, strategy, seed, calib_samples, inputs_path, bitwise, timing_only, hw_name, max_error,
+              nonideal, batch, reference, scratch) -> tuple[dict, list, object]:
     if int(batch) < 1:
         raise ValueError(f"batch must be >= 1, got {batch}")
+    if reference not in REFERENCES:
+        raise ValueError(f"reference must be one of {', '.join(REFERENCES)}, got {reference!r}")
     t0, c0 = time.perf_counter(), time.process_time()
     model = load_onnx(spec, seed=seed)
     mod, shapes, dtypes = import_onnx(model, spec)
+    ort_model = None  # --reference onnxruntime: the model's file (a zoo model's saved to a temporary one)
+    if reference == "onnxruntime" and not timing_only:
+        ort_model = spec
+        if spec.startswith("zoo:"):
+            ort_model = os.path.join(scratch, "model.onnx")
+            # weights as external data: onnxruntime maps the file rather than copying it (VGG-19: 0.65 GB
+            # more at the reference instead of 1.0 GB)
+            onnx.save(model, ort_model, save_as_external_data=True, all_tensors_to_one_file=True,
+                      location="weights.bin", size_threshold=1024)
     model = without_weights(model)  # the module holds the weights; the graph still names operators and outputs
     inputs = model_inputs(inputs_path, shapes, dtypes, seed)
     t1, c1 = time.perf_counter(), time.process_time()
@@ -107,7 +134,10 @@ def evaluate(spec: str, hw, strategy: str, *, seed: int = 0, calib_samples: int 
     if not timing_only:
         ex = None  # the executable and the simulated chips' crossbars are freed before the reference runs
         runtime.reset()
-        ref = reference_outputs(mod, inputs, order)
+        if ort_model is not None:
+            ref = onnxruntime_outputs(ort_model, inputs, workers_default())
+        else:
+            ref = reference_outputs(mod, inputs, order)
     t4, c4 = time.perf_counter(), time.process_time()
     rep = R.build_report(info, stats, hw_name or (hw if isinstance(hw, str) else info.hw.name), batch=int(batch))
     rep["model"] = spec
@@ -119,7 +149,8 @@ def evaluate(spec: str, hw, strategy: str, *, seed: int = 0, calib_samples: int 
                                   "their quantisation scales, took its figures (twin_of)")
     else:
         rep.update(compare(outs, ref))
-        rep["reference"] = "TVM llvm build of the same float model"
+        rep["reference"] = ("onnxruntime on the ONNX model" if reference == "onnxruntime"
+                            else "TVM llvm build of the same float model")
         rep["simulation"] = {False: "exact shortcut where the ADC is lossless",
                              "all": "bitwise: every conversion bit-serially"}.get(
             bitwise, "bitwise: bit-serial except bitlines a bound proves unaltered by the ADC (summed exactly)")
