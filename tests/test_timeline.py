@@ -340,16 +340,8 @@ def test_one_resource_chains_match_a_brute_force_list_scheduler(seed):
     assert tl.start.tolist() == start and tl.finish.tolist() == finish
 
 
-def test_timing_only_records_what_a_full_simulation_records():
-    """Timing only (crossbar writes on their short path, reads of a block from one plan) records the rows,
-    dependencies, energy sums, counts and latency of the full simulation (every operation on the general
-    path, values computed), event by event, on layers rewritten in many passes."""
-    mod = import_onnx(zoo.build_model("vgg16", image_size=32), "v16")[0]
-    hw = tvm_cim.load("jain21")
-    _, info = tvm_cim.offload(mod, hw, strategy="cim-mlc")
-    progs = [p for p in info.programs if int(p.attr("passes", 1)) > 8][:2]
-    assert progs
-    _, timing = _timing_run(progs, hw, True)
+def _full_runs(progs, hw):
+    """Full simulations (values computed from seeded random inputs and constants) of ``progs`` on one chip."""
     chip = Chip(hw, SimOptions())
     rng = np.random.default_rng(0)
     full = []
@@ -361,7 +353,20 @@ def test_timing_only_records_what_a_full_simulation_records():
                 tensors[d.name] = (rng.integers(-3, 4, d.shape).astype(d.dtype) if kind in "iu"
                                    else rng.standard_normal(d.shape).astype(d.dtype))
         full.append(chip.run(p, tensors)[1])
-    _same_recording(timing, full)
+    return full
+
+
+def test_timing_only_records_what_a_full_simulation_records():
+    """Timing only (crossbar writes on their short path, reads of a block from one plan) records the rows,
+    dependencies, energy sums, counts and latency of the full simulation (every operation on the general
+    path, values computed), event by event, on layers rewritten in many passes."""
+    mod = import_onnx(zoo.build_model("vgg16", image_size=32), "v16")[0]
+    hw = tvm_cim.load("jain21")
+    _, info = tvm_cim.offload(mod, hw, strategy="cim-mlc")
+    progs = [p for p in info.programs if int(p.attr("passes", 1)) > 8][:2]
+    assert progs
+    _, timing = _timing_run(progs, hw, True)
+    _same_recording(timing, _full_runs(progs, hw))
 
 
 def _with_op(p, k, **changes):
@@ -397,17 +402,7 @@ def test_a_twin_program_takes_the_figures_a_full_simulation_gives_it():
     # the full simulation (values computed, every operation on the general path) of a twin after its original
     by_name = {p.name: p for p in info.programs}
     twin, orig = next(iter(chip.twins.items()))
-    full_chip = Chip(hw, SimOptions())
-    rng = np.random.default_rng(0)
-    full = []
-    for p in (by_name[orig], by_name[twin]):
-        tensors = {}
-        for d in p.decls:
-            if d.role in ("input", "const"):
-                kind = np.dtype(d.dtype).kind
-                tensors[d.name] = (rng.integers(-3, 4, d.shape).astype(d.dtype) if kind in "iu"
-                                   else rng.standard_normal(d.shape).astype(d.dtype))
-        full.append(full_chip.run(p, tensors)[1])
+    full = _full_runs([by_name[orig], by_name[twin]], hw)
     _same_recording([taken[info.programs.index(by_name[twin])]], full[1:])
 
     # the same program but for a scale is a twin; with another byte count, another kind of read, it is not
