@@ -58,6 +58,29 @@ def test_a_failed_point_is_recorded_and_the_others_finish(model_file, tmp_path):
     assert "no-such-strategy" in rows[1]["error"]
 
 
+def test_a_point_may_compare_with_onnxruntime(model_file, tmp_path):
+    """A point's ``reference`` option: its cosine is the one ``run --reference onnxruntime`` reports, and the
+    CLI's ``--reference`` reaches every point (a bad choice exits 2)."""
+    point = sweep.Point({"model": model_file, "hw": "isaac", "strategy": "none", "reference": "onnxruntime"})
+    (row,) = sweep.run([point], "tvm_cim.sweep:evaluate_point", "cim", tmp_path / "cache", progress=False)
+    rep, _, _ = evaluate(model_file, "isaac", "none", reference="onnxruntime")
+    assert row["error"] == "" and row["reference"] == "onnxruntime"
+    assert float(row["cosine"]) == pytest.approx(rep["cosine"], rel=1e-12)
+    p = subprocess.run([sys.executable, "-m", "tvm_cim", "sweep", "--model", str(model_file), "--reference", "nope",
+                        "--out", str(tmp_path)], capture_output=True, text=True, cwd=ROOT)
+    assert p.returncode == 2 and "--reference" in p.stderr
+
+
+def test_plots_of_one_strategy_are_the_points_and_the_front(tmp_path):
+    """A sweep of one strategy has no speedup bars: the two other plots are written and listed (the CLI prints
+    them; it raised a TypeError here)."""
+    rows = [{"model": "m", "hw": h, "strategy": "none", "latency_ns": lat, "energy_pj": e, "error": ""}
+            for h, lat, e in (("a", 2e6, 3e9), ("b", 1e6, 5e9), ("c", 3e6, 4e9))]
+    files = sweep.plot(rows, tmp_path, ["model", "hw", "strategy"])
+    assert [Path(f).name for f in files] == ["sweep_points.png", "sweep_pareto.png"]
+    assert all(Path(f).stat().st_size > 0 for f in files)
+
+
 def test_bad_axes_fail_before_any_work(tmp_path):
     for axis, needle in (("crossbar.rowz=1,2", "rowz"), ("crossbar.rows=0", "crossbar.rows")):
         p = subprocess.run([sys.executable, "-m", "tvm_cim", "sweep", "--model", "zoo:resnet18", "--set", axis,

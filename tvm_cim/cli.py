@@ -90,7 +90,8 @@ def cmd_sweep(args) -> int:
     return sweep.cli_sweep(args, "cim", "tvm_cim.sweep:evaluate_point",
                            {"model": ["zoo:resnet18?image_size=32"], "hw": ["prime"], "strategy": [strategies.DEFAULT]},
                            ["latency_ns", "energy_pj", "cosine", "segments"],
-                           {"timing_only": True} if args.timing_only else None)
+                           {k: v for k, v in (("timing_only", args.timing_only), ("reference", args.reference))
+                            if v and v != "tvm"} or None)
 
 
 def cmd_zoo(args) -> int:
@@ -175,6 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     w = sweep.add_parser(sub, "cim", "prime", "compile and simulate a grid of models x presets x strategies x "
                          "hardware keys", "Each point is one compile + simulation")
     w.add_argument("--timing-only", action="store_true", help="timing-only simulation of every point (faster)")
+    w.add_argument("--reference", choices=REFERENCES, default="tvm",
+                   help="the float reference of every point's cosine (as for run; 'onnxruntime' is much faster "
+                   "on large CNNs)")
     w.set_defaults(func=cmd_sweep)
 
     z = sub.add_parser("zoo", help="export a zoo model to ONNX")

@@ -27,14 +27,15 @@ def evaluate_point(point: Point) -> dict:
     """Compile and simulate one point; the report's figures, flat.
 
     The point's options: ``strategy`` (default ``cim-mlc``), ``timing_only``,
-    ``seed``, ``calib_samples``.
+    ``seed``, ``calib_samples``, ``reference`` (``tvm`` or ``onnxruntime``, as ``run --reference``).
     """
     opts = point.options
     hw = with_overrides(hardware.load(point.hw, kind="cim"), point.hw_overrides)
     strategy = str(opts.get("strategy", strategies.DEFAULT))
     rep, _, _ = evaluate(point.model, hw, strategy, seed=int(opts.get("seed", 0)),
                          calib_samples=int(opts.get("calib_samples", 1)),
-                         timing_only=bool(opts.get("timing_only", False)), hw_name=point.hw)
+                         timing_only=bool(opts.get("timing_only", False)), hw_name=point.hw,
+                         reference=str(opts.get("reference", "tvm")))
     row = {k: rep[k] for k in FIGURES if k in rep}
     row["segments"] = rep["mapping"]["segments"]
     row["crossbars_used"] = rep["utilisation"]["crossbars_used"]

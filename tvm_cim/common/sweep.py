@@ -319,7 +319,7 @@ def plot(rows: list[dict], out_dir: str | Path, swept: list[str], latency: str =
             fig.tight_layout()
             files.append(str(out / "sweep_speedup.png"))
             fig.savefig(files[-1], dpi=120)
-            return files
+    return files
 
 
 def summary(rows: list[dict], swept: list[str], figures: list[str]) -> str:
