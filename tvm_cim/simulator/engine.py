@@ -350,7 +350,8 @@ class Chip:
         self._modes_of: str | None = None  # the build whose programs set the current modes
         self._lazy = False  # reads resolve their tiles when flushed (_start_lazy)
         self._placed = _Blocks(_BLOCK_BYTES)  # tiles placed for flushed reads, for the next of the same
-        # timing only: timing_key -> [(program, _TimingRun)] of the runs a later twin may take (_twin_key)
+        # timing only: timing_key -> [(program, _TimingRun)] of the runs a later twin may take (_twin_key), for
+        # the programs of the current build
         self._timing_runs: dict = {}
         self.twins: dict[str, str] = {}  # program -> the one whose timing-only run's figures it took
 
@@ -420,6 +421,7 @@ class Chip:
             self.xb_memory.clear()
             self.xb_stored.clear()
             self.xb_kept.clear()
+            self._timing_runs.clear()  # twins within one network: what a chip keeps stays bounded
         self._stored_now = set()
         twin_key = self._twin_key(prog)
         if twin_key is not None:
