@@ -186,6 +186,11 @@ def test_onnxruntime_reference_compares_the_same_outputs_with_the_onnx_model(mon
 
     p = cli("run", spec, "--hw", "prime", "--reference", "nope")
     assert p.returncode == 2 and "--reference" in p.stderr
+    x_info = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    y_info = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
+    bad = helper.make_model(helper.make_graph([helper.make_node("NoSuchOp", ["x"], ["y"])], "g", [x_info], [y_info]))
+    with pytest.raises(UserError, match="onnxruntime cannot run the model.*NoSuchOp"):
+        onnxruntime_outputs(bad, {"x": np.zeros((1, 4), np.float32)}, 1)
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # not installed
     with pytest.raises(UserError, match="pip install onnxruntime"):
         onnxruntime_outputs(model, x, 1)

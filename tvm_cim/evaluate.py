@@ -8,6 +8,7 @@ which the report states.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import time
@@ -91,7 +92,9 @@ def evaluate(spec: str, hw, strategy: str, *, seed: int = 0, calib_samples: int 
     model : onnx.ModelProto
         Its graph (operators, inputs, outputs); the initializers are dropped once imported.
     """
-    with tempfile.TemporaryDirectory(prefix="tvm_cim_") as scratch:  # a zoo model's file for onnxruntime
+    ort_zoo = reference == "onnxruntime" and not timing_only and spec.startswith("zoo:")
+    # a zoo model's file for onnxruntime
+    with tempfile.TemporaryDirectory(prefix="tvm_cim_") if ort_zoo else contextlib.nullcontext() as scratch:
         return _evaluate(spec, hw, strategy, seed, calib_samples, inputs_path, bitwise, timing_only, hw_name,
                          max_error, nonideal, batch, reference, scratch)
 

@@ -61,7 +61,7 @@ def onnxruntime_outputs(model, inputs: dict[str, np.ndarray], threads: int) -> l
     Raises
     ------
     UserError
-        onnxruntime is not installed.
+        onnxruntime is not installed, or cannot run the model.
     """
     try:
         import onnxruntime as ort  # optional: only this reference needs it
@@ -72,9 +72,12 @@ def onnxruntime_outputs(model, inputs: dict[str, np.ndarray], threads: int) -> l
     so.intra_op_num_threads = int(threads)
     so.add_session_config_entry("session.disable_prepacking", "1")  # one run: no packed copies of the weights
     src = str(model) if isinstance(model, (str, Path)) else model.SerializeToString()
-    sess = ort.InferenceSession(src, so, providers=["CPUExecutionProvider"])
-    del src
-    return [np.asarray(y) for y in sess.run(None, {i.name: inputs[i.name] for i in sess.get_inputs()})]
+    try:
+        sess = ort.InferenceSession(src, so, providers=["CPUExecutionProvider"])
+        del src
+        return [np.asarray(y) for y in sess.run(None, {i.name: inputs[i.name] for i in sess.get_inputs()})]
+    except Exception as e:  # onnxruntime's own errors (unsupported operator or opset, bad graph)
+        raise UserError(f"onnxruntime cannot run the model: {type(e).__name__}: {e}; use --reference tvm") from None
 
 
 def run_with_reference(ex, mod: tvm.IRModule, inputs: dict[str, np.ndarray], order: list[str], collect):

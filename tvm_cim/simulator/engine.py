@@ -60,7 +60,6 @@ from .timeline import LONG_DEPS, Events, Prefix, schedule_graph
 class _TimingRun:
     """What a later timing-only run of a twin program takes (:meth:`Chip._take_run`)."""
 
-    name: str  # the program run
     stats: "RegionStats"
     written: frozenset  # the crossbars the program writes (their owner becomes the twin)
     grouped: int  # reads it recorded together
@@ -266,11 +265,16 @@ def _ops(stmts) -> list:
     return out
 
 
+def _vxb_prefix(program: str) -> str:
+    """The start of the names of a program's virtual-crossbar resources (:meth:`Chip._read_tag`)."""
+    return f"vxb:{program}:"
+
+
 def _renamed(ev: Events, old: str, new: str) -> Events:
     """A region's events as another program's (:meth:`Chip._take_run`): the same rows (their lists shared,
     read-only from here), the resources named after the program (a read's virtual crossbar,
     :meth:`Chip._read_tag`) named after ``new``."""
-    prefix, to = f"vxb:{old}:", f"vxb:{new}:"
+    prefix, to = _vxb_prefix(old), _vxb_prefix(new)
     memo: dict = {}  # id(resource tuple) -> renamed (reads of one set share one tuple)
     res = []
     for r in ev.res:
@@ -518,7 +522,7 @@ class Chip:
         if (twin_key is not None and not self.xb_memory and not self.xb_kept and not counts.get("CM.switch")
                 and not counts.get("DMOV.writeback")):  # it ended as it started: every array in compute mode
             self._timing_runs.setdefault(twin_key, []).append(
-                (prog, _TimingRun(prog.name, stats, frozenset(written), self.grouped_reads - grouped0, self.loopnest_result)))
+                (prog, _TimingRun(stats, frozenset(written), self.grouped_reads - grouped0, self.loopnest_result)))
         return env, stats
 
     def _twin_key(self, prog: Program) -> tuple | None:
@@ -535,20 +539,16 @@ class Chip:
         """What a timing-only run of ``prog`` would give, from its twin's run (:meth:`_twin_key`): the same
         events, counts and energy under its own name and segment; the crossbars it writes are its own."""
         s = done.stats
-        stats.latency_ns, stats.setup_ns = s.latency_ns, s.setup_ns
-        stats.energy_pj.update(s.energy_pj)
-        stats.metaop_counts.update(s.metaop_counts)
-        stats.crossbars, stats.weight_writes, stats.macs = s.crossbars, s.weight_writes, s.macs
-        stats.buffer_peak_bytes, stats.spills = s.buffer_peak_bytes, s.spills
-        stats.adc_error = dict(s.adc_error)
-        stats.events = _renamed(s.events, done.name, prog.name)
+        stats = replace(s, name=prog.name, segment=stats.segment, energy_pj=defaultdict(float, s.energy_pj),
+                        metaop_counts=defaultdict(int, s.metaop_counts), adc_error=dict(s.adc_error),
+                        events=_renamed(s.events, s.name, prog.name), twin_of=s.name)
         owner = (prog.name,)
         for x in done.written:
             self.xb_owner[x] = owner
         self._setup_done.add(prog.name)
         self.grouped_reads += done.grouped
         self.loopnest_result = done.loopnest
-        self.twins[prog.name] = stats.twin_of = done.name
+        self.twins[prog.name] = s.name
         out = prog.decl("output")[0]
         env["out"] = np.broadcast_to(np.float32(0), out.shape)
         return env, stats
@@ -1793,7 +1793,7 @@ class Chip:
         """The resources a read occupies (one tuple shared by its reads) and the key of the input slice it reads (the scatter that sent it)."""
         blk = o.get("block")
         # row groups of one crossbar are sequential: they share the resource
-        tag = f"vxb:{self.prog.name}:{o['vxb']}" + (f":{blk.start}" if blk is not None else "")
+        tag = f"{_vxb_prefix(self.prog.name)}{o['vxb']}" + (f":{blk.start}" if blk is not None else "")
         src_key = f"{o['src'].name}@{o['vxb']}" + (f":{blk.start}" if blk is not None else "")
         return (tag,), src_key
 
