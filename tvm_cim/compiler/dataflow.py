@@ -654,25 +654,7 @@ def relocate(layer: LN.Layer, hier: LN.Hierarchy, m: LN.Mapping, key, budget: in
              evaluate=LN.evaluate) -> tuple:
     """Steepest-descent local search in the exact model over :func:`relocations`, at most ``budget``
     evaluations; deterministic.  Returns ``(Mapping, Cost)``, never worse than ``m`` under ``key``."""
-    best = (m, evaluate(layer, hier, m))
-    seen = {m}
-    used = 0
-    while used < budget:
-        step = None
-        for nb in relocations(best[0]):
-            if nb in seen or used >= budget:
-                continue
-            seen.add(nb)
-            if LN.check(layer, hier, nb):
-                continue
-            used += 1
-            c = evaluate(layer, hier, nb)
-            if key(c) < key((step or best)[1]) * (1 - 1e-9):
-                step = (nb, c)
-        if step is None:
-            break
-        best = step
-    return best
+    return _descent(layer, hier, m, key, budget, evaluate, relocations)
 
 
 def polish(layer: LN.Layer, hier: LN.Hierarchy, m: LN.Mapping, key, budget: int = 400,
@@ -683,12 +665,18 @@ def polish(layer: LN.Layer, hier: LN.Hierarchy, m: LN.Mapping, key, budget: int 
     never worse than ``m`` under ``key``.  ``evaluate``: the exact model (or an
     :class:`Evaluations` memo of it; the same result).
     """
+    return _descent(layer, hier, m, key, budget, evaluate, lambda x: neighbours(x, hier))
+
+
+def _descent(layer: LN.Layer, hier: LN.Hierarchy, m: LN.Mapping, key, budget: int, evaluate, moves) -> tuple:
+    """Steepest descent from ``m`` over ``moves(mapping)`` (valid ones, each mapping evaluated at most once),
+    at most ``budget`` evaluations: ``(Mapping, Cost)``."""
     best = (m, evaluate(layer, hier, m))
     seen = {m}
     used = 0
     while used < budget:
         step = None
-        for nb in neighbours(best[0], hier):
+        for nb in moves(best[0]):
             if nb in seen or used >= budget:
                 continue
             seen.add(nb)
