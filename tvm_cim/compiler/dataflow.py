@@ -638,9 +638,10 @@ def relocations(m: LN.Mapping) -> list:
         for j in range(n):
             loops = rest[:j] + (m.loops[i],) + rest[j:]
             at_j = [k for k, (_, _, c) in enumerate(base) if c == j]
-            # the loop goes below every cut at j, or above some of them (those of the outer levels first)
+            # the loop goes below every cut at j, or above the first `above` of them (in the mapping's order of
+            # cuts; the level chains' order is left to LN.check)
             for above in range(len(at_j) + 1):
-                keep = set(sorted(at_j, key=lambda k: (base[k][2], k))[:above]) if above else set()
+                keep = set(at_j[:above])
                 cuts = tuple((o, lv, c + 1 if c > j or (c == j and k not in keep) else c)
                              for k, (o, lv, c) in enumerate(base))
                 cand = LN.Mapping(m.spatial, loops, cuts, m.double)
