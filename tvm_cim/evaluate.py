@@ -92,26 +92,27 @@ def evaluate(spec: str, hw, strategy: str, *, seed: int = 0, calib_samples: int 
     model : onnx.ModelProto
         Its graph (operators, inputs, outputs); the initializers are dropped once imported.
     """
-    ort_zoo = reference == "onnxruntime" and not timing_only and spec.startswith("zoo:")
-    # a zoo model's file for onnxruntime
-    with tempfile.TemporaryDirectory(prefix="tvm_cim_") if ort_zoo else contextlib.nullcontext() as scratch:
+    if reference not in REFERENCES:
+        raise ValueError(f"reference must be one of {', '.join(REFERENCES)}, got {reference!r}")
+    ort = reference == "onnxruntime" and not timing_only
+    # onnxruntime reads the model's file: a zoo model's is written to a temporary directory
+    with tempfile.TemporaryDirectory(prefix="tvm_cim_") if ort and spec.startswith("zoo:") \
+            else contextlib.nullcontext() as scratch:
         return _evaluate(spec, hw, strategy, seed, calib_samples, inputs_path, bitwise, timing_only, hw_name,
-                         max_error, nonideal, batch, reference, scratch)
+                         max_error, nonideal, batch, reference, ort, scratch)
 
 
 def _evaluate(spec, hw, strategy, seed, calib_samples, inputs_path, bitwise, timing_only, hw_name, max_error,
-              nonideal, batch, reference, scratch) -> tuple[dict, list, object]:
+              nonideal, batch, reference, ort, scratch) -> tuple[dict, list, object]:
     if int(batch) < 1:
         raise ValueError(f"batch must be >= 1, got {batch}")
-    if reference not in REFERENCES:
-        raise ValueError(f"reference must be one of {', '.join(REFERENCES)}, got {reference!r}")
     t0, c0 = time.perf_counter(), time.process_time()
     model = load_onnx(spec, seed=seed)
     mod, shapes, dtypes = import_onnx(model, spec)
     ort_model = None  # --reference onnxruntime: the model's file (a zoo model's saved to a temporary one)
-    if reference == "onnxruntime" and not timing_only:
+    if ort:
         ort_model = spec
-        if spec.startswith("zoo:"):
+        if scratch is not None:
             ort_model = os.path.join(scratch, "model.onnx")
             # weights as external data: onnxruntime maps the file rather than copying it (VGG-19: 0.65 GB
             # more at the reference instead of 1.0 GB)
