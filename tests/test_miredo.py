@@ -1,5 +1,6 @@
 """MIREDO (paper 001): preset, loop-nest cost model, flexible factorisation, per-layer MIP, strategy."""
 
+import dataclasses
 import math
 
 import numpy as np
@@ -114,9 +115,51 @@ def hier():
     return LN.Hierarchy.of(tvm_cim.load("miredo"))
 
 
+@pytest.fixture(scope="module")
+def hier16(hier):
+    """The miredo chip with final outputs moved at the partial sums' 16 bits (``output_bits = psum_bits``):
+    the hand timings of port sharing below count 16-bit outputs."""
+    return dataclasses.replace(hier, bits={**hier.bits, "O_final": hier.bits["O"]})
+
+
 def test_hierarchy_needs_a_dataflow_table():
     with pytest.raises(ValueError, match="dataflow"):
         LN.Hierarchy.of(tvm_cim.load("isaac"))
+
+
+def test_final_outputs_leave_requantised_and_partial_sums_at_their_precision(hier):
+    """The reference's precisions (psum 16, O_final 8): an output tile that leaves a level with its reduction
+    done moves 8 bits per element, once; one that leaves while a reduction loop outside it still runs moves
+    16-bit partial sums there and back; an MVM's outputs drained to the innermost output level are partial
+    sums unless every reduction dimension is unrolled in space.  Bits by hand, energy at DRAM by hand."""
+    assert (hier.bits["O"], hier.bits["O_final"]) == (16, 8)
+    layer = LN.Layer.conv("two", 1, 32, 64, 1, 1, 1, 1)  # C64 on 32 rows: a temporal C2; K32 on 16 columns: K2
+    sp = (("cores", ()), ("rows", (("C", 32),)), ("cols", (("K", 16),)))
+    # the global buffer holds every output (cut above both loops); the output buffer one K tile (cut below K2,
+    # inside C2: its tile goes back as partial sums after the first C iteration and comes back)
+    cuts = (("I", "gbuf", 0), ("W", "gbuf", 0), ("O", "gbuf", 0), ("O", "obuf", 2), ("I", "ibuf", 2),
+            ("W", "macro", 2))
+    m = LN.Mapping(sp, (("C", 2), ("K", 2)), cuts)
+    assert LN.check(layer, hier, m) == []
+    trs = {(t.operand, t.level): t for t in LN.transfers(layer, hier, m)}
+    g, o = trs[("O", "gbuf")], trs[("O", "obuf")]
+    assert (g.times, g.count, g.bits) == (1, 1, 32 * 8)  # 32 final outputs, 8 bits, to DRAM once
+    assert (o.times, o.count, o.bits) == (2, 4, 16 * 16)  # 16 partial sums of 16 bits, four times there and back
+    assert LN.mvm_feed(layer, hier, m)[1] == 16 * 16 / 128  # the MVMs drain 16-bit partial sums
+    dram_o = 32 * 8 * 7.91  # written once
+    e = LN.evaluate(layer, hier, m).breakdown["dram"]
+    assert e == pytest.approx((64 * 8 + 64 * 32 * 8) * 7.91 + dram_o)
+    assert simulate(layer, hier, m).energy_pj["dram"] == pytest.approx(e)
+    # every reduction in space (C32): the MVMs' outputs are final, 8 bits drained
+    one = LN.Layer.conv("one", 1, 16, 32, 1, 1, 1, 1)
+    m1 = LN.Mapping(sp, (), (("I", "gbuf", 0), ("W", "gbuf", 0), ("O", "gbuf", 0), ("O", "obuf", 0),
+                             ("I", "ibuf", 0), ("W", "macro", 0)))
+    assert LN.check(one, hier, m1) == [] and LN.mvm_feed(one, hier, m1)[1] == 16 * 8 / 128
+    # a chip file without output_bits moves final outputs at psum_bits
+    hw = tvm_cim.load("miredo")
+    same = LN.Hierarchy.of(dataclasses.replace(hw, dataflow=dataclasses.replace(hw.dataflow, output_bits=None)))
+    assert same.bits["O_final"] == 16
+    assert [t.bits for t in LN.transfers(layer, same, m) if (t.operand, t.level) == ("O", "gbuf")] == [32 * 16]
 
 
 def test_everything_resident_costs_loads_compute_and_write_back(hier):
@@ -128,7 +171,7 @@ def test_everything_resident_costs_loads_compute_and_write_back(hier):
     m = LN.Mapping(sp, (), cuts)
     assert LN.check(layer, hier, m) == []
     dram, gbuf = 64, 128
-    i_bits, w_bits, o_bits = 32 * 8, 32 * 16 * 8, 16 * 16
+    i_bits, w_bits, o_bits = 32 * 8, 32 * 16 * 8, 16 * 8  # outputs leave final, requantised (output_bits 8)
     loads = i_bits / dram + i_bits / gbuf + w_bits / dram + w_bits / 8  # the macro is written at 8 bit/cycle
     back = o_bits / gbuf + o_bits / dram
     expect = loads + 8 + back  # 8 cycles: bit-serial INT8 MVM
@@ -551,22 +594,23 @@ def test_a_double_buffered_prefetch_moves_in_the_room_the_inner_refills_leave(hi
     assert abs(LN.latency(layer, hier, m) - s) / s < 0.05
 
 
-def test_a_prefetch_waits_while_a_write_back_holds_its_port_and_the_last_iteration_prefetches_nothing(hier):
+def test_a_prefetch_waits_while_a_write_back_holds_its_port_and_the_last_iteration_prefetches_nothing(hier16):
     """MobileNetV2 features.1.conv.1 under the mapping MIREDO chose in session 15: at every P7 iteration the
     input tile is prefetched from DRAM (7,168 cycles, all of DRAM, half of the global buffer's port), the
     outputs go back to DRAM single-buffered (7,168 cycles, all of DRAM), and the MVMs, fed from and drained
     to the global buffer, hold all of its port for 7,168 cycles.  The prefetch finds room neither beside
     the MVMs nor beside the write-back: the three run one after another, 7 x 3 x 7,168 cycles and the
     weights (seven input tiles: the first before the loop, none in its last iteration).  (The model gave
-    108,096 when it let the prefetch run beside the write-back, 158,272 when it also counted an eighth.)"""
+    108,096 when it let the prefetch run beside the write-back, 158,272 when it also counted an eighth.)
+    (``hier16``: outputs moved at 16 bits, the case as it was built.)"""
     layer = LN.Layer.conv("pw", 1, 16, 32, 112, 112, 1, 1)
     m = _mapping("cores[Q8] rows[C32] cols[K16] :: |gbuf:W |macro:W P7 |gbuf:I* |gbuf:O Q2 P2 P4 Q7 P2")
-    assert LN.check(layer, hier, m) == []
-    trs = {(t.operand, t.level): t for t in LN.transfers(layer, hier, m)}
-    assert trs[("I", "gbuf")].cycles == trs[("O", "gbuf")].cycles == 7168 and LN.leaf_cycles(layer, hier, m) * 224 == 7168
-    s = simulate(layer, hier, m).cycles
+    assert LN.check(layer, hier16, m) == []
+    trs = {(t.operand, t.level): t for t in LN.transfers(layer, hier16, m)}
+    assert trs[("I", "gbuf")].cycles == trs[("O", "gbuf")].cycles == 7168 and LN.leaf_cycles(layer, hier16, m) * 224 == 7168
+    s = simulate(layer, hier16, m).cycles
     assert 21 * 7168 <= s <= 21 * 7168 * 1.01
-    assert abs(LN.latency(layer, hier, m) - s) / s < 0.02
+    assert abs(LN.latency(layer, hier16, m) - s) / s < 0.02
 
 
 @pytest.mark.parametrize("shape,text", [
@@ -608,7 +652,7 @@ def test_a_single_buffered_level_feeding_only_its_child_refills_while_the_macros
     assert abs(a - s) / s < 0.05
 
 
-def test_an_input_level_refills_behind_its_childs_last_block(hier, monkeypatch):
+def test_an_input_level_refills_behind_its_childs_last_block(hier16, monkeypatch):
     """Hand-timed: gbuf:I is refilled at P2 and read only by ibuf:I, refilled at P4 (single-buffered).
 
     Execution: gbuf:I 0-128 (8,192 bits at DRAM's 64/cycle), W to gbuf 128-192 and into the macro 192-704
@@ -616,43 +660,45 @@ def test_an_input_level_refills_behind_its_childs_last_block(hier, monkeypatch):
     starts at 704, the last of the first P2 iteration runs 944-1008.  The second gbuf:I refill starts when
     ibuf has copied its last tile (944) and ends at 1072: only 1072 - 1008 = 64 of its 128 cycles are
     exposed.  Then 16 + 4 x 80 - 16 = 320 to 1392, the outputs go back through gbuf (128) and to DRAM (256):
-    1776.  The model charged the whole refill after the block before (1856, 4.5 % over)."""
+    1776.  The model charged the whole refill after the block before (1856, 4.5 % over).
+    (``hier16``: outputs moved at 16 bits, the case as it was built.)"""
     layer = LN.Layer.conv("feed", 1, 16, 32, 8, 8, 1, 1)
     m = _mapping("cores[] rows[C32] cols[K16] :: |gbuf:W |macro:W |gbuf:O |obuf:O P2 |gbuf:I P4 |ibuf:I Q8")
-    assert LN.check(layer, hier, m) == [] and hier.mvm_cycles == 8
-    trs = {(t.operand, t.level): t for t in LN.transfers(layer, hier, m)}
+    assert LN.check(layer, hier16, m) == [] and hier16.mvm_cycles == 8
+    trs = {(t.operand, t.level): t for t in LN.transfers(layer, hier16, m)}
     assert (trs[("I", "gbuf")].slot, trs[("I", "gbuf")].cycles) == (0, 128.0)
     assert (trs[("I", "ibuf")].slot, trs[("I", "ibuf")].cycles) == (1, 16.0)
-    assert simulate(layer, hier, m).cycles == 1776.0
-    now = LN.latency(layer, hier, m)
+    assert simulate(layer, hier16, m).cycles == 1776.0
+    now = LN.latency(layer, hier16, m)
     monkeypatch.setattr(LN, "_exposed", lambda t, trs, body, rate=1.0: t.times * t.cycles)
-    before = LN.latency(layer, hier, m)
+    before = LN.latency(layer, hier16, m)
     assert before - now == 2 * (128 - 64)  # both refills of gbuf:I hide behind a 64-cycle block
     assert abs(now - 1776) < abs(before - 1776) and abs(now - 1776) / 1776 < 0.03
 
 
-def test_many_small_write_backs_do_not_push_a_refill_behind_the_block(hier, monkeypatch):
+def test_many_small_write_backs_do_not_push_a_refill_behind_the_block(hier16, monkeypatch):
     """Each of the 128 MVM steps of a P iteration writes its partial sums back (obuf, 2 cycles on the gbuf
     port), so the ports hold hundreds of bookings when the second gbuf:I refill is requested: it may start when
     ibuf has copied the first tile (832), long before the first block (1088-2112) ends.  Hand-timed bound:
     weights in the macro at 1088, two blocks of 128 x 8 cycles, the last partial sums (2) and the output tile
     to DRAM (65,536 bits at 64/cycle: 1024), plus at most one ibuf copy (256) of slack.  The old port kept 96
-    bookings and counted the forgotten ones as full until they ended: the refill waited for the block."""
+    bookings and counted the forgotten ones as full until they ended: the refill waited for the block.
+    (``hier16``: outputs moved at 16 bits, the case as it was built.)"""
     from tvm_cim.simulator import loopnest as SL
 
     layer = LN.Layer.conv("flood", 1, 16, 32, 2, 128, 1, 1)
     m = _mapping("cores[] rows[C32] cols[K16] :: |gbuf:W |macro:W |gbuf:O P2 |gbuf:I |ibuf:I* Q128 |obuf:O*")
-    assert LN.check(layer, hier, m) == []
-    now = simulate(layer, hier, m).cycles
-    assert now <= 1088 + 2 * 128 * hier.mvm_cycles + 2 + 1024 + 256
+    assert LN.check(layer, hier16, m) == []
+    now = simulate(layer, hier16, m).cycles
+    assert now <= 1088 + 2 * 128 * hier16.mvm_cycles + 2 + 1024 + 256
     monkeypatch.setattr(SL._Port, "forget", lambda self, floor: None)
     monkeypatch.setattr(SL._Port, "KEEP", 10**9)
-    assert simulate(layer, hier, m).cycles == now  # forgetting is exact: every booking kept gives the same
+    assert simulate(layer, hier16, m).cycles == now  # forgetting is exact: every booking kept gives the same
     monkeypatch.setattr(SL._Port, "KEEP", 96)
-    assert simulate(layer, hier, m).cycles > now + 200  # the old cap alone
+    assert simulate(layer, hier16, m).cycles > now + 200  # the old cap alone
 
 
-def test_the_macros_feed_has_priority_on_its_port(hier):
+def test_the_macros_feed_has_priority_on_its_port(hier16):
     """Hand-timed port arbitration.  Inputs and partial sums of the MVMs both go through the global buffer's
     port (no per-core buffers): 8 cores x 32 inputs x 8 bits = 16 cycles and 8 x 16 partial sums x 16 bits = 16
     cycles per 32-cycle MVM step, so the macros use all of it while they compute.  Each Q4 iteration computes
@@ -661,19 +707,20 @@ def test_the_macros_feed_has_priority_on_its_port(hier):
     global buffer 128-192 and into the macros 192-704 (4,096 bits at 8 per cycle).  Then step 1 704-736; tile
     1 goes back 768-800 behind step 2 (736-768); step 3 waits for its buffer (tile 1 out) 800-832, tile 2
     goes back 832-864; step 4 864-896, tile 3 896-928; tile 4 928-960.  Without priority the write-backs ran
-    beside the steps (the port at 1.5 of its bandwidth) and the layer ended at 864."""
+    beside the steps (the port at 1.5 of its bandwidth) and the layer ended at 864.
+    (``hier16``: outputs moved at 16 bits, the case as it was built.)"""
     layer = LN.Layer.conv("arb", 1, 16, 32, 1, 32, 1, 1)
     m = _mapping("cores[Q8] rows[C32] cols[K16] :: |gbuf:I |gbuf:W |macro:W Q4 |gbuf:O*")
-    assert LN.check(layer, hier, m) == []
-    assert LN.mvm_feed(layer, hier, m) == (16.0, 16.0, "gbuf", "gbuf") and LN.leaf_cycles(layer, hier, m) == 32
-    r = simulate(layer, hier, m)
+    assert LN.check(layer, hier16, m) == []
+    assert LN.mvm_feed(layer, hier16, m) == (16.0, 16.0, "gbuf", "gbuf") and LN.leaf_cycles(layer, hier16, m) == 32
+    r = simulate(layer, hier16, m)
     assert r.cycles == 960.0 and r.compute_cycles == 4 * 32
     assert r.arbitration == {"rebooked": 3, "unsettled": 0}
-    a = LN.latency(layer, hier, m)
+    a = LN.latency(layer, hier16, m)
     assert abs(a - 960) / 960 < 0.05
 
 
-def test_an_output_write_back_shares_the_global_buffer_with_the_inner_write_backs(hier):
+def test_an_output_write_back_shares_the_global_buffer_with_the_inner_write_backs(hier16):
     """Hand-timed port sharing.  32 output tiles of 2 MVM steps go to DRAM through the global buffer
     (double-buffered: 4,096 bits, 64 DRAM cycles at half the global buffer's port); inside, every step's
     partial sums go up from the output buffers (2,048 bits: 16 cycles, all of the global buffer's port) and
@@ -682,14 +729,15 @@ def test_an_output_write_back_shares_the_global_buffer_with_the_inner_write_back
     each tile takes the global buffer's port 32 + 2 x 16 + 2 x 4 = 72 cycles, after the loads (inputs 512,
     weights 64 + 256 into the macros) and the first tile (64): 832 + 32 x 72 + 64 = 3,200 cycles.  The
     exclusion rule before (a write-back heavy on DRAM excluding every refill heavy on the global buffer inside
-    it) gave 832 + 32 x 96 + 64 = 3,968 (the MIP keeps it: an upper bound of the model there)."""
+    it) gave 832 + 32 x 96 + 64 = 3,968 (the MIP keeps it: an upper bound of the model there).
+    (``hier16``: outputs moved at 16 bits, the case as it was built.)"""
     layer = LN.Layer.conv("pw", 1, 32, 16, 16, 16, 1, 1)
     m = _mapping("cores[K2,Q4] rows[C16] cols[K16] :: |gbuf:I |gbuf:W |macro:W P4 Q2 P2 Q2 |gbuf:O* P2 |obuf:O")
-    assert LN.check(layer, hier, m) == []
-    s = simulate(layer, hier, m).cycles
+    assert LN.check(layer, hier16, m) == []
+    s = simulate(layer, hier16, m).cycles
     assert s <= 832 + 32 * 72 + 64 and s < 0.85 * 3968  # the execution shares the port
-    assert LN.latency(layer, hier, m) == 3200
-    assert abs(LN.latency(layer, hier, m) - s) / s < 0.05
+    assert LN.latency(layer, hier16, m) == 3200
+    assert abs(LN.latency(layer, hier16, m) - s) / s < 0.05
 
 
 def test_double_buffered_output_write_backs_pipeline_through_two_levels(hier):
@@ -752,22 +800,23 @@ def test_doubled_search_doubles_inputs_and_outputs_of_a_depthwise_layer_at_both_
     assert key(LN.evaluate(layer, hier, d)) <= key(LN.evaluate(layer, hier, g))
 
 
-def test_doubled_depthwise_adds_the_doubled_search_point_to_optimise(hier, monkeypatch):
+def test_doubled_depthwise_adds_the_doubled_search_point_to_optimise(hier16, monkeypatch):
     """optimise with DOUBLED_DEPTHWISE: on a depthwise layer its choice is, in the model, at least as good as
     doubled_search from the best greedy mapping, and here strictly better than without it (whose choice keeps a
-    single-buffered level); the simulator runs it faster too."""
+    single-buffered level); the simulator runs it faster too.
+    (``hier16``: outputs moved at 16 bits, the case as it was built.)"""
     layer = LN.Layer.conv("dw", 1, 1, 1, 14, 14, 3, 3, 32, (2, 2))
     kw = dict(spatial_top=1, starts=1, max_orders=100)
     monkeypatch.setattr(DF, "DOUBLED_DEPTHWISE", False)
-    off = DF.optimise(layer, hier, "miredo", "edp", **kw)
+    off = DF.optimise(layer, hier16, "miredo", "edp", **kw)
     monkeypatch.setattr(DF, "DOUBLED_DEPTHWISE", True)
-    on = DF.optimise(layer, hier, "miredo", "edp", **kw)
-    sp = DF.spatial_candidates(layer, hier, 1)[0]
-    g = DF.heuristic_starts(layer, hier, sp, "edp", keep=1, max_orders=100)[0]
-    d = DF.doubled_search(layer, hier, g, lambda c: c.edp)
-    assert on.cost.edp <= LN.evaluate(layer, hier, d).edp * (1 + 1e-9)
+    on = DF.optimise(layer, hier16, "miredo", "edp", **kw)
+    sp = DF.spatial_candidates(layer, hier16, 1)[0]
+    g = DF.heuristic_starts(layer, hier16, sp, "edp", keep=1, max_orders=100)[0]
+    d = DF.doubled_search(layer, hier16, g, lambda c: c.edp)
+    assert on.cost.edp <= LN.evaluate(layer, hier16, d).edp * (1 + 1e-9)
     assert on.cost.edp < off.cost.edp
-    assert simulate(layer, hier, on.mapping).cycles < simulate(layer, hier, off.mapping).cycles
+    assert simulate(layer, hier16, on.mapping).cycles < simulate(layer, hier16, off.mapping).cycles
 
 
 def test_evaluations_memo_gives_the_model_once_per_mapping(hier, monkeypatch):
@@ -951,21 +1000,22 @@ def test_cli_rejects_a_bad_workers_setting_before_any_work(tmp_path):
     assert "Traceback" not in p.stderr
 
 
-def test_the_chosen_mapping_doubled_runs_a_dram_bound_expansion_near_its_floor(hier, monkeypatch):
+def test_the_chosen_mapping_doubled_runs_a_dram_bound_expansion_near_its_floor(hier16, monkeypatch):
     """optimise (DOUBLED_FINAL): MobileNetV2 features.3.conv.0.0, a 1x1 expansion bound by DRAM (every operand
     once at 64 bits per cycle: its floor), executed by the loop-nest simulator.  Without the pass the chosen
     mapping keeps the partial sums single-buffered and waits on their write-backs (about 1.5x the floor); with
-    it the global and output buffers' partial sums are double-buffered and it runs within 10 % of the floor."""
+    it the global and output buffers' partial sums are double-buffered and it runs within 10 % of the floor.
+    (``hier16``: outputs moved at 16 bits, the case as it was built.)"""
     layer = LN.Layer.conv("features.3.conv.0.0", 1, 144, 24, 56, 56, 1, 1)
     st = dict(node_limit=5, spatial_top=1, starts=1, max_orders=30)
     monkeypatch.setattr(DF, "RELOCATE_FINAL", False)  # this pass alone
     monkeypatch.setattr(DF, "DOUBLED_FINAL", False)
-    a = DF.optimise(layer, hier, **st)
+    a = DF.optimise(layer, hier16, **st)
     monkeypatch.setattr(DF, "DOUBLED_FINAL", True)
-    b = DF.optimise(layer, hier, **st)
-    floor = DF.edp_floor(layer, hier, b.mapping.spatial)["cycles"]
-    run_a, run_b = simulate(layer, hier, a.mapping).cycles, simulate(layer, hier, b.mapping).cycles
-    assert LN.check(layer, hier, b.mapping) == [] and b.status.startswith("double-buffered")
+    b = DF.optimise(layer, hier16, **st)
+    floor = DF.edp_floor(layer, hier16, b.mapping.spatial)["cycles"]
+    run_a, run_b = simulate(layer, hier16, a.mapping).cycles, simulate(layer, hier16, b.mapping).cycles
+    assert LN.check(layer, hier16, b.mapping) == [] and b.status.startswith("double-buffered")
     assert run_a > 1.4 * floor and run_b < 1.1 * floor
     assert {("O", "gbuf"), ("O", "obuf")} <= b.mapping.double
     assert b.cost.edp < a.cost.edp and b.mapping in {m for m, _ in b.front}
@@ -1044,21 +1094,22 @@ def test_a_relocation_is_one_loop_moved_with_the_cuts_between_the_same_loops(hie
                     "|gbuf:W* |macro:W") in rel
 
 
-def test_relocating_a_loop_leaves_the_local_optimum_of_adjacent_moves(hier):
+def test_relocating_a_loop_leaves_the_local_optimum_of_adjacent_moves(hier16):
     """dataflow.relocate (optimise's RELOCATE_FINAL) on MobileNetV2 features.2.conv.1.0 (depthwise 3x3, 96
     groups, 56x56 outputs) from the mapping optimise chose before it: polish (adjacent swaps, cuts by one slot)
     cannot improve it in the model, since the input-buffer tile of one output row needs three such moves to become
     7x7; one relocation (P7 inside the input buffer's cut) does, and the loop-nest simulator executes the new
     mapping at least 5 % faster (the smaller tile re-reads its halo rows from the global buffer, whose port is
-    then nearly full: 352,011 against 316,635 cycles)."""
+    then nearly full: 352,011 against 316,635 cycles).
+    (``hier16``: outputs moved at 16 bits, the case as it was built.)"""
     layer = LN.Layer.conv("features.2.conv.1.0", 1, 1, 1, 56, 56, 3, 3, 96, (2, 2))
     m = _mapping("cores[P4,Q2] rows[R3,S3] cols[] :: G3 G4 G2 G4 |gbuf:I* Q2 P2 P7 |gbuf:O* Q2 |ibuf:I* Q7 "
                  "|obuf:O* |gbuf:W* |macro:W")
-    assert LN.check(layer, hier, m) == []
+    assert LN.check(layer, hier16, m) == []
     key = lambda c: c.edp  # noqa: E731
-    assert DF.polish(layer, hier, m, key)[0] == m
-    r, c = DF.relocate(layer, hier, m, key)
-    assert LN.check(layer, hier, r) == [] and c.edp < LN.evaluate(layer, hier, m).edp
+    assert DF.polish(layer, hier16, m, key)[0] == m
+    r, c = DF.relocate(layer, hier16, m, key)
+    assert LN.check(layer, hier16, r) == [] and c.edp < LN.evaluate(layer, hier16, m).edp
     assert [x for x in r.loops if x != ("P", 7)] == [x for x in m.loops if x != ("P", 7)]
     assert r.cut("I", "ibuf") <= r.loops.index(("P", 7))  # the 7 output rows are inside the input buffer's tile
-    assert simulate(layer, hier, r).cycles < 0.95 * simulate(layer, hier, m).cycles
+    assert simulate(layer, hier16, r).cycles < 0.95 * simulate(layer, hier16, m).cycles

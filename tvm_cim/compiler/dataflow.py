@@ -204,7 +204,8 @@ def edp_floor(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple) -> dict:
     par = math.prod(f for _, fs in spatial for _, f in fs)
     steps = layer.macs / par
     active = math.prod(m.spatial_of(hier.axes[0].name).values())
-    bits = {o: layer.elems(o, layer.bounds) * hier.bits[o] for o in "IWO"}
+    # outputs leave at least once with their reduction done (final precision, :func:`LN.out_bits`)
+    bits = {o: layer.elems(o, layer.bounds) * (LN.out_bits(hier, False) if o == "O" else hier.bits[o]) for o in "IWO"}
     # inputs: only the elements some window reads (a stride larger than the window skips the others, and a
     # mapping whose input tiles follow the output rows moves only those; the bounding box overcounts them)
     b = layer.bounds
@@ -229,7 +230,8 @@ def edp_floor(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple) -> dict:
             t[d] *= f
     mvms = steps * active
     e += mvms * layer.elems("I", t) * hier.bits["I"] * min(lv.read_pj for lv in hier.levels_of("I"))
-    e += mvms * layer.elems("O", t) * hier.bits["O"] * min(lv.write_pj for lv in hier.levels_of("O"))
+    e += (mvms * layer.elems("O", t) * LN.out_bits(hier, LN.drain_partial(layer, spatial))
+          * min(lv.write_pj for lv in hier.levels_of("O")))
     if nxt:
         lv = nxt[0]
         e += sum(bits.values()) * lv.write_pj + bits["W"] * lv.read_pj

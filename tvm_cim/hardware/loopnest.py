@@ -143,7 +143,8 @@ class Hierarchy:
     mvm_cycles : int
         Cycles of one MVM (bit-serial input steps).
     bits : dict
-        Bits per element moved of every operand (``O``: partial sums).
+        Bits per element moved of every operand (``O``: partial sums; ``O_final``: outputs whose reduction
+        is done, requantised before they leave a level, :func:`out_bits`).
     compartments : int
         Weight tiles a macro stores (one computes at a time).
     weight_double_buffer : bool
@@ -186,7 +187,7 @@ class Hierarchy:
         wbits, ibits = hw.crossbar.weight_bits, hw.crossbar.input_bits
         xb = hw.crossbar
         _, e = cost.read(hw, xb.rows, hw.logical_cols(wbits), 1, 1, wbits, ibits, False)
-        return Hierarchy(levels, axes, cost.input_steps(hw, ibits, False), {"I": ibits, "W": wbits, "O": df.psum_bits},
+        return Hierarchy(levels, axes, cost.input_steps(hw, ibits, False), {"I": ibits, "W": wbits, "O": df.psum_bits, "O_final": df.output_bits or df.psum_bits},
                          hw.core.crossbars, df.weight_double_buffer, float(sum(e.values())), cost.leakage_mw(hw),
                          hw.cycle_ns, {lv.name: lv for lv in levels})
 
@@ -353,6 +354,22 @@ def tile_bits(layer: Layer, hier: Hierarchy, m: Mapping, operand: str, lv: Level
     return layer.elems(operand, tile_extents(hier, m, c, lv.per_core)) * hier.bits[operand]
 
 
+def out_bits(hier: Hierarchy, partial: bool) -> int:
+    """Bits per output element moved: partial sums at ``psum_bits``, final outputs (every reduction done) at
+    ``output_bits`` (the reference's ``O_final``: requantised before they leave the level)."""
+    return hier.bits["O"] if partial else hier.bits["O_final"]
+
+
+def drain_partial(layer: Layer, spatial: tuple) -> bool:
+    """Whether an MVM's outputs are partial sums: some reduction dimension is not wholly unrolled in space
+    (so a temporal loop still accumulates them).  ``spatial``: a mapping's ``spatial`` field."""
+    sp: dict = {}
+    for _, fs in spatial:
+        for d, f in fs:
+            sp[d] = sp.get(d, 1) * f
+    return any(layer.bounds[d] > sp.get(d, 1) for d in REDUCTION)
+
+
 def copies(hier: Hierarchy, m: Mapping, operand: str) -> int:
     """Distinct per-core tiles of ``operand`` (core-unrolled loops it depends on; the rest is multicast)."""
     return math.prod(f for d, f in m.spatial_of(_core_axis(hier)).items() if d in RELEVANT[operand])
@@ -406,15 +423,18 @@ def transfers(layer: Layer, hier: Hierarchy, m: Mapping) -> list:
     for o in "IWO":
         chain = used_levels(hier, m, o)
         for (par, _), (lv, c) in zip(chain[:-1], chain[1:]):
-            per = tile_bits(layer, hier, m, o, lv)
-            total = per * (copies(hier, m, o) if lv.per_core else 1)
-            child_bw = lv.bandwidth_bits
-            t = max(total / par.bandwidth_bits, per / child_bw)
             # refilled at the innermost loop above the cut the operand depends on (inner irrelevant loops reuse it)
             slot = max((j for j in range(c) if m.loops[j][0] in RELEVANT[o]), default=-1)
             times = 1
-            if o == "O" and any(d in REDUCTION and f > 1 for d, f in m.loops[:slot + 1]):
-                times = 2  # partial sums go back and come back
+            per = tile_bits(layer, hier, m, o, lv)  # what the level holds (outputs: partial sums)
+            if o == "O":
+                if any(d in REDUCTION and f > 1 for d, f in m.loops[:slot + 1]):
+                    times = 2  # partial sums go back and come back
+                else:  # the tile leaves once, its reduction done: requantised on the way out
+                    per = per // hier.bits["O"] * out_bits(hier, False)
+            total = per * (copies(hier, m, o) if lv.per_core else 1)
+            child_bw = lv.bandwidth_bits
+            t = max(total / par.bandwidth_bits, per / child_bw)
             count = math.prod(f for _, f in m.loops[:slot + 1])
             dbl = (o, lv.name) in m.double
             out.append(Transfer(o, lv.name, par.name, slot, float(t), times, count, total, dbl))
@@ -437,7 +457,7 @@ def mvm_feed(layer: Layer, hier: Hierarchy, m: Mapping) -> tuple[float, float, s
         for ax in hier.axes[1:]:
             for d, f in m.spatial_of(ax.name).items():
                 t[d] *= f
-        per = layer.elems(o, t) * hier.bits[o]
+        per = layer.elems(o, t) * (hier.bits["I"] if o == "I" else out_bits(hier, drain_partial(layer, m.spatial)))
         bits = per if lv.per_core else per * copies(hier, m, o)
         res.append((bits / lv.bandwidth_bits, lv.name))
     return float(res[0][0]), float(res[1][0]), res[0][1], res[1][1]
@@ -896,7 +916,7 @@ def energy(layer: Layer, hier: Hierarchy, m: Mapping, cycles: float, trs: list |
         for d, f in m.spatial_of(ax.name).items():
             t[d] *= f
     add(feed_i.name, mvms * layer.elems("I", t) * hier.bits["I"] * feed_i.read_pj)
-    add(feed_o.name, mvms * layer.elems("O", t) * hier.bits["O"] * feed_o.write_pj)
+    add(feed_o.name, mvms * layer.elems("O", t) * out_bits(hier, drain_partial(layer, m.spatial)) * feed_o.write_pj)
     add("mvm", mvms * hier.mvm_energy_pj)
     add("leakage", hier.leakage_mw * cycles * hier.cycle_ns)
     return br

@@ -228,6 +228,9 @@ class Dataflow:
     spatial: dict[str, SpatialAxis] = key(factory=dict, doc="spatial axes by name")
     weight_double_buffer: Flag = key(False, doc="a macro may load weights into an idle compartment while computing")
     psum_bits: PositiveInt = key(16, doc="partial-sum precision moved between output levels", unit="bit")
+    output_bits: PositiveInt | None = key(
+        None, doc="precision of final outputs (every reduction done, requantised) moved out of a level; "
+                  "absent: psum_bits", unit="bit")
 
 
 @hw_dataclass

@@ -237,7 +237,9 @@ def solve(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, objective: str = 
         E[key] = e
         sizes_big[key] = big
         ell_bounds[key] = ell
-        bits = hier.bits[o]
+        # outputs: final (requantised) when no reduction loop is outside the cut (R = 0), else partial sums
+        # there and back (Teff below); capacities count partial sums
+        bits = LN.out_bits(hier, False) if o == "O" else hier.bits[o]
         k = max(copies[o] / parent.bandwidth_bits, 1 / lv.bandwidth_bits) if lv.per_core else \
             max(1 / parent.bandwidth_bits, 1 / lv.bandwidth_bits)
         if lv.per_core:
@@ -245,7 +247,7 @@ def solve(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, objective: str = 
         else:
             frac[key] = {parent.name: (1 / parent.bandwidth_bits) / k, lv.name: (1 / lv.bandwidth_bits) / k}
         Tb[key] = (bits * k * big * tsc) * e
-        Tmax[key] = bits * k * big * tsc * (2 if o == "O" else 1)
+        Tmax[key] = (2 * hier.bits["O"] if o == "O" else bits) * k * big * tsc
         can_dbl = lv.double_buffer or (o == "W" and lv.name == hier.levels_of("W")[-1].name and hier.weight_double_buffer)
         D[key] = mdl.binary(f"D{o}{lv.name}") if can_dbl else None
         if D[key] is not None:
@@ -257,7 +259,8 @@ def solve(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, objective: str = 
                     for i in range(n):
                         _add(mdl, R[key] >= X[f][i] - C[key][i] - (1 - psi[key]))
             tr = mdl.var(f"TR{lv.name}")
-            _add(mdl, tr >= Tb[key] - Tmax[key] * (1 - R[key]))
+            back = 2 * hier.bits["O"] / bits - 1  # partial sums: 2 x psum bits where a final tile moves bits
+            _add(mdl, tr >= back * Tb[key] - Tmax[key] * (1 - R[key]))
             Teff[key] = Tb[key] + tr
         else:
             Teff[key] = Tb[key]
@@ -305,7 +308,7 @@ def solve(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, objective: str = 
         for ax in hier.axes[1:]:
             for d, f in dict(next((fs for a, fs in spatial if a == ax.name), ())).items():
                 t[d] *= f
-        per = layer.elems(o, t) * hier.bits[o]
+        per = layer.elems(o, t) * (hier.bits["I"] if o == "I" else LN.out_bits(hier, LN.drain_partial(layer, spatial)))
         for k_, lv in enumerate(chain):
             bits = per if lv.per_core else per * copies[o]
             fd = bits / lv.bandwidth_bits * tsc
@@ -542,16 +545,19 @@ def solve(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, objective: str = 
         while g <= hi:
             _add(mdl, vol >= math.exp(g - hi) * (1 + lam - g) - 3 * (1 - psi[key]))  # volume / exp(hi)
             g += 0.1
-        e_terms.append((hier.bits[o] * (parent.read_pj + lv.write_pj) * math.exp(hi) / eref) * vol)
-        moved = [vol]
-        if key in R:  # partial sums go back and come back
+        b1 = LN.out_bits(hier, False) if o == "O" else hier.bits[o]  # a tile moved once (outputs: final)
+        e_terms.append((b1 * (parent.read_pj + lv.write_pj) * math.exp(hi) / eref) * vol)
+        moved = [(b1, vol)]
+        if key in R:  # partial sums go back and come back: 2 x psum bits in all
             vr = mdl.var(f"VR{o}{lv.name}")
             _add(mdl, vr >= vol - 3 * (1 - R[key]))
-            moved.append(vr)
+            moved.append((2 * hier.bits["O"] - b1, vr))
+            if hier.bits["O"] > b1:  # one trip at psum bits, as a final tile's at b1
+                e_terms.append(((hier.bits["O"] - b1) * (parent.read_pj + lv.write_pj) * math.exp(hi) / eref) * vr)
         for pn, x in ((parent.name, parent), (lv.name, lv)):
             per_port = (1 / max(1, copies[o])) if (x.per_core and lv.per_core) else 1.0
-            coef = hier.bits[o] * math.exp(hi) * per_port / x.bandwidth_bits * tsc
-            port_load.setdefault(pn, []).extend(coef * v for v in moved)
+            coef = math.exp(hi) * per_port / x.bandwidth_bits * tsc
+            port_load.setdefault(pn, []).extend(coef * b * v for b, v in moved)
     mvms = steps * active
     for o in "IO":
         chain = hier.levels_of(o)
