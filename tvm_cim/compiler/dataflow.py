@@ -230,7 +230,7 @@ def edp_floor(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple) -> dict:
             t[d] *= f
     mvms = steps * active
     e += mvms * layer.elems("I", t) * hier.bits["I"] * min(lv.read_pj for lv in hier.levels_of("I"))
-    e += (mvms * layer.elems("O", t) * LN.out_bits(hier, LN.drain_partial(layer, spatial))
+    e += (mvms * layer.elems("O", t) * LN.drain_bits(layer, hier, spatial)
           * min(lv.write_pj for lv in hier.levels_of("O")))
     if nxt:
         lv = nxt[0]

@@ -187,7 +187,8 @@ class Hierarchy:
         wbits, ibits = hw.crossbar.weight_bits, hw.crossbar.input_bits
         xb = hw.crossbar
         _, e = cost.read(hw, xb.rows, hw.logical_cols(wbits), 1, 1, wbits, ibits, False)
-        return Hierarchy(levels, axes, cost.input_steps(hw, ibits, False), {"I": ibits, "W": wbits, "O": df.psum_bits, "O_final": df.output_bits or df.psum_bits},
+        bits = {"I": ibits, "W": wbits, "O": df.psum_bits, "O_final": df.output_bits or df.psum_bits}
+        return Hierarchy(levels, axes, cost.input_steps(hw, ibits, False), bits,
                          hw.core.crossbars, df.weight_double_buffer, float(sum(e.values())), cost.leakage_mw(hw),
                          hw.cycle_ns, {lv.name: lv for lv in levels})
 
@@ -360,14 +361,15 @@ def out_bits(hier: Hierarchy, partial: bool) -> int:
     return hier.bits["O"] if partial else hier.bits["O_final"]
 
 
-def drain_partial(layer: Layer, spatial: tuple) -> bool:
-    """Whether an MVM's outputs are partial sums: some reduction dimension is not wholly unrolled in space
-    (so a temporal loop still accumulates them).  ``spatial``: a mapping's ``spatial`` field."""
+def drain_bits(layer: Layer, hier: Hierarchy, spatial: tuple) -> int:
+    """Bits per output element an MVM drains into the innermost output level: final (:func:`out_bits`) only when
+    every reduction dimension is wholly unrolled in space, else partial sums that a temporal loop still
+    accumulates.  ``spatial``: a mapping's ``spatial`` field."""
     sp: dict = {}
     for _, fs in spatial:
         for d, f in fs:
             sp[d] = sp.get(d, 1) * f
-    return any(layer.bounds[d] > sp.get(d, 1) for d in REDUCTION)
+    return out_bits(hier, any(layer.bounds[d] > sp.get(d, 1) for d in REDUCTION))
 
 
 def copies(hier: Hierarchy, m: Mapping, operand: str) -> int:
@@ -457,7 +459,7 @@ def mvm_feed(layer: Layer, hier: Hierarchy, m: Mapping) -> tuple[float, float, s
         for ax in hier.axes[1:]:
             for d, f in m.spatial_of(ax.name).items():
                 t[d] *= f
-        per = layer.elems(o, t) * (hier.bits["I"] if o == "I" else out_bits(hier, drain_partial(layer, m.spatial)))
+        per = layer.elems(o, t) * (hier.bits["I"] if o == "I" else drain_bits(layer, hier, m.spatial))
         bits = per if lv.per_core else per * copies(hier, m, o)
         res.append((bits / lv.bandwidth_bits, lv.name))
     return float(res[0][0]), float(res[1][0]), res[0][1], res[1][1]
@@ -916,7 +918,7 @@ def energy(layer: Layer, hier: Hierarchy, m: Mapping, cycles: float, trs: list |
         for d, f in m.spatial_of(ax.name).items():
             t[d] *= f
     add(feed_i.name, mvms * layer.elems("I", t) * hier.bits["I"] * feed_i.read_pj)
-    add(feed_o.name, mvms * layer.elems("O", t) * out_bits(hier, drain_partial(layer, m.spatial)) * feed_o.write_pj)
+    add(feed_o.name, mvms * layer.elems("O", t) * drain_bits(layer, hier, m.spatial) * feed_o.write_pj)
     add("mvm", mvms * hier.mvm_energy_pj)
     add("leakage", hier.leakage_mw * cycles * hier.cycle_ns)
     return br

@@ -439,7 +439,7 @@ def simulate(layer: LN.Layer, hier: LN.Hierarchy, m: LN.Mapping, max_events: int
         for d, f in m.spatial_of(ax.name).items():
             t[d] *= f
     charge(i_lv, mvms * layer.elems("I", t) * hier.bits["I"] * hier.level(i_lv).read_pj)
-    charge(o_lv, mvms * layer.elems("O", t) * LN.out_bits(hier, LN.drain_partial(layer, m.spatial))
+    charge(o_lv, mvms * layer.elems("O", t) * LN.drain_bits(layer, hier, m.spatial)
            * hier.level(o_lv).write_pj)
     charge("mvm", mvms * hier.mvm_energy_pj)
     charge("leakage", hier.leakage_mw * finish * hier.cycle_ns)

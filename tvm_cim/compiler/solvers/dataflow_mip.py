@@ -308,7 +308,7 @@ def solve(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, objective: str = 
         for ax in hier.axes[1:]:
             for d, f in dict(next((fs for a, fs in spatial if a == ax.name), ())).items():
                 t[d] *= f
-        per = layer.elems(o, t) * (hier.bits["I"] if o == "I" else LN.out_bits(hier, LN.drain_partial(layer, spatial)))
+        per = layer.elems(o, t) * (hier.bits["I"] if o == "I" else LN.drain_bits(layer, hier, spatial))
         for k_, lv in enumerate(chain):
             bits = per if lv.per_core else per * copies[o]
             fd = bits / lv.bandwidth_bits * tsc
