@@ -328,6 +328,17 @@ def test_bad_literal(tmp_path, preset, key, value):
     assert repr(value) in str(e.value)
 
 
+@pytest.mark.parametrize("value", [0, "8", 2.5])
+def test_a_bad_optional_key_says_what_it_takes(tmp_path, value):
+    """An optional key (``dataflow.output_bits``: absent means psum_bits) given a bad value: the message names the
+    file, the key and what it takes, not the schema's type expression."""
+    path = write(tmp_path, set_key(preset_data("miredo"), "dataflow.output_bits", value))
+    with pytest.raises(HardwareDescriptionError) as e:
+        loader.load(path)
+    assert_names(str(e.value), path, "dataflow.output_bits")
+    assert "expected a positive integer (or the key left out)" in str(e.value) and repr(value) in str(e.value)
+
+
 @pytest.mark.parametrize(
     "preset, changes, key",
     [

@@ -23,6 +23,7 @@ import importlib.resources
 import json
 import os
 import tomllib
+import types
 import typing
 from functools import lru_cache
 from pathlib import Path
@@ -133,6 +134,10 @@ def _describe(tp, metadata=()) -> str:
     if origin is typing.Annotated:
         base, *extra = typing.get_args(tp)
         return _describe(base, tuple(metadata) + tuple(extra))
+    if origin in (typing.Union, types.UnionType):  # an optional key: what it is when given
+        given = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(given) == 1:
+            return _describe(given[0], metadata) + " (or the key left out)"
     meta = []
     for m in metadata:
         meta += list(getattr(m, "metadata", ())) + [m]
