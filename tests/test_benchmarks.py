@@ -69,9 +69,11 @@ def test_miredo_quick(tmp_path):
     res, out = bench("miredo.py", "--quick", "--layers", "3", "--plots", tmp_path, tmp=tmp_path)
     net = res["networks"]["resnet18"]
     assert len(net["layers"]) == 3 and "EDP gain of miredo" in out
-    assert set(net["totals"]) == {"miredo", "ws", "zigzag", "miredo_layer_choice"} and res["objective"] == "edp"  # the default (issue 12: EDP is the figure of merit)
+    assert set(net["totals"]) == {"miredo", "ws", "zigzag", "zigzag-roofline", "miredo_layer_choice"}
+    assert res["objective"] == "edp"  # the default (issue 12: EDP is the figure of merit)
     assert all(p.endswith(".png") for p in res["plots"])
-    for m in ("miredo", "ws", "zigzag"):  # the shapes solved over worker processes: elapsed time and workers
+    assert "zigzag-roofline" in out and set(net["edp_gain"]) >= {"ws", "zigzag", "zigzag-roofline"}
+    for m in ("miredo", "ws", "zigzag", "zigzag-roofline"):  # the shapes solved over worker processes: elapsed time and workers
         t = net["totals"][m]
         assert t["workers"] >= 1 and 0 < t["solve_elapsed_s"]
 
@@ -80,6 +82,9 @@ def test_miredo_rejects_a_bad_worker_count(tmp_path):
     p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "miredo.py"), "--quick", "--workers", "0"],
                        capture_output=True, text=True, cwd=tmp_path)
     assert p.returncode == 2 and "--workers 0: expected a positive integer" in p.stderr
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "miredo.py"), "--quick", "--zigzag-spatial", "0"],
+                       capture_output=True, text=True, cwd=tmp_path)
+    assert p.returncode == 2 and "--zigzag-spatial 0: expected a positive integer" in p.stderr
 
 
 @pytest.mark.slow
@@ -102,6 +107,8 @@ def test_miredo_net_floor_is_below_zigzags_network_edp(tmp_path):
     assert len(r["layers"]) == 2 and "beats zigzag's network EDP by more than" in out
     assert 0 < r["floor_edp"] <= min(r["zigzag_edp_model"], r["zigzag_edp_sim"])
     assert r["max_gain_vs_zigzag_model"] >= 1 and r["max_gain_vs_zigzag_sim"] >= 1
+    assert 0 < r["floor_edp"] <= min(r["zigzag-roofline_edp_model"], r["zigzag-roofline_edp_sim"])
+    assert "over zigzag-roofline" in out
 
 
 def test_miredo_runs_chosen_layers_with_a_warm_start(tmp_path):

@@ -18,7 +18,12 @@ buffering -- minimising the stall-aware latency of
 * ``zigzag``: a ZigZag/LOMA-like heuristic: loop orders of the merged
   factors (all, or a seeded sample), each filled greedily bottom-up (every
   operand's innermost level takes as many inner loops as fit, then the next
-  level), single-buffered, the best by the same evaluator.
+  level), single-buffered, the best by the same evaluator;
+* ``zigzag-roofline``: the same search choosing by the max-of-levels latency
+  (:func:`~tvm_cim.hardware.loopnest.roofline_latency`: the busiest port or
+  the MVMs, every transfer overlapped), the model MIREDO attributes to prior
+  analytical tools (001, sec. III-B); its mapping is then costed by the
+  stall-aware model like every other.
 
 Objectives: ``edp``, the default (:data:`DEFAULT_OBJECTIVE`; an
 epsilon-constraint sweep: the least energy under latency bounds
@@ -51,7 +56,7 @@ from .region import CONV2D, MATMUL, Region
 from .solvers import dataflow_mip
 from .solvers.factorize import factors_of, residual_bounds
 
-METHODS = ("miredo", "ws", "zigzag")
+METHODS = ("miredo", "ws", "zigzag", "zigzag-roofline")
 TIME_LIMIT_STATUS = "Time limit reached"  # HiGHS's status when the safety net stopped a solve
 OBJECTIVES = ("latency", "edp")
 STRUCTURED_SPLIT = (12, 4)  # weight-/output-stationary greedy orders among miredo's candidates (outer x inner)
@@ -439,15 +444,35 @@ def _fill(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, loops: tuple, inn
     return None if LN.check(layer, hier, m) else m
 
 
+ZIGZAG_MODELS = ("stall", "roofline")
+#: Spatial unrollings the zigzag baselines search (the best-utilisation ones, :func:`spatial_candidates`): six, as
+#: miredo's ranking offers; 1 is ZigZag's own set-up, where the spatial mapping is an input of the search.
+ZIGZAG_SPATIAL = 6
+
+
 def zigzag(layer: LN.Layer, hier: LN.Hierarchy, objective: str = "latency", seed: int = 0,
-           max_orders: int = 2000, spatial_top: int = 4):
+           max_orders: int = 2000, spatial_top: int = 4, model: str = "stall"):
     """ZigZag-like baseline: loop orders (all, or ``max_orders`` seeded samples) x greedy level fill.
+
+    Parameters
+    ----------
+    layer, hier, objective, seed, max_orders, spatial_top
+        As for :func:`optimise` (``spatial_top``: spatial candidates searched).
+    model : {'stall', 'roofline'}
+        What chooses among the filled orders: the stall-aware model
+        (:func:`tvm_cim.hardware.loopnest.evaluate`, the ``zigzag`` baseline) or
+        the max-of-levels latency (:func:`tvm_cim.hardware.loopnest.evaluate_roofline`,
+        the ``zigzag-roofline`` baseline).
 
     Returns
     -------
     (Mapping, Cost)
+        The chosen mapping and its stall-aware cost (whatever chose it).
     """
+    if model not in ZIGZAG_MODELS:
+        raise ValueError(f"unknown zigzag model {model!r}; choose one of {', '.join(ZIGZAG_MODELS)}")
     rng = random.Random(seed)
+    judge = LN.evaluate if model == "stall" else LN.evaluate_roofline
     key = (lambda c: c.cycles) if objective == "latency" else (lambda c: c.edp)
     best = None
     for sp in spatial_candidates(layer, hier, top=spatial_top):
@@ -457,12 +482,12 @@ def zigzag(layer: LN.Layer, hier: LN.Hierarchy, objective: str = "latency", seed
             m = greedy_fill(layer, hier, sp, loops)
             if m is None:
                 continue
-            c = LN.evaluate(layer, hier, m)
+            c = judge(layer, hier, m)
             if best is None or key(c) < key(best[1]):
                 best = (m, c)
     if best is None:
         raise ValueError(f"the heuristic found no valid mapping of {layer.name}")
-    return best
+    return best[0], (best[1] if model == "stall" else LN.evaluate(layer, hier, best[0]))
 
 
 def heuristic_starts(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, objective: str = "latency",
@@ -848,14 +873,15 @@ def optimise(layer: LN.Layer, hier: LN.Hierarchy, method: str = "miredo", object
              node_limit: int = dataflow_mip.NODE_LIMIT, spatial_top: int = 2, starts: int = 3,
              max_orders: int = 500, seed: int = 0, time_limit: float = dataflow_mip.SAFETY_TIME_LIMIT,
              fix_starts: bool = False, polish_budget: int = POLISH_BUDGET, warm: bool | None = None,
-             energy_stage: bool = False, ws_point: bool = False, blocked: bool | None = None) -> Result:
+             energy_stage: bool = False, ws_point: bool = False, blocked: bool | None = None,
+             zigzag_spatial: int = ZIGZAG_SPATIAL) -> Result:
     """The dataflow of one layer.
 
     Parameters
     ----------
     layer : Layer
     hier : Hierarchy
-    method : {'miredo', 'ws', 'zigzag'}
+    method : {'miredo', 'ws', 'zigzag', 'zigzag-roofline'}
     objective : {'latency', 'edp'}
     node_limit : int
         Branch-and-bound nodes per MIP solve (deterministic: the same mapping on any machine).
@@ -912,6 +938,10 @@ def optimise(layer: LN.Layer, hier: LN.Hierarchy, method: str = "miredo", object
         :func:`blocked_start` decides (dense windowed layers with many
         output positions, dense 1x1 layers with few).
 
+    zigzag_spatial : int
+        ``zigzag`` and ``zigzag-roofline`` only: the spatial unrollings they search
+        (:data:`ZIGZAG_SPATIAL`; 1: the best-utilisation one, given as ZigZag takes it).
+
     With ``miredo`` the result is never worse, in the exact model, than any
     heuristic mapping it contains: the greedy orders of every spatial
     candidate (the zigzag baseline's sample when ``max_orders`` is the same),
@@ -930,8 +960,9 @@ def optimise(layer: LN.Layer, hier: LN.Hierarchy, method: str = "miredo", object
         warm = warm_start(layer)
     if blocked is None:
         blocked = blocked_start(layer)
-    if method == "zigzag":
-        m, c = zigzag(layer, hier, objective, seed=seed, max_orders=max_orders, spatial_top=6)
+    if method in ("zigzag", "zigzag-roofline"):
+        m, c = zigzag(layer, hier, objective, seed=seed, max_orders=max_orders, spatial_top=zigzag_spatial,
+                      model="stall" if method == "zigzag" else "roofline")
         return Result(m, c, time.perf_counter() - t0, method, objective, "heuristic",
                       cpu_seconds=time.process_time() - c0)
     ws_settings = dict(objective=objective, node_limit=node_limit, spatial_top=spatial_top, starts=starts,

@@ -932,6 +932,41 @@ def evaluate(layer: Layer, hier: Hierarchy, m: Mapping) -> Cost:
     return Cost(cyc, cyc * hier.cycle_ns, float(sum(br.values())), br)
 
 
+def _roofline(layer: Layer, hier: Hierarchy, m: Mapping, trs: list) -> float:
+    fed = mvm_feed(layer, hier, m)
+    steps = math.prod(f for _, f in m.loops)
+    load: dict = {}
+    for t in trs:
+        for p, c in port_cycles(hier, m, t).items():
+            load[p] = load.get(p, 0.0) + c * t.count * t.times
+    feed, drain, i_lv, o_lv = fed
+    load[i_lv] = load.get(i_lv, 0.0) + steps * feed
+    load[o_lv] = load.get(o_lv, 0.0) + steps * drain
+    return max([steps * leaf_cycles(layer, hier, m, fed)] + list(load.values()))
+
+
+def roofline_latency(layer: Layer, hier: Hierarchy, m: Mapping) -> float:
+    """Cycles of ``layer`` under ``m`` if every transfer overlapped everything else: the larger of the MVMs'
+    cycles and the busiest port's occupancy (every refill, write-back and read-back, and the MVMs' input feed
+    and partial-sum drain, on each port they use).
+
+    The model MIREDO describes prior analytical models by: "latency equals the maximum access time across all
+    memory hierarchy levels" (paper 001, sec. III-B), blind to single buffering, weight-load stalls and
+    operand synchronisation.  A lower bound of any execution of ``m`` (no port moves more than its bandwidth;
+    the MVMs run one step at a time), used by the ``zigzag-roofline`` baseline to choose its mappings
+    (:func:`tvm_cim.compiler.dataflow.zigzag`), not to report them.
+    """
+    return _roofline(layer, hier, m, transfers(layer, hier, m))
+
+
+def evaluate_roofline(layer: Layer, hier: Hierarchy, m: Mapping) -> Cost:
+    """:func:`evaluate` with :func:`roofline_latency` for the cycles (leakage over those cycles)."""
+    trs = transfers(layer, hier, m)
+    cyc = _roofline(layer, hier, m, trs)
+    br = energy(layer, hier, m, cyc, trs)
+    return Cost(cyc, cyc * hier.cycle_ns, float(sum(br.values())), br)
+
+
 # ============================================================================ text form (program operands)
 def encode(layer: Layer, m: Mapping) -> dict:
     """Operands of a ``CIM.loopnest`` meta-operator: the layer and the mapping as compact strings."""
