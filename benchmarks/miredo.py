@@ -16,7 +16,7 @@ choose the layer's dataflow with the cost primitives of
   (every transfer overlapped: the busiest port or the MVMs), the model the
   paper describes prior analytical tools by (001, sec. III-B).  Reported
   beside the other: what the paper's ZigZag-inspired baseline chose by is
-  not published, and the two bracket it.
+  not published; these are two plausible readings of it.
 
 All four minimise the energy-delay product by default (``--objective
 edp``: the issue's and the paper's figure of merit is EDP; the MIP runs the
@@ -103,6 +103,7 @@ def _sim_row(layer: LN.Layer, hier: LN.Hierarchy, r: DF.Result, mapping: LN.Mapp
     sim = simulate(layer, hier, mapping)
     row = {"cycles_sim": sim.cycles, "energy_pj_sim": sim.total_energy_pj,
            "cycles_model": cost.cycles, "energy_pj_model": cost.energy_pj,
+           "cycles_roofline": LN.roofline_latency(layer, hier, mapping),
            "cycles_mip": None if math.isnan(r.mip_cycles) or mapping != r.mapping else r.mip_cycles,
            "solve_s": r.seconds, "solve_cpu_s": r.cpu_seconds, "status": r.status,
            "time_limit_hit": r.time_limit_hit, "mapping": mapping.text(),
@@ -374,7 +375,7 @@ def print_network(name: str, res: dict) -> None:
     for m in METHODS + ("miredo_layer_choice",):
         acc = "" if t[m]["mip_accuracy"] is None else f", MIP latency accuracy {t[m]['mip_accuracy']:.3f}"
         el = f", {t[m]['solve_elapsed_s']:.1f} s elapsed over {t[m]['workers']} worker(s)" if m in METHODS else ""
-        print(f"  {m:<15} latency {t[m]['latency_ns'] / 1e3:10.1f} us  energy {t[m]['energy_pj'] / 1e6:9.2f} uJ  "
+        print(f"  {m:<19} latency {t[m]['latency_ns'] / 1e3:10.1f} us  energy {t[m]['energy_pj'] / 1e6:9.2f} uJ  "
               f"EDP {t[m]['edp']:.3e} pJ.ns  solve {t[m]['solve_s_network']:.1f} s wall, "
               f"{t[m]['solve_cpu_s_network']:.1f} s CPU{el} (max layer "
               f"{t[m]['solve_s_max_layer']:.1f} s, safety-net hits {t[m]['time_limit_hits']})  "

@@ -444,6 +444,8 @@ def _fill(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, loops: tuple, inn
     return None if LN.check(layer, hier, m) else m
 
 
+#: What chooses among the zigzag baselines' filled loop orders: the stall-aware model (``zigzag``) or the
+#: max-of-levels latency (``zigzag-roofline``), :func:`zigzag`'s ``model``.
 ZIGZAG_MODELS = ("stall", "roofline")
 #: Spatial unrollings the zigzag baselines search (the best-utilisation ones, :func:`spatial_candidates`): six, as
 #: miredo's ranking offers; 1 is ZigZag's own set-up, where the spatial mapping is an input of the search.
@@ -451,7 +453,7 @@ ZIGZAG_SPATIAL = 6
 
 
 def zigzag(layer: LN.Layer, hier: LN.Hierarchy, objective: str = "latency", seed: int = 0,
-           max_orders: int = 2000, spatial_top: int = 4, model: str = "stall"):
+           max_orders: int = 2000, spatial_top: int = ZIGZAG_SPATIAL, model: str = "stall"):
     """ZigZag-like baseline: loop orders (all, or ``max_orders`` seeded samples) x greedy level fill.
 
     Parameters
@@ -462,7 +464,8 @@ def zigzag(layer: LN.Layer, hier: LN.Hierarchy, objective: str = "latency", seed
         What chooses among the filled orders: the stall-aware model
         (:func:`tvm_cim.hardware.loopnest.evaluate`, the ``zigzag`` baseline) or
         the max-of-levels latency (:func:`tvm_cim.hardware.loopnest.evaluate_roofline`,
-        the ``zigzag-roofline`` baseline).
+        the ``zigzag-roofline`` baseline; with ``objective='latency'`` its ties, frequent where one
+        port bounds many orders alike, go to the least energy).
 
     Returns
     -------
@@ -474,6 +477,8 @@ def zigzag(layer: LN.Layer, hier: LN.Hierarchy, objective: str = "latency", seed
     rng = random.Random(seed)
     judge = LN.evaluate if model == "stall" else LN.evaluate_roofline
     key = (lambda c: c.cycles) if objective == "latency" else (lambda c: c.edp)
+    if model == "roofline" and objective == "latency":
+        key = lambda c: (c.cycles, c.energy_pj)  # noqa: E731
     best = None
     for sp in spatial_candidates(layer, hier, top=spatial_top):
         facs = factors_of(residual_bounds(layer, sp), flexible=True)

@@ -858,15 +858,45 @@ def _latency(layer: Layer, hier: Hierarchy, m: Mapping, trs: list) -> float:
     prologue += sum(t.cycles for t in trs if id(t) in passing and not t.double and t.operand != "O" and t.slot >= 0)
     total = lat + prologue + sum(t.times * t.cycles for t in trs if t.slot == -1)
     # no port moves more than its bandwidth allows over the whole layer (refills and MVM feeds together)
+    return max(total, max(port_loads(m, trs, fed, pcs).values()))
+
+
+def port_loads(m: Mapping, trs: list, fed: tuple, pcs: dict, revisits_only: bool = False) -> dict:
+    """Cycles every port is busy over the whole layer: every transfer's port uses and the MVMs' input feed and
+    partial-sum drain.
+
+    Parameters
+    ----------
+    m : Mapping
+    trs : list of Transfer
+        ``transfers(layer, hier, m)``.
+    fed : tuple
+        :func:`mvm_feed`'s result.
+    pcs : dict
+        ``id(transfer) -> port_cycles(hier, m, transfer)`` of every transfer of ``trs``.
+    revisits_only : bool
+        False (the model, :func:`latency`): a partial-sum tile is read back at every refill (``times`` uses
+        each).  True (what the execution moves): only a tile visited before is read back, so the first visit
+        of each of the ``distinct`` tiles (the product of the output loops' factors down to its slot) writes
+        only.
+
+    Returns
+    -------
+    dict
+        Port (level name) -> busy cycles.
+    """
     load: dict = {}
     for t in trs:
+        uses = t.count * t.times
+        if revisits_only and t.times == 2:
+            uses -= math.prod(f for d, f in m.loops[:t.slot + 1] if d in RELEVANT["O"])
         for p, c in pcs[id(t)].items():
-            load[p] = load.get(p, 0.0) + t.count * t.times * c
+            load[p] = load.get(p, 0.0) + uses * c
     steps = math.prod(f for _, f in m.loops)
     feed, drain, i_lv, o_lv = fed
     load[i_lv] = load.get(i_lv, 0.0) + steps * feed
     load[o_lv] = load.get(o_lv, 0.0) + steps * drain
-    return max(total, max(load.values()))
+    return load
 
 
 @dataclass(frozen=True)
@@ -935,32 +965,48 @@ def evaluate(layer: Layer, hier: Hierarchy, m: Mapping) -> Cost:
 def _roofline(layer: Layer, hier: Hierarchy, m: Mapping, trs: list) -> float:
     fed = mvm_feed(layer, hier, m)
     steps = math.prod(f for _, f in m.loops)
-    load: dict = {}
-    for t in trs:
-        for p, c in port_cycles(hier, m, t).items():
-            load[p] = load.get(p, 0.0) + c * t.count * t.times
-    feed, drain, i_lv, o_lv = fed
-    load[i_lv] = load.get(i_lv, 0.0) + steps * feed
-    load[o_lv] = load.get(o_lv, 0.0) + steps * drain
-    return max([steps * leaf_cycles(layer, hier, m, fed)] + list(load.values()))
+    loads = port_loads(m, trs, fed, {id(t): port_cycles(hier, m, t) for t in trs}, revisits_only=True)
+    return max([steps * leaf_cycles(layer, hier, m, fed)] + list(loads.values()))
 
 
 def roofline_latency(layer: Layer, hier: Hierarchy, m: Mapping) -> float:
     """Cycles of ``layer`` under ``m`` if every transfer overlapped everything else: the larger of the MVMs'
-    cycles and the busiest port's occupancy (every refill, write-back and read-back, and the MVMs' input feed
-    and partial-sum drain, on each port they use).
+    cycles and the busiest port's occupancy (:func:`port_loads` of what the execution moves: every refill and
+    write-back, the read-backs of partial sums visited before, the MVMs' input feed and partial-sum drain).
 
     The model MIREDO describes prior analytical models by: "latency equals the maximum access time across all
     memory hierarchy levels" (paper 001, sec. III-B), blind to single buffering, weight-load stalls and
-    operand synchronisation.  A lower bound of any execution of ``m`` (no port moves more than its bandwidth;
-    the MVMs run one step at a time), used by the ``zigzag-roofline`` baseline to choose its mappings
-    (:func:`tvm_cim.compiler.dataflow.zigzag`), not to report them.
+    operand synchronisation.  A floor of every execution of ``m`` that keeps within the ports' bandwidths
+    (the loop-nest simulator's does, but for a compute block whose start did not settle, which it runs on top
+    of the ports' bookings: ``SimResult.arbitration['unsettled']``); used by the ``zigzag-roofline`` baseline
+    to choose its mappings (:func:`tvm_cim.compiler.dataflow.zigzag`), not to report them.
+
+    Parameters
+    ----------
+    layer : Layer
+    hier : Hierarchy
+    m : Mapping
+
+    Returns
+    -------
+    float
+        Cycles.
     """
     return _roofline(layer, hier, m, transfers(layer, hier, m))
 
 
 def evaluate_roofline(layer: Layer, hier: Hierarchy, m: Mapping) -> Cost:
-    """:func:`evaluate` with :func:`roofline_latency` for the cycles (leakage over those cycles)."""
+    """:func:`evaluate` with :func:`roofline_latency` for the cycles (leakage over those cycles).
+
+    Parameters
+    ----------
+    layer, hier, m
+        As for :func:`roofline_latency`.
+
+    Returns
+    -------
+    Cost
+    """
     trs = transfers(layer, hier, m)
     cyc = _roofline(layer, hier, m, trs)
     br = energy(layer, hier, m, cyc, trs)
