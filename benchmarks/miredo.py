@@ -62,7 +62,7 @@ from tvm_cim.compiler import dataflow as DF  # noqa: E402
 from tvm_cim.hardware import loopnest as LN  # noqa: E402
 from tvm_cim.simulator.loopnest import simulate  # noqa: E402
 
-METHODS = ("miredo", "ws", "zigzag", "zigzag-roofline")
+METHODS = DF.METHODS
 BASELINES = METHODS[1:]
 PAPER = {"edp_gain_vs_heuristic": (1.6, 3.2), "model_accuracy_resnet18": 0.955, "solver_cap_s": 300}
 
@@ -335,7 +335,7 @@ def floor_network(layers: list, hier: LN.Hierarchy, settings: dict, spatial_top:
         key = _shape_key(layer)
         if key not in cache:
             cache[key] = {}
-            for meth, model in (("zigzag", "stall"), ("zigzag-roofline", "roofline")):
+            for meth, model in DF.ZIGZAG_METHODS.items():
                 zm, zc = DF.zigzag(layer, hier, "edp", seed=settings["seed"], max_orders=settings["max_orders"],
                                    spatial_top=settings["zigzag_spatial"], model=model)
                 zs = simulate(layer, hier, zm)
@@ -349,7 +349,7 @@ def floor_network(layers: list, hier: LN.Hierarchy, settings: dict, spatial_top:
     out = {"layers": rows, "floor_edp": fl["edp"], "floor_latency_ns": fl["latency_ns"],
            "floor_energy_pj": fl["energy_pj_total"], "floor_edp_loose": fl["edp_loose"],
            "front_size": fl["front_size"]}
-    for meth in ("zigzag", "zigzag-roofline"):
+    for meth in DF.ZIGZAG_METHODS:
         zig = {k: (sum(r[meth]["cycles_" + k] for r in rows) * hier.cycle_ns,
                    sum(r[meth]["energy_pj_" + k] for r in rows)) for k in ("model", "sim")}
         for k, (lat, en) in zig.items():

@@ -447,6 +447,8 @@ def _fill(layer: LN.Layer, hier: LN.Hierarchy, spatial: tuple, loops: tuple, inn
 #: What chooses among the zigzag baselines' filled loop orders: the stall-aware model (``zigzag``) or the
 #: max-of-levels latency (``zigzag-roofline``), :func:`zigzag`'s ``model``.
 ZIGZAG_MODELS = ("stall", "roofline")
+#: The zigzag baselines among :data:`METHODS`, each with the model that chooses its mapping.
+ZIGZAG_METHODS = {"zigzag": "stall", "zigzag-roofline": "roofline"}
 #: Spatial unrollings the zigzag baselines search (the best-utilisation ones, :func:`spatial_candidates`): six, as
 #: miredo's ranking offers; 1 is ZigZag's own set-up, where the spatial mapping is an input of the search.
 ZIGZAG_SPATIAL = 6
@@ -965,9 +967,9 @@ def optimise(layer: LN.Layer, hier: LN.Hierarchy, method: str = "miredo", object
         warm = warm_start(layer)
     if blocked is None:
         blocked = blocked_start(layer)
-    if method in ("zigzag", "zigzag-roofline"):
+    if method in ZIGZAG_METHODS:
         m, c = zigzag(layer, hier, objective, seed=seed, max_orders=max_orders, spatial_top=zigzag_spatial,
-                      model="stall" if method == "zigzag" else "roofline")
+                      model=ZIGZAG_METHODS[method])
         return Result(m, c, time.perf_counter() - t0, method, objective, "heuristic",
                       cpu_seconds=time.process_time() - c0)
     ws_settings = dict(objective=objective, node_limit=node_limit, spatial_top=spatial_top, starts=starts,
