@@ -44,6 +44,8 @@ setup(
         # one BLAS thread for the many small matrix products of the accuracy measurement
         "threadpoolctl>=3.1",
         "deap>=1.4",
+        # the timing-only simulator's scoreboard and list scheduler in compiled code (tvm_cim.simulator.compiled)
+        "numba>=0.60",
     ],
     extras_require={
         # tests compare with onnxruntime; benchmarks too

@@ -37,6 +37,7 @@ import numpy as np
 
 from ..hardware.schema import CIMHardware
 from ..program import Decl, Op, Parallel, Program, Range, Ref, op, op_from, verify
+from ..program.encode import encode
 from . import plan as P
 from .mapping import Placement, precision
 from .region import CONV2D, DMATMUL, Region
@@ -347,7 +348,9 @@ def generate(region: Region, pl: Placement, hw: CIMHardware, options: Options | 
     if loopnest is not None:
         attrs.append(("dataflow", "miredo"))
         run.append(op("CIM.loopnest", **loopnest))
-    return verify(Program(name or region.name, tuple(attrs), tuple(decls), tuple(setup), tuple(run)), hw.total_crossbars)
+    prog = verify(Program(name or region.name, tuple(attrs), tuple(decls), tuple(setup), tuple(run)), hw.total_crossbars)
+    encode(prog)  # its encoded form, which the simulator reads (kept on the program)
+    return prog
 
 
 def region_constants(region: Region) -> dict[str, np.ndarray]:

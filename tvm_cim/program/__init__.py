@@ -7,6 +7,7 @@ module          what it holds
 ``ops``         the typed definition of every meta-operator (one place)
 ``text``        printer and parser (round-trip exactly)
 ``verify``      the verifier run after code generation
+``encode``      the encoded form the simulator's compiled timing path reads (templates, vector ranges)
 ``pimcomp_isa`` PIMCOMP's pseudo-instructions (Table III) as a lowering, printer, parser
 ==============  ================================================================
 """

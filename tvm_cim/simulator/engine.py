@@ -51,6 +51,8 @@ from ..hardware import cost, loopnest
 from ..hardware import crossbar as X
 from ..hardware.schema import CIMHardware
 from ..program import OPS, Op, Parallel, Program, Range, Ref, same_timing, timing_key
+from ..program.encode import encode, reads_of_one_slice
+from .compiled import SectionTable, TableEvents, assemble
 from .localmem import LocalMemory, buffer_bytes
 from .loopnest import simulate as simulate_loopnest
 from .timeline import LONG_DEPS, Events, Prefix, schedule_graph
@@ -318,6 +320,73 @@ def heap_peak(hw: CIMHardware, prog: Program) -> int:
     return int(chip._lmem.in_flight(tl.start, tl.finish))
 
 
+class _Binds(dict):
+    """A program's virtual crossbars (vxb id -> [(xb, rows Range, cols Range)]), each decoded from its
+    ``CIM.bind_vxb`` (the last one binding it, as a dict built in program order keeps) when first asked for."""
+
+    def __init__(self):
+        super().__init__()
+        self._op: dict = {}  # vxb -> (section, index) of the binding not decoded yet
+        self._sig: dict = {}  # vxb -> the template of its binding (bindings of one template bind alike)
+
+    def add(self, sec, rows: np.ndarray) -> None:
+        """The bindings at ``rows`` of an encoded section."""
+        for i, v, t in zip(rows.tolist(), sec.vxb[rows].tolist(), sec.tid[rows].tolist()):
+            if v < 0:  # not an int: decoded at once
+                o = sec.ops[i]
+                dict.__setitem__(self, o["vxb"], list(zip(o["xbs"], o["rows"], o["cols"])))
+                continue
+            self._op[v] = sec.ops[i]
+            self._sig[v] = t
+            if dict.__contains__(self, v):
+                dict.__delitem__(self, v)
+
+    def template(self, v: int) -> int:
+        """The template of the binding of ``v`` (-1: not bound by an encoded binding)."""
+        return self._sig.get(v, -1)
+
+    def crossbars(self) -> set:
+        """Every crossbar bound."""
+        out = {xb for ent in dict.values(self) for xb, _, _ in ent}
+        seen = set()
+        for o in self._op.values():
+            if id(o.args) not in seen:
+                seen.add(id(o.args))
+                out.update(o["xbs"])
+        return out
+
+    def __missing__(self, v):
+        o = self._op.pop(v, None)
+        if o is None:
+            raise KeyError(v)
+        ent = list(zip(o["xbs"], o["rows"], o["cols"]))
+        dict.__setitem__(self, v, ent)
+        return ent
+
+    def __contains__(self, v) -> bool:
+        return dict.__contains__(self, v) or v in self._op
+
+    def __iter__(self):
+        for v in list(self._op):
+            self[v]
+        return dict.__iter__(self)
+
+    def __len__(self) -> int:
+        return dict.__len__(self) + len(self._op)
+
+    def values(self):
+        return [self[v] for v in list(self)]
+
+
+def recorded_rows(hw: CIMHardware, prog: Program) -> Events:
+    """The rows the Python recorder gives ``prog``'s run section on a fresh timing-only chip (what a
+    :class:`~.compiled.TableEvents` reader of its rows gets)."""
+    chip = Chip(hw, Options(functional=False))
+    chip.compiled = False
+    chip.reuse_timing = False
+    return chip.run(prog, timing_inputs(prog))[1].events
+
+
 class Chip:
     """A simulated chip: crossbar contents plus the programs already set up.
 
@@ -325,6 +394,9 @@ class Chip:
     (:meth:`_record_reads`); False records every operation on its own (tests compare the two).
     ``prune_readers`` (default True): a read is kept as a reader of its crossbars only where its section
     writes, writes back from or switches them (:meth:`_reset_board`); False keeps every read.
+    ``compiled`` (default True): timing only, sections whose operations :func:`~.compiled.assemble` covers
+    are recorded and placed in compiled code (the same times, counts and energy as the Python recorder's); False
+    records every section in Python (tests compare the two).
     ``reuse_timing`` (default True): timing only, a program that runs as one already run on this chip
     (:meth:`_twin_key`: the same operations but for the quantisation scales, from the same state) takes
     that run's figures instead of being simulated again; False simulates every program (tests compare).
@@ -334,6 +406,7 @@ class Chip:
     grouped_reads = 0  # reads recorded together so far (on this chip)
     prune_readers = True  # False: every read kept as a reader of its crossbars (tests compare the two)
     reuse_timing = True
+    compiled = True  # timing only: sections recorded and placed in compiled code (:mod:`.compiled`) where covered
 
     def __init__(self, hw: CIMHardware, options: Options | None = None):
         self.hw = hw
@@ -434,6 +507,7 @@ class Chip:
                     return self._take_run(prog, env, stats, done)
         grouped0 = self.grouped_reads
         self.vxbs, self._loopnest, setup_xbs, written, rewritten = self._structure(prog)
+        self.bind_templates = encode(prog).templates  # (what _Binds.template indexes)
         self.M = int(prog.attr("M", 1)) * int(prog.attr("batch", 1))
         self._batch = int(prog.attr("batch", 1))
         self._pending: dict = {}  # (input, accumulator) -> queued reads, in program order
@@ -472,7 +546,46 @@ class Chip:
         self._identity = None
         cap = int(prog.attr("local_bytes", 0))
         self._lmem = None
-        if prog.name not in self._setup_done or any(self.xb_owner.get(x) != (prog.name,) for x in setup_xbs):
+        need_setup = prog.name not in self._setup_done or any(self.xb_owner.get(x) != (prog.name,) for x in setup_xbs)
+        tables = self._section_tables(prog, need_setup, cap)
+        if tables is not None:  # timing only, every operation covered: recorded and placed in compiled code
+            ev = self._run_tables(prog, stats, *tables)
+        else:
+            ev = self._run_recorded(prog, env, stats, need_setup, rewritten, cap)
+        if not self.options.functional:
+            out = prog.decl("output")[0]
+            env["out"] = np.broadcast_to(np.float32(0), out.shape)  # timing only: no values
+        stats.events = ev
+        tl = schedule_graph([(prog.name, ev, 0)], {}, pipeline=True, summary=False)  # its latency
+        stats.latency_ns = tl.latency_ns
+        for k, e in self._energy.items():
+            stats.energy_pj[k] += e
+        stats.energy_pj["leakage"] += self._leak_mw * tl.latency_ns  # mW x ns = pJ
+        xbs = self.vxbs.crossbars() | written
+        stats.crossbars = len(xbs)
+        # the region's working set in the global buffer: quantised inputs, 8-bit stored output
+        ins = [int(np.prod(d.shape)) for d in prog.decls if d.role == "input"]
+        abytes = -(-self.hw.activation_bits(self.ibits) // 8)  # an activation as stored
+        in_bytes = ins[0] * abytes + sum(ins[1:]) * -(-self.wbits // 8)
+        stats.buffer_peak_bytes = int(in_bytes + sum(int(np.prod(d.shape)) for d in prog.decls
+                                                     if d.role == "output") * abytes)
+        stats.spills = bool(prog.attr("spills", False))
+        if len(ev) > _KEEP_ARGS_OPS and type(ev) is not TableEvents:
+            # a large program run operation by operation: its operations' argument dicts go (rebuilt if it runs again)
+            for o in _ops(prog.setup) + _ops(prog.run):
+                o.__dict__.pop("_index", None)
+        counts = stats.metaop_counts
+        if (twin_key is not None and not self.xb_memory and not self.xb_kept and not counts.get("CM.switch")
+                and not counts.get("DMOV.writeback")):  # it ended as it started: every array in compute mode
+            self._timing_runs.setdefault(twin_key, []).append(
+                (prog, _TimingRun(stats, frozenset(written), self.grouped_reads - grouped0, self.loopnest_result)))
+        return env, stats
+
+    def _run_recorded(self, prog: Program, env: dict, stats: RegionStats, need_setup: bool, rewritten: dict,
+                      cap: int) -> Events:
+        """Execute the setup section (when ``need_setup``) and the run section operation by operation: values
+        (unless timing only) and the Python recorder's rows; returns the run section's rows."""
+        if need_setup:
             ev = Events()
             self._reset_board(rewritten["setup"])
             self._energy = defaultdict(float)
@@ -492,38 +605,54 @@ class Chip:
         self._lbuf: dict = {}
         self._block(prog.run, env, stats, ev)
         self._flush(env, stats)
-        stats.events = ev
         if self._lmem is not None:
             stats.localmem = self._lmem.summary()
             if self._lmem.record:
                 stats.buffers = self._lmem.held
-        if not self.options.functional:
-            out = prog.decl("output")[0]
-            env["out"] = np.broadcast_to(np.float32(0), out.shape)  # timing only: no values
-        tl = schedule_graph([(prog.name, ev, 0)], {}, pipeline=True, summary=False)  # its latency
-        stats.latency_ns = tl.latency_ns
-        for k, e in self._energy.items():
-            stats.energy_pj[k] += e
-        stats.energy_pj["leakage"] += self._leak_mw * tl.latency_ns  # mW x ns = pJ
-        xbs = {xb for ent in self.vxbs.values() for xb, _, _ in ent}
-        xbs |= written
-        stats.crossbars = len(xbs)
-        # the region's working set in the global buffer: quantised inputs, 8-bit stored output
-        ins = [int(np.prod(d.shape)) for d in prog.decls if d.role == "input"]
-        abytes = -(-self.hw.activation_bits(self.ibits) // 8)  # an activation as stored
-        in_bytes = ins[0] * abytes + sum(ins[1:]) * -(-self.wbits // 8)
-        stats.buffer_peak_bytes = int(in_bytes + sum(int(np.prod(d.shape)) for d in prog.decls
-                                                     if d.role == "output") * abytes)
-        stats.spills = bool(prog.attr("spills", False))
-        if len(ev) > _KEEP_ARGS_OPS:  # a large program: its operations' argument dicts go (rebuilt if it runs again)
-            for o in _ops(prog.setup) + _ops(prog.run):
-                o.__dict__.pop("_index", None)
+        return ev
+
+    def _section_tables(self, prog: Program, need_setup: bool, cap: int) -> tuple | None:
+        """The setup (None when it does not run) and run sections as :class:`~.compiled.SectionTable`, or None
+        when the program is executed operation by operation: values are computed, the compiled path is off
+        (``compiled``), the program runs a loop nest or uses local memories, an array is in memory mode or
+        holds kept data, or an operation is one :func:`~.compiled.assemble` does not cover."""
+        if (self.options.functional or not self.compiled or self._loopnest or cap or self.xb_memory
+                or self.xb_kept):
+            return None
+        enc = encode(prog)
+        setup = assemble(self, enc.templates, enc.setup) if need_setup else None
+        if need_setup and setup is None:
+            return None
+        run = assemble(self, enc.templates, enc.run)
+        return None if run is None else (setup, run)
+
+    def _count(self, stats: RegionStats, table: SectionTable) -> None:
+        """What executing a section's operations counts (:meth:`_block`): meta-operators, crossbar writes
+        and their owner, reads recorded together."""
         counts = stats.metaop_counts
-        if (twin_key is not None and not self.xb_memory and not self.xb_kept and not counts.get("CM.switch")
-                and not counts.get("DMOV.writeback")):  # it ended as it started: every array in compute mode
-            self._timing_runs.setdefault(twin_key, []).append(
-                (prog, _TimingRun(stats, frozenset(written), self.grouped_reads - grouped0, self.loopnest_result)))
-        return env, stats
+        for k, n in table.counts.items():
+            counts[k] += n
+        stats.weight_writes += len(table.writes)
+        owner, xb_owner = (self.prog.name,), self.xb_owner
+        for x in table.writes:
+            xb_owner[x] = owner
+        self.grouped_reads += table.grouped
+
+    def _run_tables(self, prog: Program, stats: RegionStats, setup: SectionTable | None,
+                    run: SectionTable) -> TableEvents:
+        """Timing only: the sections' counts, energy and setup time from their tables; the run section's rows
+        as :class:`~.compiled.TableEvents` (the Python recorder's rows built only if something reads them)."""
+        if setup is not None:
+            self._count(stats, setup)
+            tl = schedule_graph([(prog.name, TableEvents(setup, None), 0)], {}, pipeline=False, summary=False)
+            stats.setup_ns = tl.latency_ns
+            for k, e in setup.energy_by_component().items():
+                stats.energy_pj["setup_" + k] += e
+            self._setup_done.add(prog.name)
+        self._count(stats, run)
+        self._energy = run.energy_by_component()
+        hw = self.hw
+        return TableEvents(run, lambda: recorded_rows(hw, prog))
 
     def _twin_key(self, prog: Program) -> tuple | None:
         """The :func:`~tvm_cim.program.timing_key` under which a timing-only run of ``prog`` may take, or leave
@@ -539,9 +668,14 @@ class Chip:
         """What a timing-only run of ``prog`` would give, from its twin's run (:meth:`_twin_key`): the same
         events, counts and energy under its own name and segment; the crossbars it writes are its own."""
         s = done.stats
+        if isinstance(s.events, TableEvents):
+            hw = self.hw
+            events = s.events.renamed(_vxb_prefix(s.name), _vxb_prefix(prog.name), lambda: recorded_rows(hw, prog))
+        else:
+            events = _renamed(s.events, s.name, prog.name)
         stats = replace(s, name=prog.name, segment=stats.segment, energy_pj=defaultdict(float, s.energy_pj),
                         metaop_counts=defaultdict(int, s.metaop_counts), adc_error=dict(s.adc_error),
-                        events=_renamed(s.events, s.name, prog.name), twin_of=s.name)
+                        events=events, twin_of=s.name)
         owner = (prog.name,)
         for x in done.written:
             self.xb_owner[x] = owner
@@ -556,27 +690,33 @@ class Chip:
     # ------------------------------------------------------------------ structure
     @staticmethod
     def _structure(prog: Program) -> tuple[dict[int, list], bool, list, set, dict]:
-        """One walk over the program: its virtual crossbars (vxb id -> [(xb, rows Range, cols Range)] from
-        ``CIM.bind_vxb``), whether its run section has a ``CIM.loopnest``, the crossbars its setup section
+        """What the program's operations declare, from its encoded form (:func:`~tvm_cim.program.encode.encode`:
+        each operation template looked at once): its virtual crossbars (vxb id -> [(xb, rows Range, cols Range)]
+        from ``CIM.bind_vxb``), whether its run section has a ``CIM.loopnest``, the crossbars its setup section
         writes (in order), every crossbar it writes, and per section (``setup``, ``run``) the keys of the
         crossbars it writes, writes back from or switches (the only operations that wait for a crossbar's reads)."""
-        out, setup_xbs, written, loop = {}, [], set(), False
+        enc = encode(prog)
+        tpl = enc.templates
+        out, setup_xbs, written, loop = _Binds(), [], set(), False
         rewritten = {"setup": set(), "run": set()}
-        for section, stmts in (("setup", prog.setup), ("run", prog.run)):
+        for section, sec in (("setup", enc.setup), ("run", enc.run)):
             rw = rewritten[section]
-            for o in _ops(stmts):
-                opc = o.opcode
-                if opc == "CIM.bind_vxb":
-                    out[o["vxb"]] = list(zip(o["xbs"], o["rows"], o["cols"]))
-                elif opc == "CIM.write_xb":
-                    written.add(o["xb"])
-                    rw.add(f"xb:{o['xb']}")
-                    if section == "setup":
-                        setup_xbs.append(o["xb"])
-                elif opc == "CIM.loopnest" and section == "run":
+            opc = np.array([tpl[t].opcode for t in range(len(tpl))] + [""], dtype=object)[sec.tid]
+            binds = np.flatnonzero(opc == "CIM.bind_vxb")
+            if len(binds):
+                out.add(sec, binds)
+            xbs = sec.xb[opc == "CIM.write_xb"].tolist()
+            written.update(xbs)
+            rw.update([f"xb:{x}" for x in set(xbs)])
+            if section == "setup":
+                setup_xbs = xbs
+            for t in np.unique(sec.tid).tolist():
+                o = tpl[t]
+                if o.opcode == "CIM.loopnest" and section == "run":
                     loop = True
-                elif opc == "CM.switch" or (opc == "DMOV" and o.kind == "DMOV.writeback"):
-                    rw.update(f"xb:{x}" for x in o["xbs"])
+                elif o.opcode == "CM.switch" or (o.opcode == "DMOV" and o.kind == "DMOV.writeback"):
+                    for i in np.flatnonzero(sec.tid == t).tolist():
+                        rw.update(f"xb:{x}" for x in sec.ops[i]["xbs"])
         return out, loop, setup_xbs, written, rewritten
 
     def _entries(self, o: Op, shape_only: bool = False) -> list:
@@ -701,21 +841,9 @@ class Chip:
         """A parallel block of reads of one virtual crossbar (its row groups), one input slice and one
         accumulator: executed as :meth:`_block` executes them, their rows recorded together
         (:meth:`_record_reads`).  False (nothing done) for any other block."""
-        if not self.together or len(body) < 2 or self._loopnest or self._lmem is not None:
+        if not self._together(body):
             return False
         o0 = body[0]
-        if type(o0) is not Op or not o0.opcode.startswith("CIM.read"):
-            return False
-        opc, a0 = o0.opcode, o0._index
-        key = (a0.get("vxb"), a0.get("src"), a0.get("dst"), a0.get("vecs"), a0.get("block"))
-        if not isinstance(key[1], Ref) or not isinstance(key[2], Ref) or key[1].name == key[2].name:
-            return False
-        for o in body:
-            if type(o) is not Op or o.opcode != opc:
-                return False
-            a = o._index
-            if (a.get("vxb"), a.get("src"), a.get("dst"), a.get("vecs"), a.get("block")) != key:
-                return False
         counts = stats.metaop_counts
         if self.options.functional or self.xb_memory:
             for o in body:  # what _block does per operation, in program order (checks)
@@ -733,6 +861,11 @@ class Chip:
         self._record_reads(body, ev)
         self.grouped_reads += len(body)
         return True
+
+    def _together(self, body) -> bool:
+        """Whether a parallel block is reads of one virtual crossbar (its row groups), one input slice and one
+        accumulator, recorded together (:meth:`_reads_together`)."""
+        return self.together and not self._loopnest and self._lmem is None and reads_of_one_slice(body)
 
     def _check_compute_mode(self, o: Op) -> None:
         """A crossbar read or write needs its arrays in compute mode (an in-place write, the tile's data)."""
@@ -1576,8 +1709,8 @@ class Chip:
             raise SimulationError(f"program '{self.prog.name}': no cost for meta-operator {o.kind}")
         handler(self, o, ev)
 
-    def _record_write(self, o: Op, ev: Events) -> None:
-        a = o._index
+    def _write_static(self, a: dict) -> tuple:
+        """A crossbar write's duration, energy, crossbar key and resources (``a``: its arguments)."""
         xb = a["xb"]
         r, c = a["rows"], a["cols"]
         wkey = (xb, r.stop - r.start, c.stop - c.start, a.get("batch", 1), a.get("inplace"))
@@ -1587,11 +1720,20 @@ class Chip:
             dur, e = cost.write(self.phw, shape[0], shape[1], shape[2], self.wbits)
             if shape[3]:  # its data was charged when it was stored in memory mode
                 dur, e = 0.0, 0.0
-            key = f"xb:{xb}"
-            ports = self.hw.dual_mode.write_ports  # arrays programmed at once share the write ports
-            res = (key, f"wport:{xb % ports}") if ports else (key,)
-            hit = self._write_cost[wkey] = (float(dur), float(e), key, res)
-        dur, e, key, res = hit
+            res = self._write_res(xb)
+            hit = self._write_cost[wkey] = (float(dur), float(e), res[0], res)
+        return hit
+
+    def _write_res(self, xb: int) -> tuple:
+        """The resources a write of crossbar ``xb`` occupies: the crossbar, and its write port where arrays
+        programmed at once share the write ports."""
+        key = f"xb:{xb}"
+        ports = self.hw.dual_mode.write_ports
+        return (key, f"wport:{xb % ports}") if ports else (key,)
+
+    def _record_write(self, o: Op, ev: Events) -> None:
+        a = o._index
+        dur, e, key, res = self._write_static(a)
         src = a["src"].name
         table = self._ranges.get(src)
         shared = None
@@ -1641,23 +1783,8 @@ class Chip:
         v = a.get("vecs")
         if not isinstance(v, Range):
             v = _from0(self.M)
-        blk = a.get("block")
         src = a["src"].name
-        skey = (a["vxb"], None if blk is None else blk.start, a.get("group"), o.opcode, v.stop - v.start, src)
-        st = self._read_static.get(skey)
-        if st is None:  # what depends only on the crossbars read, the input and the number of vectors
-            ents = self._entries(o, True)
-            vectors = v.size * self._batch
-            agg_key = (id(ents), vectors, o.opcode)
-            agg = self._read_memo.get(agg_key)
-            if agg is None:  # the same crossbars read for the same number of vectors cost the same
-                agg = self._read_memo[agg_key] = self._read_cost(o, ents, vectors)
-            tag_key = (a["vxb"], src, None if blk is None else blk.start)
-            tags = self._read_tags.get(tag_key)
-            if tags is None:
-                tags = self._read_tags[tag_key] = self._read_tag(o)
-            st = self._read_static[skey] = (*agg, *tags)
-        dur, energy, total, xb_keys, tag, src_key = st
+        dur, energy, total, xb_keys, tag, src_key = self._read_static_of(o, a, v)
         deps = self._deps(src_key, v, False) + self._deps(src, v, False)
         wd = self._write_deps.get(id(xb_keys))
         if wd is None or wd[0] != self._xb_epoch:  # the last writes of its crossbars (until one is rewritten)
@@ -1679,6 +1806,33 @@ class Chip:
         for k in live:
             readers[k].append(i)
         self._ranges[a["dst"].name].setdefault((v.start, v.stop), []).append(i)  # _mark(dst, v, i, True)
+
+    def _read_static_of(self, o: Op, a: dict, v: Range) -> tuple:
+        """What a read costs and occupies, which depends only on the crossbars read, its input and the number of
+        vectors: duration, energy by component, total energy, crossbar keys, resources, input-slice key."""
+        blk = a.get("block")
+        src = a["src"].name
+        skey = (a["vxb"], None if blk is None else blk.start, a.get("group"), o.opcode, v.stop - v.start, src)
+        st = self._read_static.get(skey)
+        if st is None:
+            ents = self._entries(o, True)
+            vectors = v.size * self._batch
+            agg_key = (id(ents), vectors, o.opcode)
+            agg = self._read_memo.get(agg_key)
+            if agg is None:  # the same crossbars read for the same number of vectors cost the same
+                agg = self._read_memo[agg_key] = self._read_cost(o, ents, vectors)
+            st = self._read_static[skey] = (*agg, *self._read_tags_of(o))
+        return st
+
+    def _read_tags_of(self, o: Op) -> tuple:
+        """A read's resources and input-slice key (:meth:`_read_tag`, memoised per virtual crossbar, input and
+        row block)."""
+        blk = o.get("block")
+        tag_key = (o["vxb"], o["src"].name, None if blk is None else blk.start)
+        tags = self._read_tags.get(tag_key)
+        if tags is None:
+            tags = self._read_tags[tag_key] = self._read_tag(o)
+        return tags
 
     def _record_reads(self, body, ev: Events) -> None:
         """:meth:`_record_read` of reads of one virtual crossbar, input slice and accumulator (the row groups
@@ -1792,10 +1946,13 @@ class Chip:
     def _read_tag(self, o: Op) -> tuple[tuple, str]:
         """The resources a read occupies (one tuple shared by its reads) and the key of the input slice it reads (the scatter that sent it)."""
         blk = o.get("block")
+        return self._read_names(o["vxb"], o["src"].name, None if blk is None else blk.start)
+
+    def _read_names(self, vxb: int, src: str, block: int | None) -> tuple[tuple, str]:
+        """:meth:`_read_tag` of a read of ``vxb`` (row block starting at ``block``, None: all) from ``src``."""
+        suffix = f":{block}" if block is not None else ""
         # row groups of one crossbar are sequential: they share the resource
-        tag = f"{_vxb_prefix(self.prog.name)}{o['vxb']}" + (f":{blk.start}" if blk is not None else "")
-        src_key = f"{o['src'].name}@{o['vxb']}" + (f":{blk.start}" if blk is not None else "")
-        return (tag,), src_key
+        return (f"{_vxb_prefix(self.prog.name)}{vxb}{suffix}",), f"{src}@{vxb}{suffix}"
 
     def _record_dmov(self, o: Op, ev: Events) -> None:
         hw = self.hw
@@ -1807,28 +1964,7 @@ class Chip:
         sub = a.get("op")
         src = a["src"].name
         if sub == "scatter":
-            blk = a.get("block")
-            skey = (src, a.get("vxb"), None if blk is None else blk.start, nbytes)
-            hit = self._scatter_static.get(skey)
-            if hit is None:  # what depends only on the crossbars it feeds, its input and its bytes
-                if "vxb" in a:
-                    ents = self._entries(o, True)
-                    hit = self._cores.get(id(ents))
-                    if hit is None:  # the receiving cores and the link the scatter occupies
-                        cores = sorted({xb // hw.core.crossbars for xb, _, _, _ in ents})
-                        hit = self._cores[id(ents)] = (cores, tuple(f"link:{c}" for c in cores[:1]))
-                    cores, res = hit
-                else:
-                    cores, res = [0], ("link:0",)
-                hit = self._dmov_cost.get(("scatter", nbytes))
-                if hit is None:  # a pure function of the bytes
-                    hit = self._dmov_cost[("scatter", nbytes)] = cost.scatter(hw, nbytes)
-                kk = (src, a["vxb"], None if blk is None else blk.start)
-                key = self._scatter_keys.get(kk)
-                if key is None:
-                    key = self._scatter_keys[kk] = f"{src}@{a['vxb']}" + (f":{blk.start}" if blk is not None else "")
-                hit = self._scatter_static[skey] = (cores, res, *hit, key)
-            cores, res, dur, e, key = hit
+            cores, res, dur, e, key = self._scatter_static_of(o, a, src, nbytes)
             deps = self._deps(src, v, False)
             held = None
             if self._lmem is not None:  # a buffer in the receiving core's local memory (PIMCOMP's heap)
@@ -1863,10 +1999,7 @@ class Chip:
                 self._mark(f"xb:{x}", _from0(1), i, True)
             return
         if sub == "fetch":  # constant weights from off-chip memory into the global buffer
-            hit = self._dmov_cost.get(("fetch", nbytes))
-            if hit is None:
-                hit = self._dmov_cost[("fetch", nbytes)] = cost.fetch(hw, nbytes)
-            dur, e = hit
+            dur, e = self._fetch_static(nbytes)
             self._energy["offchip"] += e
             i = ev.add(dur, ("offchip",), [], e, False, "DMOV.fetch")
             self._mark(src, _from0(self.M), i, True)
@@ -1881,12 +2014,7 @@ class Chip:
             mem = [r for r in res if r.startswith("xb:")]
             mem_deps = [d for r in mem for d in self._deps(r, _from0(1), write=False)]
         else:
-            hit = self._dmov_cost.get(("load_store", nbytes, offchip))
-            if hit is None:  # a pure function of the bytes and the level
-                dur, energy = cost.load_store(hw, nbytes, offchip)
-                hit = self._dmov_cost[("load_store", nbytes, offchip)] = (
-                    dur, energy, float(sum(energy.values())), ("gbuf", "offchip") if offchip else ("gbuf",))
-            dur, energy, e, res = hit
+            dur, energy, e, res = self._load_store_static(nbytes, offchip)
             mem = mem_deps = ()
         acc = self._energy
         for k2, val in energy.items():
@@ -1909,18 +2037,56 @@ class Chip:
                 self._mark(r, _from0(1), i, False)
             ev.outputs.append((i, float(f[0]), float(f[1])))
 
-    def _record_dcom(self, o: Op, ev: Events) -> None:
-        a = o._index
-        v = a.get("vecs")
-        if not isinstance(v, Range):
-            v = _from0(self.M)
-        sub = a.get("op")
-        dst = a.get("dst")
+    def _scatter_static_of(self, o: Op, a: dict, src: str, nbytes: int) -> tuple:
+        """What a scatter costs and occupies, which depends only on the crossbars it feeds, its input and its
+        bytes: the receiving cores, the link, duration, energy and the key of the slice it sends."""
+        blk = a.get("block")
+        skey = (src, a.get("vxb"), None if blk is None else blk.start, nbytes)
+        hit = self._scatter_static.get(skey)
+        if hit is None:
+            if "vxb" in a:
+                ents = self._entries(o, True)
+                hit = self._cores.get(id(ents))
+                if hit is None:  # the receiving cores and the link the scatter occupies
+                    cores = sorted({xb // self.hw.core.crossbars for xb, _, _, _ in ents})
+                    hit = self._cores[id(ents)] = (cores, tuple(f"link:{c}" for c in cores[:1]))
+                cores, res = hit
+            else:
+                cores, res = [0], ("link:0",)
+            hit = self._dmov_cost.get(("scatter", nbytes))
+            if hit is None:  # a pure function of the bytes
+                hit = self._dmov_cost[("scatter", nbytes)] = cost.scatter(self.hw, nbytes)
+            kk = (src, a["vxb"], None if blk is None else blk.start)
+            key = self._scatter_keys.get(kk)
+            if key is None:
+                key = self._scatter_keys[kk] = f"{src}@{a['vxb']}" + (f":{blk.start}" if blk is not None else "")
+            hit = self._scatter_static[skey] = (cores, res, *hit, key)
+        return hit
+
+    def _fetch_static(self, nbytes: int) -> tuple:
+        """Duration and energy of fetching ``nbytes`` of weights from off-chip memory."""
+        hit = self._dmov_cost.get(("fetch", nbytes))
+        if hit is None:
+            hit = self._dmov_cost[("fetch", nbytes)] = cost.fetch(self.hw, nbytes)
+        return hit
+
+    def _load_store_static(self, nbytes: int, offchip: bool) -> tuple:
+        """Duration, energy by component, total energy and resources of a load or store of ``nbytes``."""
+        hit = self._dmov_cost.get(("load_store", nbytes, offchip))
+        if hit is None:  # a pure function of the bytes and the level
+            dur, energy = cost.load_store(self.hw, nbytes, offchip)
+            hit = self._dmov_cost[("load_store", nbytes, offchip)] = (
+                dur, energy, float(sum(energy.values())), ("gbuf", "offchip") if offchip else ("gbuf",))
+        return hit
+
+    def _alu_static(self, o: Op, a: dict) -> tuple:
+        """Duration, energy and resources of a DCOM (a pure function of its sub-operation, elements, core level,
+        requantisation and where it is charged: every chunk of a layer costs the same)."""
         core = a.get("core")
-        ckey = (sub, a.get("elements", 0), core is not None, a.get("requant"), a.get("at"))
+        ckey = (a.get("op"), a.get("elements", 0), core is not None, a.get("requant"), a.get("at"))
         hit = self._alu_cost.get(ckey)
-        if hit is None:  # a pure function of these arguments (every chunk of a layer costs the same)
-            elements = int(ckey[1])
+        if hit is None:
+            sub, elements = ckey[0], int(ckey[1])
             if sub == "im2col" or ckey[4] == "producer":
                 # im2col is the scatter's gather pattern (costed there); a quantisation done by the producing
                 # cores was charged with their post-processing (DCOM.dequantize requant=)
@@ -1932,11 +2098,21 @@ class Chip:
             hit = self._alu_cost[ckey] = (dur, e)
         dur, e = hit
         if not dur:
-            res = ()
-        else:
-            res = self._alu_res.get(core)
-            if res is None:
-                res = self._alu_res[core] = (f"alu:{core}",) if core is not None else ("chipalu",)
+            return dur, e, ()
+        res = self._alu_res.get(core)
+        if res is None:
+            res = self._alu_res[core] = (f"alu:{core}",) if core is not None else ("chipalu",)
+        return dur, e, res
+
+    def _record_dcom(self, o: Op, ev: Events) -> None:
+        a = o._index
+        v = a.get("vecs")
+        if not isinstance(v, Range):
+            v = _from0(self.M)
+        sub = a.get("op")
+        dst = a.get("dst")
+        core = a.get("core")
+        dur, e, res = self._alu_static(o, a)
         self._energy["alu"] += e
         deps = []
         rng_in = v if sub not in ("layout", "colsum") else Range(0, 1 << 60)

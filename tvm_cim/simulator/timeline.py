@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..common.runtime import gc_paused
+from .compiled import Resources, TableEvents, place
 
 LONG_DEPS = 16  # dependency lists longer than this are stored as compact int64 arrays
 _BLOCK = 32  # busy intervals of a resource are kept in blocks of _BLOCK to 2 * _BLOCK
@@ -373,7 +374,76 @@ def schedule_graph(regions: list[tuple[str, Events, int]], producers: dict[str, 
     Timeline
     """
     with gc_paused():
+        if power_cap_mw is None and all(type(ev) is TableEvents for _, ev, _ in regions):
+            return _schedule_tables(regions, producers, pipeline, summary)
         return _schedule_graph(regions, producers, pipeline, power_cap_mw, summary)
+
+
+def _schedule_tables(regions, producers, pipeline, summary=True) -> Timeline:
+    """:func:`schedule_graph` of regions given as tables (:class:`~.compiled.TableEvents`): each region's
+    operations recorded and placed in compiled code on the resources of the whole timeline, in order, from its
+    floor and its inputs' ready times -- what :func:`_place` does with their rows (the same times)."""
+    resources = Resources()
+    starts, finishes, span, busy, outs = [], [], {}, {}, {}
+    prev_end, cur_seg, seg_floor = 0.0, None, 0.0
+    for name, ev, seg in regions:
+        if seg != cur_seg:
+            cur_seg, seg_floor = seg, prev_end
+        tab = ev.table
+        prods = [outs[p] for p in producers.get(name, []) if p in outs]
+        ext = _inputs_ready(ev.inputs, prods, seg_floor if pipeline else prev_end, pipeline)
+        ready = np.full(len(tab), prev_end if not pipeline else seg_floor)
+        if ext:
+            ready[list(ext)] = list(ext.values())
+        st, fin = place(tab, ev.res_names, resources, ready)
+        outs[name] = (np.array([g0 for _, g0, _ in ev.outputs], dtype=float),
+                      np.array([g1 for _, _, g1 in ev.outputs], dtype=float),
+                      fin[[j for j, _, _ in ev.outputs]].astype(float))
+        starts.append(st)
+        finishes.append(fin)
+        span[name] = (float(min(prev_end, st.min())) if len(tab) else prev_end,
+                      float(max(prev_end, fin.max(initial=prev_end))))
+        busy[name] = float(np.sum(tab.dur))
+        prev_end = max(prev_end, span[name][1])
+    start = np.concatenate(starts) if starts else np.zeros(0)
+    finish = np.concatenate(finishes) if finishes else np.zeros(0)
+    latency = float(finish.max(initial=0.0))
+    if not summary:
+        return Timeline(latency_ns=latency, region_span=span, region_busy=busy, peak_power_mw=0.0,
+                        peak_write_power_mw=0.0, analog_energy_pj=0.0, utilisation={}, start=start, finish=finish)
+    tabs = [ev.table for _, ev, _ in regions]
+    d = np.concatenate([t.dur for t in tabs])
+    e = np.concatenate([t.energy for t in tabs])
+    a = np.concatenate([t.analog for t in tabs])
+    kinds = np.concatenate([np.asarray(t.kinds)[t.kind] for t in tabs]) if len(d) else np.asarray([])
+    # busy time per resource, summed in row order, and the order the list scheduler first books them in
+    gid, gdur = [], []
+    for (_, ev, _), t in zip(regions, tabs):
+        ids = resources.index(ev.res_names)[t.res_idx]
+        per = np.repeat(t.dur, np.diff(t.res_ptr))
+        on = per > 0
+        gid.append(ids[on])
+        gdur.append(per[on])
+    gid = np.concatenate(gid) if gid else np.zeros(0, np.int64)
+    gdur = np.concatenate(gdur) if gdur else np.zeros(0)
+    names = list(resources.ids)
+    booked = np.bincount(gid, weights=gdur, minlength=len(names))
+    used, first = np.unique(gid, return_index=True)
+    util = defaultdict(list)
+    for r in used[np.argsort(first)].tolist():
+        util[names[r].split(":")[0]].append(float(booked[r]) / latency if latency else 0.0)
+    return Timeline(
+        latency_ns=latency,
+        region_span=span,
+        region_busy=busy,
+        peak_power_mw=_peak(start, finish, e, d, a),
+        peak_write_power_mw=_peak(start, finish, e, d, kinds == "CIM.write_xb") if len(kinds) else 0.0,
+        analog_energy_pj=float(e[a].sum()) if len(e) else 0.0,
+        utilisation={k: float(np.mean(v)) for k, v in util.items()},
+        start=start,
+        finish=finish,
+        kinds=kinds,
+    )
 
 
 def _schedule_graph(regions, producers, pipeline, power_cap_mw, summary=True) -> Timeline:
