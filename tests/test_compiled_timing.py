@@ -157,3 +157,20 @@ def test_programs_the_compiled_path_does_not_cover_are_recorded_in_python(hw_nam
     assert any(type(s.events) is not TableEvents for s in b)
     assert [s.latency_ns for s in a] == [s.latency_ns for s in b]
     assert tl_a.latency_ns == tl_b.latency_ns
+
+
+def test_twins_of_compiled_regions_take_their_figures_and_keep_their_own_resources(monkeypatch):
+    """VGG-16 (32x32) on jain21, timing only: regions that are an earlier one but for their quantisation
+    scales take its table (their virtual crossbars renamed): the network's timeline, utilisation included,
+    equals simulating every program, compiled or in Python."""
+    info = _offload("vgg16", "jain21")
+    taken, tl_taken = _timing(info, True, monkeypatch)
+    assert sum(1 for s in taken if s.twin_of) >= 3 and all(type(s.events) is TableEvents for s in taken)
+    monkeypatch.setattr(Chip, "reuse_timing", False)
+    every, tl_every = _timing(info, True, monkeypatch)
+    python, tl_python = _timing(info, False, monkeypatch)
+    for tl in (tl_every, tl_python):
+        assert np.array_equal(tl_taken.start, tl.start) and np.array_equal(tl_taken.finish, tl.finish)
+        assert tl_taken.utilisation == tl.utilisation and tl_taken.peak_power_mw == tl.peak_power_mw
+    for a, b in zip(taken, python, strict=True):
+        assert a.latency_ns == b.latency_ns and dict(a.energy_pj) == dict(b.energy_pj)

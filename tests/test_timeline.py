@@ -246,9 +246,11 @@ def test_isolated_region_placed_from_its_schedule_alone(integer, pipeline):
 
 
 def _timing_run(progs, hw, together):
-    """Timing-only runs of ``progs`` on a fresh chip, recording grouped reads or every operation alone."""
+    """Timing-only runs of ``progs`` on a fresh chip, recording grouped reads or every operation alone (the
+    Python recorder: the compiled path is compared with it in test_compiled_timing.py)."""
     chip = Chip(hw, SimOptions(functional=False))
     chip.together = together
+    chip.compiled = False
     stats = [chip.run(p, timing_inputs(p))[1] for p in progs]
     return chip, stats
 

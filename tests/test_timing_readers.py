@@ -19,6 +19,7 @@ def _run(info, prune: bool, monkeypatch):
     """Timing-only runs of every program and the network's timeline, readers pruned or not."""
     monkeypatch.setattr(Chip, "prune_readers", prune)
     chip = Chip(info.hw, SimOptions(functional=False))
+    chip.compiled = False  # the Python recorder's readers (the compiled path keeps no reader lists)
     stats = [chip.run(p, timing_inputs(p))[1] for p in info.programs]
     alone = [(s.events.alone, s.latency_ns, s.setup_ns) for s in stats]
     return stats, alone, report_timeline(info, stats)

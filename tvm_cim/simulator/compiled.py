@@ -472,6 +472,8 @@ def _class_row(chip, o, size: int, key, sets: dict):
         nbytes = int(a.get("bytes", 0))
         if sub == "scatter":
             _, r, d, e, _ = chip._scatter_static_of(o, a, src, nbytes)
+            if a.get("block") is not None:
+                r = (_PAIR,)  # the link to its row block's cores (per row)
             look.append((key(src), _VEC, 0, 0))
             mark.append((_PAIR, _VEC, 0, 0))  # the slice it sends: its virtual crossbar's (per row)
             ce = [("noc+buffer", e)]
@@ -510,10 +512,11 @@ def _class_row(chip, o, size: int, key, sets: dict):
         look.append((_PAIR, _VEC, 0, 0))
         look.append((key(a["src"].name), _VEC, 0, 0))
         mark.append((key(a["dst"].name), _VEC, 0, 0))
-        hit = sets.get(id(xb_keys))
-        if hit is None:
-            hit = sets[id(xb_keys)] = (len(sets), xb_keys, [int(x[3:]) for x in xb_keys])
-        xs = hit[0]
+        if a.get("block") is not None:
+            xs = _PAIR  # its row block's crossbars (per row)
+        else:
+            xbs = tuple(int(x[3:]) for x in xb_keys)
+            xs = sets.setdefault(xbs, len(sets))
         ce = list(en.items())
         an = True
     elif opc == "CIM.write_xb":
@@ -578,16 +581,19 @@ def assemble(chip, templates: tuple, sec) -> SectionTable | None:
         if min(bt, default=0) < 0:
             return None
         shapes: dict = {}
-        of_t: dict = {}
+        of_t, of_b = {}, {}
         for t in set(bt):
             a = chip.bind_templates[t]._index
-            of_t[t] = shapes.setdefault((tuple(a["xbs"]), tuple(r.stop - r.start for r in a["rows"]),
-                                         tuple(q.stop - q.start for q in a["cols"])), len(shapes))
+            rs, cs = a["rows"], a["cols"]
+            of_t[t] = shapes.setdefault((tuple(a["xbs"]), tuple(r.stop - r.start for r in rs),
+                                         tuple(q.stop - q.start for q in cs)), len(shapes))
+            # row blocks: which tiles start each block and their shapes (the crossbars come per row)
+            of_b[t] = shapes.setdefault(("block", tuple((r.start, r.stop) for r in rs),
+                                         tuple(q.stop - q.start for q in cs)), len(shapes))
         by_shape = np.array([of_t[t] for t in bt], np.int64)[iv.reshape(-1)]
-        by_bind = np.array(bt, np.int64)[iv.reshape(-1)] + len(shapes)
-        sig[plain] = np.where(c[plain] == 2, by_shape,
-                              np.where(np.array([templates[t].get("block") is None for t in range(nt)] + [True])
-                                       [tid[plain]], by_shape, by_bind))
+        by_block = np.array([of_b[t] for t in bt], np.int64)[iv.reshape(-1)]
+        blocked = np.array([templates[t].get("block") is not None for t in range(nt)] + [False])[tid[plain]]
+        sig[plain] = np.where(blocked, by_block, by_shape)
     k1 = np.select([(c == 2) | (c == 3) | (c == 4), c == 5], [sig, sec.core], 0)
     k2 = np.select([c == 1, (c == 2) | (c == 3)], [sec.rows, sec.group], 0)
     k3 = np.select([c == 1, (c == 2) | (c == 3)], [sec.cols, v1 - v0], 0)
@@ -617,7 +623,7 @@ def assemble(chip, templates: tuple, sec) -> SectionTable | None:
         if row is None:
             return None
         d, e, an, r, look, mark, xs, ce, io = row
-        if r is None:
+        if r is None or r == (_PAIR,):
             rid = [_PAIR]
         elif r and type(r[0]) is int:
             rid = list(r)
@@ -643,6 +649,7 @@ def assemble(chip, templates: tuple, sec) -> SectionTable | None:
     # a read's virtual crossbar: its resource and the key of the slice its scatter sent (once per one)
     pair_res = np.full(n_all, -1, np.int64)
     pair_key = np.full(n_all, -1, np.int64)
+    pair_set = np.full(n_all, -1, np.int64)
     rd = np.flatnonzero((c >= 2) & (c <= 4))
     if len(rd):
         pf, pinv = _unique_rows([tid[rd], vxb[rd]])
@@ -651,14 +658,34 @@ def assemble(chip, templates: tuple, sec) -> SectionTable | None:
             o = templates[t]
             blk = o.get("block")
             src_blk[t] = (o["src"].name, None if blk is None else blk.start)
-        tags = [chip._read_names(v, *src_blk[t]) for t, v in zip(tid[rd][pf].tolist(), vxb[rd][pf].tolist())]
-        pr = np.array([names.setdefault(tg[0][0], len(names)) if c[rd[j]] != 4 else -1
-                       for tg, j in zip(tags, pf.tolist())], np.int64)
-        pk = np.array([key(tg[1]) for tg in tags], np.int64)
+        pr = np.full(len(pf), -1, np.int64)
+        px = np.full(len(pf), -1, np.int64)
+        pk = np.empty(len(pf), np.int64)
+        block_of: dict = {}  # (vxb, row block) -> its crossbars' entries (a read's and a scatter's are the same)
+        named: dict = {}  # (vxb, input, row block) -> the read's resource and the slice's key
+        for q, (j, t, v) in enumerate(zip(rd[pf].tolist(), tid[rd][pf].tolist(), vxb[rd][pf].tolist())):
+            src, blk = src_blk[t]
+            tg = named.get((v, src, blk))
+            if tg is None:
+                tg = named[(v, src, blk)] = chip._read_names(v, src, blk)
+            pk[q] = key(tg[1])
+            ents = None
+            if blk is not None:
+                ents = block_of.get((v, blk))
+                if ents is None:
+                    ents = block_of[(v, blk)] = chip._entries(ops[j], True)
+            if c[j] == 4:  # a scatter: to a row block, the link to its cores
+                if ents is not None:
+                    pr[q] = names.setdefault(chip._scatter_cores(ents)[1][0], len(names))
+                continue
+            pr[q] = names.setdefault(tg[0][0], len(names))
+            if ents is not None:  # a read of a row block: its crossbars
+                px[q] = sets.setdefault(tuple([x for x, _, _, _ in ents]), len(sets))
         pinv = pinv.reshape(-1)
         pair_res[rd] = pr[pinv]
         pair_key[rd] = pk[pinv]
-    pair_res, pair_key = pair_res[on], pair_key[on]
+        pair_set[rd] = px[pinv]
+    pair_res, pair_key, pair_set = pair_res[on], pair_key[on], pair_set[on]
     res_ptr, res_idx = _gather(*_ragged([r[3] for r in real]), u)
     res_row = np.repeat(np.arange(n, dtype=np.int64), np.diff(res_ptr))
     ph = res_idx == _PAIR
@@ -686,14 +713,14 @@ def assemble(chip, templates: tuple, sec) -> SectionTable | None:
     lk_ptr, lk = ranges(4)
     mk_ptr, mk = ranges(5)
     xset = np.array([r[6] for r in real], np.int64)[u]
+    xset = np.where(xset == _PAIR, pair_set, xset)
     xw = np.where(c[on] == 1, sec.xb[on], -1).astype(np.int64)
     cptr, cdata = _ragged([r[7] for r in real], 2, np.float64)
     comp_ptr, cd = _gather(cptr, cdata, u)
     io = np.array([r[8] for r in real], np.int64)[u]
     f0, f1 = sec.f0[on], sec.f1[on]
     ins, outs = np.flatnonzero(io == 1), np.flatnonzero(io == 2)
-    set_list = sorted(sets.values())
-    set_ptr, set_xb = _ragged([s[2] for s in set_list])
+    set_ptr, set_xb = _ragged(list(sets))  # (a dict keeps its keys in the order of their ids)
     return SectionTable(
         kinds=kind_names, kind=kind_c[u].astype(np.int32),
         dur=np.array([r[0] for r in real], np.float64)[u], energy=np.array([r[1] for r in real], np.float64)[u],

@@ -2045,12 +2045,7 @@ class Chip:
         hit = self._scatter_static.get(skey)
         if hit is None:
             if "vxb" in a:
-                ents = self._entries(o, True)
-                hit = self._cores.get(id(ents))
-                if hit is None:  # the receiving cores and the link the scatter occupies
-                    cores = sorted({xb // self.hw.core.crossbars for xb, _, _, _ in ents})
-                    hit = self._cores[id(ents)] = (cores, tuple(f"link:{c}" for c in cores[:1]))
-                cores, res = hit
+                cores, res = self._scatter_cores(self._entries(o, True))
             else:
                 cores, res = [0], ("link:0",)
             hit = self._dmov_cost.get(("scatter", nbytes))
@@ -2061,6 +2056,15 @@ class Chip:
             if key is None:
                 key = self._scatter_keys[kk] = f"{src}@{a['vxb']}" + (f":{blk.start}" if blk is not None else "")
             hit = self._scatter_static[skey] = (cores, res, *hit, key)
+        return hit
+
+    def _scatter_cores(self, ents: list) -> tuple:
+        """The cores receiving a scatter to the crossbars ``ents`` (an :meth:`_entries` list) and the link it
+        occupies (memoised per list)."""
+        hit = self._cores.get(id(ents))
+        if hit is None:
+            cores = sorted({xb // self.hw.core.crossbars for xb, _, _, _ in ents})
+            hit = self._cores[id(ents)] = (cores, tuple(f"link:{c}" for c in cores[:1]))
         return hit
 
     def _fetch_static(self, nbytes: int) -> tuple:
