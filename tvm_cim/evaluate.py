@@ -20,7 +20,7 @@ from . import report as R
 from . import runtime
 from .common.onnx_io import host_onnx_ops, import_onnx, load_onnx, model_inputs, without_weights
 from .common.report import REFERENCES, compare, onnxruntime_outputs, reference_outputs, run_vm
-from .common.runtime import gc_paused, workers_default
+from .common.runtime import compiled_heap, gc_paused, settle, workers_default
 from .common.target import register_hardware
 from .compiler.transform import (
     accuracy_budget,
@@ -98,8 +98,9 @@ def evaluate(spec: str, hw, strategy: str, *, seed: int = 0, calib_samples: int 
     # onnxruntime reads the model's file: a zoo model's is written to a temporary directory
     with tempfile.TemporaryDirectory(prefix="tvm_cim_") if ort and spec.startswith("zoo:") \
             else contextlib.nullcontext() as scratch:
-        return _evaluate(spec, hw, strategy, seed, calib_samples, inputs_path, bitwise, timing_only, hw_name,
-                         max_error, nonideal, batch, reference, ort, scratch)
+        with compiled_heap():
+            return _evaluate(spec, hw, strategy, seed, calib_samples, inputs_path, bitwise, timing_only, hw_name,
+                             max_error, nonideal, batch, reference, ort, scratch)
 
 
 def _evaluate(spec, hw, strategy, seed, calib_samples, inputs_path, bitwise, timing_only, hw_name, max_error,
@@ -122,6 +123,7 @@ def _evaluate(spec, hw, strategy, seed, calib_samples, inputs_path, bitwise, tim
     inputs = model_inputs(inputs_path, shapes, dtypes, seed)
     t1, c1 = time.perf_counter(), time.process_time()
     ex, info = _compile(mod, hw, strategy, seed, calib_samples, max_error, build=not timing_only)
+    settle()  # compilation's garbage collected, the compiled programs out of later collections
     t2, c2 = time.perf_counter(), time.process_time()
     phases = last_compile_phases()
     order = list(shapes)
