@@ -532,7 +532,6 @@ class Chip:
         self._read_plans: dict = {}  # block shape -> what its reads append (_read_plan)
         self._xb_key_sets: dict = {}  # crossbar keys of a read -> the one tuple of them (_read_cost)
         self._cores: dict = {}  # id(_entries list) -> the cores of its crossbars (a scatter's destination), link
-        self._scatter_keys: dict = {}  # (input, vxb, block) -> the key of the slice a scatter sends
         self._scatter_static: dict = {}  # (input, vxb, block, bytes) -> a scatter's cores, link, ns, pJ and key
         self._read_static: dict = {}  # (vxb, block, group, opcode, vectors, input) -> a read's cost, keys, tags
         self._dmov_cost: dict = {}  # (scatter | fetch, bytes) -> (ns, pJ)
@@ -2051,10 +2050,8 @@ class Chip:
             hit = self._dmov_cost.get(("scatter", nbytes))
             if hit is None:  # a pure function of the bytes
                 hit = self._dmov_cost[("scatter", nbytes)] = cost.scatter(self.hw, nbytes)
-            kk = (src, a["vxb"], None if blk is None else blk.start)
-            key = self._scatter_keys.get(kk)
-            if key is None:
-                key = self._scatter_keys[kk] = f"{src}@{a['vxb']}" + (f":{blk.start}" if blk is not None else "")
+            # the slice it sends is the one the reads of those crossbars take (one naming rule: _read_names)
+            key = self._read_names(a["vxb"], src, None if blk is None else blk.start)[1]
             hit = self._scatter_static[skey] = (cores, res, *hit, key)
         return hit
 
