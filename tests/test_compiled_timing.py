@@ -47,6 +47,9 @@ def test_compiled_timing_gives_what_the_python_recorder_gives(hw_name, monkeypat
         assert sa.weight_writes == sb.weight_writes and sa.crossbars == sb.crossbars
         assert len(sa.events) == len(sb.events)
         assert sa.events.inputs == sb.events.inputs and sa.events.outputs == sb.events.outputs
+        t, names = sb.events.table, sb.events.res_names  # what each row occupies: the recorder's resources
+        assert [tuple(names[k] for k in t.res_idx[t.res_ptr[i]:t.res_ptr[i + 1]]) for i in range(len(t))] == \
+            [tuple(r) for r in sa.events.res]
     assert np.array_equal(tl_a.start, tl_b.start) and np.array_equal(tl_a.finish, tl_b.finish)
     assert tl_a.latency_ns == tl_b.latency_ns and tl_a.region_span == tl_b.region_span
     assert tl_a.region_busy == tl_b.region_busy and tl_a.utilisation == tl_b.utilisation

@@ -41,7 +41,7 @@ import numpy as np
 from numba import types
 from numba.typed import Dict
 
-from ..program import OPS, Range, Ref
+from ..program import OPS, Ref
 
 _WHOLE = (0, 1 << 60)  # a write of the whole tensor (Chip._FULL)
 _KEY3 = types.UniTuple(types.int64, 3)
@@ -457,9 +457,10 @@ _XB_RES, _XB_PORT = -2, -3  # a write's resources: its crossbar's (per row)
 _READ_OPS = frozenset(("CIM.read_xb", "CIM.read_core", "CIM.read_row"))
 
 
-def _class_row(chip, o, size: int, key, sets: dict):
+def _class_row(chip, o, size: int, key, shapes: tuple | None):
     """What every operation of one class (a template with the same cost-relevant operands) costs, occupies,
-    reads and writes, from the chip's cost look-ups (the Python recorder's); None if not covered here."""
+    reads and writes, from the chip's cost look-ups (the Python recorder's); None if not covered here.
+    ``shapes``: a read's tiles, (rows, columns) activated."""
     opc = o.opcode
     a = o._index
     M = chip.M
@@ -471,9 +472,8 @@ def _class_row(chip, o, size: int, key, sets: dict):
         src = a["src"].name
         nbytes = int(a.get("bytes", 0))
         if sub == "scatter":
-            _, r, d, e, _ = chip._scatter_static_of(o, a, src, nbytes)
-            if a.get("block") is not None:
-                r = (_PAIR,)  # the link to its row block's cores (per row)
+            d, e = chip._scatter_cost(nbytes)
+            r = (_PAIR,)  # the link to its crossbars' (row block's) cores (per row)
             look.append((key(src), _VEC, 0, 0))
             mark.append((_PAIR, _VEC, 0, 0))  # the slice it sends: its virtual crossbar's (per row)
             ce = [("noc+buffer", e)]
@@ -496,6 +496,8 @@ def _class_row(chip, o, size: int, key, sets: dict):
         sub = a.get("op")
         dst = a.get("dst")
         d, e, r = chip._alu_static(o, a)
+        if r and type(a.get("core")) is int:
+            r = (_PAIR,)  # its core's ALU (per row)
         whole_in = sub in ("layout", "colsum")
         dname = None if dst is None else dst.name
         for _, val in o.args:
@@ -507,16 +509,12 @@ def _class_row(chip, o, size: int, key, sets: dict):
         ce = [("alu", e)]
         an = False
     elif opc in _READ_OPS:
-        d, en, e, xb_keys, _, _ = chip._read_static_of(o, a, Range(0, size))
+        d, en, e = chip._read_shape_cost(shapes, size * chip._batch, opc == "CIM.read_row")
         r = None  # its virtual crossbar's resource (per row)
         look.append((_PAIR, _VEC, 0, 0))
         look.append((key(a["src"].name), _VEC, 0, 0))
         mark.append((key(a["dst"].name), _VEC, 0, 0))
-        if a.get("block") is not None:
-            xs = _PAIR  # its row block's crossbars (per row)
-        else:
-            xbs = tuple(int(x[3:]) for x in xb_keys)
-            xs = sets.setdefault(xbs, len(sets))
+        xs = _PAIR  # its crossbars (of its row block; per row)
         ce = list(en.items())
         an = True
     elif opc == "CIM.write_xb":
@@ -537,10 +535,13 @@ def assemble(chip, templates: tuple, sec) -> SectionTable | None:
     (:func:`tvm_cim.program.encode.encode`), as a :class:`SectionTable`; None when it has an operation this
     module does not cover.
 
-    The operations are grouped into classes that cost and occupy the same: a template with the same crossbar
-    and tile size (writes), the same crossbars, row group and vector count (reads), virtual crossbar
-    (scatters), core (DCOMs).  The chip's cost look-ups run once per class, the names of a read's virtual
-    crossbar once per one; the rows are built with numpy.
+    The operations are grouped into classes that cost the same: a template with the same tile size (writes),
+    the same tile shapes, row group and vector count (reads), tile shapes (scatters), core or chip ALU
+    (DCOMs).  The chip's cost look-ups run once per class.  What varies within a class is found over arrays:
+    a write's crossbar and write port (once per crossbar), a read's virtual crossbar (its resource), the
+    input slice a read takes and its scatter sends (one key per input, virtual crossbar and row block), a DCOM's
+    core's ALU, and a read's crossbars and a scatter's link, once per binding template (every virtual crossbar
+    bound alike), row block and row group, from the bindings' entries as flat arrays.
 
     Parameters
     ----------
@@ -574,27 +575,64 @@ def assemble(chip, templates: tuple, sec) -> SectionTable | None:
     sig = vxb.copy()  # reads and scatters: the crossbars and tile shapes of the virtual crossbar
     plain = np.flatnonzero((c >= 2) & (c <= 4))  # reads, reads of a row block, scatters
     if len(plain):
-        # the virtual crossbar as far as the cost and the crossbars matter: its binding (of a row block: its
-        # template, the same crossbars and ranges); without a row block, its crossbars and tile shapes
-        uv, iv = np.unique(vxb[plain], return_inverse=True)
-        bt = [chip.vxbs.template(v) for v in uv.tolist()]
-        if min(bt, default=0) < 0:
+        # the virtual crossbar as far as the cost matters: its tile shapes (of a row block: the ranges of its
+        # rows, which tiles start each block); the crossbars come per row
+        bt = chip.vxbs.templates(vxb[plain])  # each one's binding template
+        if len(bt) and bt.min() < 0:
             return None
-        shapes: dict = {}
-        of_t, of_b = {}, {}
-        for t in set(bt):
+        ubt, bi = np.unique(bt, return_inverse=True)  # the binding templates, each one's index among them
+        bi = bi.reshape(-1)
+        # their entries as flat arrays, in binding order: crossbar, first and last row, columns
+        e_xb, e_r0, e_r1, e_nc, e_n = [], [], [], [], []
+        for t in ubt.tolist():
             a = chip.bind_templates[t]._index
-            rs, cs = a["rows"], a["cols"]
-            of_t[t] = shapes.setdefault((tuple(a["xbs"]), tuple(r.stop - r.start for r in rs),
-                                         tuple(q.stop - q.start for q in cs)), len(shapes))
-            # row blocks: which tiles start each block and their shapes (the crossbars come per row)
-            of_b[t] = shapes.setdefault(("block", tuple((r.start, r.stop) for r in rs),
-                                         tuple(q.stop - q.start for q in cs)), len(shapes))
-        by_shape = np.array([of_t[t] for t in bt], np.int64)[iv.reshape(-1)]
-        by_block = np.array([of_b[t] for t in bt], np.int64)[iv.reshape(-1)]
-        blocked = np.array([templates[t].get("block") is not None for t in range(nt)] + [False])[tid[plain]]
-        sig[plain] = np.where(blocked, by_block, by_shape)
-    k1 = np.select([(c == 2) | (c == 3) | (c == 4), c == 5], [sig, sec.core], 0)
+            rs = a["rows"]
+            e_xb += a["xbs"]
+            e_r0 += [r.start for r in rs]
+            e_r1 += [r.stop for r in rs]
+            e_nc += [q.stop - q.start for q in a["cols"]]
+            e_n.append(len(rs))
+        e_ptr = np.zeros(len(ubt) + 1, np.int64)
+        np.cumsum(e_n, out=e_ptr[1:])
+        e_xb, e_r0, e_r1, e_nc = (np.array(x, np.int64) for x in (e_xb, e_r0, e_r1, e_nc))
+        e_rs = e_r1 - e_r0
+        shapes: dict = {}
+        of_t = np.empty(len(ubt), np.int64)
+        of_b = np.empty(len(ubt), np.int64)
+        for i, (p0, p1) in enumerate(zip(e_ptr[:-1].tolist(), e_ptr[1:].tolist())):
+            nc = e_nc[p0:p1].tobytes()
+            of_t[i] = shapes.setdefault((e_rs[p0:p1].tobytes(), nc), len(shapes))
+            of_b[i] = shapes.setdefault(("block", e_r0[p0:p1].tobytes(), e_r1[p0:p1].tobytes(), nc), len(shapes))
+        blk_of = np.full(nt + 1, -1, np.int64)  # each template's row block (-1: none)
+        for t in np.unique(tid[plain]).tolist():
+            blk = templates[t].get("block")
+            if blk is not None:
+                blk_of[t] = blk.start
+        blocked = blk_of[tid[plain]] >= 0
+        sig[plain] = np.where(blocked, of_b[bi], of_t[bi])
+        row_group = np.array([templates[t].opcode == "CIM.read_row" for t in range(nt)] + [False])
+        t_rd, v_rd, b_rd = tid[plain], vxb[plain], blk_of[tid[plain]]
+        g_rd = np.where(row_group[t_rd], sec.group[plain], -1)  # a row group's read: its group
+        # a read's tiles, a scatter's crossbars: the same for every virtual crossbar of one binding template,
+        # found for each (binding template, row block, row group, read or scatter) over its entries at once
+        sc_rd = c[plain] == 4
+        bf, binv = _unique_rows([bi, b_rd, g_rd, sc_rd])
+        binv = binv.reshape(-1)
+        qb, qblk, qg, qsc = bi[bf], b_rd[bf], g_rd[bf], sc_rd[bf]
+        cnt = e_ptr[qb + 1] - e_ptr[qb]
+        at = np.zeros(len(bf) + 1, np.int64)
+        np.cumsum(cnt, out=at[1:])
+        rep = np.repeat(np.arange(len(bf), dtype=np.int64), cnt)
+        idx = np.repeat(e_ptr[qb] - at[:-1], cnt) + np.arange(at[-1], dtype=np.int64)
+        act = chip._active_rows(e_rs[idx], qg[rep])  # of a row group: the rows in it
+        keep = (act > 0) & ((qblk[rep] < 0) | (e_r0[idx] == qblk[rep]))  # of a row block: its tiles
+        sel_q, sel_xb, sel_rows, sel_nc = rep[keep], e_xb[idx[keep]], act[keep], e_nc[idx[keep]]
+        n_sel = np.bincount(sel_q, minlength=len(bf))
+        lo = np.zeros(len(bf) + 1, np.int64)
+        np.cumsum(n_sel, out=lo[1:])
+        combo = np.full(n_all, -1, np.int64)
+        combo[plain] = binv
+    k1 = np.select([(c == 2) | (c == 3) | (c == 4), c == 5], [sig, sec.core >= 0], 0)
     k2 = np.select([c == 1, (c == 2) | (c == 3)], [sec.rows, sec.group], 0)
     k3 = np.select([c == 1, (c == 2) | (c == 3)], [sec.cols, v1 - v0], 0)
     first, inv = _unique_rows([tid, k1, k2, k3])
@@ -605,7 +643,7 @@ def assemble(chip, templates: tuple, sec) -> SectionTable | None:
     first = first[order]
     keys: dict = {}
     key = lambda name: keys.setdefault(name, len(keys))  # noqa: E731
-    sets: dict = {}
+    set_ptr, set_xb = np.zeros(1, np.int64), np.zeros(0, np.int64)  # the crossbar sets reads activate
     kinds: dict = {}
     names: dict = {}
     comps: dict = {}
@@ -619,7 +657,11 @@ def assemble(chip, templates: tuple, sec) -> SectionTable | None:
         if c[j] == 6:
             rows.append((k, True, empty))
             continue
-        row = _class_row(chip, o, int(v1[j] - v0[j]), key, sets)
+        shp = None
+        if c[j] == 2 or c[j] == 3:  # a read: its tiles
+            q0, q1 = lo[combo[j]], lo[combo[j] + 1]
+            shp = tuple(zip(sel_rows[q0:q1].tolist(), sel_nc[q0:q1].tolist()))
+        row = _class_row(chip, o, int(v1[j] - v0[j]), key, shp)
         if row is None:
             return None
         d, e, an, r, look, mark, xs, ce, io = row
@@ -650,41 +692,49 @@ def assemble(chip, templates: tuple, sec) -> SectionTable | None:
     pair_res = np.full(n_all, -1, np.int64)
     pair_key = np.full(n_all, -1, np.int64)
     pair_set = np.full(n_all, -1, np.int64)
-    rd = np.flatnonzero((c >= 2) & (c <= 4))
-    if len(rd):
-        pf, pinv = _unique_rows([tid[rd], vxb[rd]])
-        src_blk = {}  # template -> its input and row block
-        for t in np.unique(tid[rd]).tolist():
-            o = templates[t]
-            blk = o.get("block")
-            src_blk[t] = (o["src"].name, None if blk is None else blk.start)
-        pr = np.full(len(pf), -1, np.int64)
-        px = np.full(len(pf), -1, np.int64)
-        pk = np.empty(len(pf), np.int64)
-        block_of: dict = {}  # (vxb, row block) -> its crossbars' entries (a read's and a scatter's are the same)
-        named: dict = {}  # (vxb, input, row block) -> the read's resource and the slice's key
-        for q, (j, t, v) in enumerate(zip(rd[pf].tolist(), tid[rd][pf].tolist(), vxb[rd][pf].tolist())):
-            src, blk = src_blk[t]
-            tg = named.get((v, src, blk))
-            if tg is None:
-                tg = named[(v, src, blk)] = chip._read_names(v, src, blk)
-            pk[q] = key(tg[1])
-            ents = None
-            if blk is not None:
-                ents = block_of.get((v, blk))
-                if ents is None:
-                    ents = block_of[(v, blk)] = chip._entries(ops[j], True)
-            if c[j] == 4:  # a scatter: to a row block, the link to its cores
-                if ents is not None:
-                    pr[q] = names.setdefault(chip._scatter_cores(ents)[1][0], len(names))
-                continue
-            pr[q] = names.setdefault(tg[0][0], len(names))
-            if ents is not None:  # a read of a row block: its crossbars
-                px[q] = sets.setdefault(tuple([x for x, _, _, _ in ents]), len(sets))
-        pinv = pinv.reshape(-1)
-        pair_res[rd] = pr[pinv]
-        pair_key[rd] = pk[pinv]
-        pair_set[rd] = px[pinv]
+    n_keys = len(keys)
+    dc = np.flatnonzero((c == 5) & (sec.core >= 0))
+    if len(dc):  # a DCOM's core's ALU
+        uc, ic = np.unique(sec.core[dc], return_inverse=True)
+        ids = [names.setdefault(chip._alu_resources(x)[0], len(names)) for x in uc.tolist()]
+        pair_res[dc] = np.array(ids, np.int64)[ic.reshape(-1)]
+    if len(plain):
+        srcs: dict = {}
+        src_of = np.full(nt + 1, -1, np.int64)
+        for t in np.unique(t_rd).tolist():
+            src_of[t] = srcs.setdefault(templates[t]["src"].name, len(srcs))
+        # the input slice a read takes, the one its scatter sent: one key per (input, vxb, row block)
+        # (Chip._read_names)
+        sk, sinv = _unique_rows([src_of[t_rd], v_rd, b_rd])
+        pair_key[plain] = n_keys + sinv
+        n_keys += len(sk)
+        # a read's resource: its virtual crossbar's (of its row block)
+        rdg = np.flatnonzero(c[plain] != 4)
+        if len(rdg):
+            rf, rinv = _unique_rows([v_rd[rdg], b_rd[rdg]])
+            ids = [names.setdefault(x, len(names))
+                   for x in chip._read_resources(v_rd[rdg][rf].tolist(), b_rd[rdg][rf].tolist())]
+            pair_res[plain[rdg]] = np.array(ids, np.int64)[rinv]
+        got = np.empty(len(bf), np.int64)
+        if qsc.any():  # a scatter: the link to its crossbars' cores (Chip._cores_of: the first core's)
+            if np.any(n_sel[qsc] == 0):
+                return None
+            first_xb = np.zeros(len(bf), np.int64)
+            ne = n_sel > 0
+            first_xb[ne] = np.minimum.reduceat(sel_xb, lo[:-1][ne])  # (segments of the combinations with tiles)
+            core = first_xb[qsc] // chip.hw.core.crossbars
+            uc, ic = np.unique(core, return_inverse=True)
+            ids = [names.setdefault(chip._links([x])[0], len(names)) for x in uc.tolist()]
+            got[qsc] = np.array(ids, np.int64)[ic.reshape(-1)]
+        # a read: its crossbars (a set per combination)
+        got[~qsc] = np.arange(int((~qsc).sum()), dtype=np.int64)
+        rd_sel = ~qsc[sel_q]
+        set_ptr = np.zeros(int((~qsc).sum()) + 1, np.int64)
+        np.cumsum(n_sel[~qsc], out=set_ptr[1:])
+        set_xb = sel_xb[rd_sel]
+        got = got[binv]
+        pair_res[plain[sc_rd]] = got[sc_rd]
+        pair_set[plain[~sc_rd]] = got[~sc_rd]
     pair_res, pair_key, pair_set = pair_res[on], pair_key[on], pair_set[on]
     res_ptr, res_idx = _gather(*_ragged([r[3] for r in real]), u)
     res_row = np.repeat(np.arange(n, dtype=np.int64), np.diff(res_ptr))
@@ -720,7 +770,6 @@ def assemble(chip, templates: tuple, sec) -> SectionTable | None:
     io = np.array([r[8] for r in real], np.int64)[u]
     f0, f1 = sec.f0[on], sec.f1[on]
     ins, outs = np.flatnonzero(io == 1), np.flatnonzero(io == 2)
-    set_ptr, set_xb = _ragged(list(sets))  # (a dict keeps its keys in the order of their ids)
     return SectionTable(
         kinds=kind_names, kind=kind_c[u].astype(np.int32),
         dur=np.array([r[0] for r in real], np.float64)[u], energy=np.array([r[1] for r in real], np.float64)[u],
@@ -730,4 +779,4 @@ def assemble(chip, templates: tuple, sec) -> SectionTable | None:
         inputs=list(zip(ins.tolist(), f0[ins].tolist(), f1[ins].tolist())),
         outputs=list(zip(outs.tolist(), f0[outs].tolist(), f1[outs].tolist())),
         counts=counts, writes=xw[xw >= 0].tolist(), grouped=sec.together if chip.together else 0,
-        n_keys=max(len(keys), 1), n_xb=max(int(xw.max(initial=-1)), int(set_xb.max(initial=-1)), 0) + 1)
+        n_keys=max(n_keys, 1), n_xb=max(int(xw.max(initial=-1)), int(set_xb.max(initial=-1)), 0) + 1)

@@ -328,22 +328,33 @@ class _Binds(dict):
         super().__init__()
         self._op: dict = {}  # vxb -> (section, index) of the binding not decoded yet
         self._sig: dict = {}  # vxb -> the template of its binding (bindings of one template bind alike)
+        self._lookup = None  # _sig as sorted arrays (templates)
 
     def add(self, sec, rows: np.ndarray) -> None:
         """The bindings at ``rows`` of an encoded section."""
-        for i, v, t in zip(rows.tolist(), sec.vxb[rows].tolist(), sec.tid[rows].tolist()):
-            if v < 0:  # not an int: decoded at once
-                o = sec.ops[i]
-                dict.__setitem__(self, o["vxb"], list(zip(o["xbs"], o["rows"], o["cols"])))
-                continue
-            self._op[v] = sec.ops[i]
-            self._sig[v] = t
-            if dict.__contains__(self, v):
-                dict.__delitem__(self, v)
+        vx = sec.vxb[rows]
+        ok = vx >= 0
+        for i in rows[~ok].tolist():  # not an int: decoded at once
+            o = sec.ops[i]
+            dict.__setitem__(self, o["vxb"], list(zip(o["xbs"], o["rows"], o["cols"])))
+        vs, ops = vx[ok].tolist(), sec.ops
+        self._op.update(zip(vs, [ops[i] for i in rows[ok].tolist()]))
+        self._sig.update(zip(vs, sec.tid[rows][ok].tolist()))
+        for v in dict.keys(self) & set(vs):  # bound again: decoded from its new binding when asked for
+            dict.__delitem__(self, v)
+        self._lookup = None
 
-    def template(self, v: int) -> int:
-        """The template of the binding of ``v`` (-1: not bound by an encoded binding)."""
-        return self._sig.get(v, -1)
+    def templates(self, vxbs: np.ndarray) -> np.ndarray:
+        """The template of the binding of each of ``vxbs`` (-1: not bound by an encoded binding)."""
+        if self._lookup is None:
+            keys = np.fromiter(self._sig.keys(), np.int64, len(self._sig))
+            order = np.argsort(keys)
+            self._lookup = keys[order], np.fromiter(self._sig.values(), np.int64, len(self._sig))[order]
+        keys, vals = self._lookup
+        if not len(keys):
+            return np.full(len(vxbs), -1, np.int64)
+        at = np.minimum(np.searchsorted(keys, vxbs), len(keys) - 1)
+        return np.where(keys[at] == vxbs, vals[at], -1)
 
     def crossbars(self) -> set:
         """Every crossbar bound."""
@@ -762,9 +773,14 @@ class Chip:
                 for e in ents:
                     index[e[1].start].append(e)
             ents = index.get(blk.start, [])
-        if o.opcode == "CIM.read_row":
+        return self._activated(ents, o.opcode, o.get("group"))
+
+    def _activated(self, ents: list, opcode: str, group: int | None) -> list:
+        """(xb, rows, cols, base row) of the crossbars ``ents`` (a virtual crossbar's, or a row block's, binding
+        entries) that an ``opcode`` read of row group ``group`` activates (:meth:`_entries`)."""
+        if opcode == "CIM.read_row":
             ra = self.xhw.crossbar.rows_active
-            g = int(o["group"])
+            g = int(group)
             out = []
             for xb, rows, cols in ents:
                 r0 = rows.start + g * ra
@@ -772,6 +788,12 @@ class Chip:
                     out.append((xb, Range(r0, min(rows.stop, r0 + ra)), cols, rows.start))
             return out
         return [(xb, rows, cols, rows.start) for xb, rows, cols in ents]
+
+    def _active_rows(self, sizes: np.ndarray, groups: np.ndarray) -> np.ndarray:
+        """:meth:`_activated` over arrays: the rows a read of row group ``groups`` (-1: a read of every row)
+        activates in tiles of ``sizes`` rows (0: none; the group's rows start ``group * rows_active`` into it)."""
+        ra = self.xhw.crossbar.rows_active
+        return np.where(groups < 0, sizes, np.clip(sizes - groups * ra, 0, ra))
 
     # ------------------------------------------------------------------ execution
     def _block(self, stmts, env, stats, ev: Events) -> None:
@@ -1919,9 +1941,15 @@ class Chip:
 
     def _read_cost(self, o: Op, ents: list, vectors: int) -> tuple:
         """Duration, energy by component, total energy and crossbar keys of a read."""
-        row = o.opcode == "CIM.read_row"
-        ra = self.xhw.crossbar.rows_active
         shapes = tuple((rows.size, cols.size) for _, rows, cols, _ in ents)
+        hit = self._read_shape_cost(shapes, vectors, o.opcode == "CIM.read_row")
+        keys = tuple(f"xb:{xb}" for xb, _, _, _ in ents)
+        return (*hit, self._xb_key_sets.setdefault(keys, keys))  # one tuple per crossbar set (cached by id)
+
+    def _read_shape_cost(self, shapes: tuple, vectors: int, row: bool) -> tuple:
+        """Duration, energy by component and total energy of reading tiles of ``shapes`` ((rows, columns)
+        activated, in order) for ``vectors`` vectors (``row``: one row group each, ``CIM.read_row``)."""
+        ra = self.xhw.crossbar.rows_active
         sig = (shapes, vectors, row)
         hit = self._shape_memo.get(sig)
         if hit is None:  # crossbar sets of the same tile shapes cost the same (summed in the same order)
@@ -1939,8 +1967,7 @@ class Chip:
                 for k2, val in e.items():
                     energy[k2] += val
             hit = self._shape_memo[sig] = (max(durs, default=0.0), dict(energy), float(sum(energy.values())))
-        keys = tuple(f"xb:{xb}" for xb, _, _, _ in ents)
-        return (*hit, self._xb_key_sets.setdefault(keys, keys))  # one tuple per crossbar set (cached by id)
+        return hit
 
     def _read_tag(self, o: Op) -> tuple[tuple, str]:
         """The resources a read occupies (one tuple shared by its reads) and the key of the input slice it reads (the scatter that sent it)."""
@@ -1950,8 +1977,13 @@ class Chip:
     def _read_names(self, vxb: int, src: str, block: int | None) -> tuple[tuple, str]:
         """:meth:`_read_tag` of a read of ``vxb`` (row block starting at ``block``, None: all) from ``src``."""
         suffix = f":{block}" if block is not None else ""
-        # row groups of one crossbar are sequential: they share the resource
-        return (f"{_vxb_prefix(self.prog.name)}{vxb}{suffix}",), f"{src}@{vxb}{suffix}"
+        return (self._read_resources([vxb], [block])[0],), f"{src}@{vxb}{suffix}"
+
+    def _read_resources(self, vxbs: list, blocks: list) -> list[str]:
+        """The resource a read of ``vxbs[i]`` (row block starting at ``blocks[i]``; None or -1: all) occupies:
+        the virtual crossbar's (row groups of one crossbar are sequential: they share it)."""
+        pre = _vxb_prefix(self.prog.name)
+        return [f"{pre}{v}" if b is None or b < 0 else f"{pre}{v}:{b}" for v, b in zip(vxbs, blocks)]
 
     def _record_dmov(self, o: Op, ev: Events) -> None:
         hw = self.hw
@@ -2047,12 +2079,17 @@ class Chip:
                 cores, res = self._scatter_cores(self._entries(o, True))
             else:
                 cores, res = [0], ("link:0",)
-            hit = self._dmov_cost.get(("scatter", nbytes))
-            if hit is None:  # a pure function of the bytes
-                hit = self._dmov_cost[("scatter", nbytes)] = cost.scatter(self.hw, nbytes)
+            hit = self._scatter_cost(nbytes)
             # the slice it sends is the one the reads of those crossbars take (one naming rule: _read_names)
             key = self._read_names(a["vxb"], src, None if blk is None else blk.start)[1]
             hit = self._scatter_static[skey] = (cores, res, *hit, key)
+        return hit
+
+    def _scatter_cost(self, nbytes: int) -> tuple:
+        """Duration and energy of a scatter of ``nbytes`` (a pure function of the bytes)."""
+        hit = self._dmov_cost.get(("scatter", nbytes))
+        if hit is None:
+            hit = self._dmov_cost[("scatter", nbytes)] = cost.scatter(self.hw, nbytes)
         return hit
 
     def _scatter_cores(self, ents: list) -> tuple:
@@ -2060,9 +2097,18 @@ class Chip:
         occupies (memoised per list)."""
         hit = self._cores.get(id(ents))
         if hit is None:
-            cores = sorted({xb // self.hw.core.crossbars for xb, _, _, _ in ents})
-            hit = self._cores[id(ents)] = (cores, tuple(f"link:{c}" for c in cores[:1]))
+            hit = self._cores[id(ents)] = self._cores_of([xb for xb, _, _, _ in ents])
         return hit
+
+    def _cores_of(self, xbs: list) -> tuple:
+        """The cores of the crossbars ``xbs`` and the link a scatter to them occupies (:meth:`_scatter_cores`)."""
+        cores = sorted({xb // self.hw.core.crossbars for xb in xbs})
+        return cores, tuple(self._links(cores[:1]))
+
+    @staticmethod
+    def _links(cores: list) -> list[str]:
+        """The links to ``cores`` (a scatter to a core's crossbars occupies its link)."""
+        return [f"link:{c}" for c in cores]
 
     def _fetch_static(self, nbytes: int) -> tuple:
         """Duration and energy of fetching ``nbytes`` of weights from off-chip memory."""
@@ -2100,10 +2146,14 @@ class Chip:
         dur, e = hit
         if not dur:
             return dur, e, ()
+        return dur, e, self._alu_resources(core)
+
+    def _alu_resources(self, core: int | None) -> tuple:
+        """The resources of a DCOM on ``core`` (None: the chip's ALU)."""
         res = self._alu_res.get(core)
         if res is None:
             res = self._alu_res[core] = (f"alu:{core}",) if core is not None else ("chipalu",)
-        return dur, e, res
+        return res
 
     def _record_dcom(self, o: Op, ev: Events) -> None:
         a = o._index
