@@ -619,13 +619,25 @@ def assemble(chip, templates: tuple, sec) -> SectionTable | None:
         bf, binv = _unique_rows([bi, b_rd, g_rd, sc_rd])
         binv = binv.reshape(-1)
         qb, qblk, qg, qsc = bi[bf], b_rd[bf], g_rd[bf], sc_rd[bf]
-        cnt = e_ptr[qb + 1] - e_ptr[qb]
+        # the entries of a row block: a run of the entries ordered by (binding template, first row), each
+        # block's in binding order (a stable sort); of every row, the binding template's own run
+        r_lo = int(e_r0.min(initial=0))
+        width = int(e_r0.max(initial=0)) - r_lo + 1
+        e_key = np.repeat(np.arange(len(ubt), dtype=np.int64), e_n) * width + (e_r0 - r_lo)
+        by_block = np.argsort(e_key, kind="stable")
+        e_key = e_key[by_block]
+        q_key = qb * width + (qblk - r_lo)
+        blk_q = qblk >= 0
+        q0 = np.where(blk_q, np.searchsorted(e_key, q_key, "left"), e_ptr[qb])
+        q1 = np.where(blk_q, np.searchsorted(e_key, q_key, "right"), e_ptr[qb + 1])
+        cnt = q1 - q0
         at = np.zeros(len(bf) + 1, np.int64)
         np.cumsum(cnt, out=at[1:])
         rep = np.repeat(np.arange(len(bf), dtype=np.int64), cnt)
-        idx = np.repeat(e_ptr[qb] - at[:-1], cnt) + np.arange(at[-1], dtype=np.int64)
+        idx = np.repeat(q0 - at[:-1], cnt) + np.arange(at[-1], dtype=np.int64)
+        idx = np.where(blk_q[rep], by_block[idx], idx)
         act = chip._active_rows(e_rs[idx], qg[rep])  # of a row group: the rows in it
-        keep = (act > 0) & ((qblk[rep] < 0) | (e_r0[idx] == qblk[rep]))  # of a row block: its tiles
+        keep = act > 0
         sel_q, sel_xb, sel_rows, sel_nc = rep[keep], e_xb[idx[keep]], act[keep], e_nc[idx[keep]]
         n_sel = np.bincount(sel_q, minlength=len(bf))
         lo = np.zeros(len(bf) + 1, np.int64)
@@ -745,7 +757,7 @@ def assemble(chip, templates: tuple, sec) -> SectionTable | None:
     if wr.any():  # a write's crossbar and write port (once per crossbar)
         xb_on = sec.xb[on]
         ux, ix = np.unique(xb_on[res_row[wr]], return_inverse=True)
-        per = [chip._write_res(x) for x in ux.tolist()]
+        per = chip._write_resources(ux.tolist())
         first_id = np.array([names.setdefault(r[0], len(names)) for r in per], np.int64)
         port_id = np.array([names.setdefault(r[-1], len(names)) for r in per], np.int64)
         res_idx[wr] = np.where(res_idx[wr] == _XB_RES, first_id[ix.reshape(-1)], port_id[ix.reshape(-1)])

@@ -1748,9 +1748,14 @@ class Chip:
     def _write_res(self, xb: int) -> tuple:
         """The resources a write of crossbar ``xb`` occupies: the crossbar, and its write port where arrays
         programmed at once share the write ports."""
-        key = f"xb:{xb}"
+        return self._write_resources([xb])[0]
+
+    def _write_resources(self, xbs: list) -> list[tuple]:
+        """:meth:`_write_res` of each of ``xbs``."""
         ports = self.hw.dual_mode.write_ports
-        return (key, f"wport:{xb % ports}") if ports else (key,)
+        if ports:
+            return [(f"xb:{x}", f"wport:{x % ports}") for x in xbs]
+        return [(f"xb:{x}",) for x in xbs]
 
     def _record_write(self, o: Op, ev: Events) -> None:
         a = o._index
