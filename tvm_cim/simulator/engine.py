@@ -518,7 +518,7 @@ class Chip:
                     return self._take_run(prog, env, stats, done)
         grouped0 = self.grouped_reads
         self.vxbs, self._loopnest, setup_xbs, written, rewritten = self._structure(prog)
-        self.bind_templates = encode(prog).templates  # (what _Binds.template indexes)
+        self.bind_templates = encode(prog).templates  # (what _Binds.templates gives indexes)
         self.M = int(prog.attr("M", 1)) * int(prog.attr("batch", 1))
         self._batch = int(prog.attr("batch", 1))
         self._pending: dict = {}  # (input, accumulator) -> queued reads, in program order
