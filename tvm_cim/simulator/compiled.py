@@ -728,13 +728,13 @@ def assemble(chip, templates: tuple, sec) -> SectionTable | None:
                    for x in chip._read_resources(v_rd[rdg][rf].tolist(), b_rd[rdg][rf].tolist())]
             pair_res[plain[rdg]] = np.array(ids, np.int64)[rinv]
         got = np.empty(len(bf), np.int64)
-        if qsc.any():  # a scatter: the link to its crossbars' cores (Chip._cores_of: the first core's)
+        if qsc.any():  # a scatter: the link to its crossbars' cores (Chip._scatter_cores: the first core's)
             if np.any(n_sel[qsc] == 0):
                 return None
             first_xb = np.zeros(len(bf), np.int64)
             ne = n_sel > 0
             first_xb[ne] = np.minimum.reduceat(sel_xb, lo[:-1][ne])  # (segments of the combinations with tiles)
-            core = first_xb[qsc] // chip.hw.core.crossbars
+            core = chip._core_of(first_xb[qsc])
             uc, ic = np.unique(core, return_inverse=True)
             ids = [names.setdefault(chip._links([x])[0], len(names)) for x in uc.tolist()]
             got[qsc] = np.array(ids, np.int64)[ic.reshape(-1)]

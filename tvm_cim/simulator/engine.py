@@ -778,15 +778,11 @@ class Chip:
     def _activated(self, ents: list, opcode: str, group: int | None) -> list:
         """(xb, rows, cols, base row) of the crossbars ``ents`` (a virtual crossbar's, or a row block's, binding
         entries) that an ``opcode`` read of row group ``group`` activates (:meth:`_entries`)."""
-        if opcode == "CIM.read_row":
-            ra = self.xhw.crossbar.rows_active
-            g = int(group)
-            out = []
-            for xb, rows, cols in ents:
-                r0 = rows.start + g * ra
-                if r0 < rows.stop:
-                    out.append((xb, Range(r0, min(rows.stop, r0 + ra)), cols, rows.start))
-            return out
+        if opcode == "CIM.read_row":  # the rows of its group: ``group * rows_active`` into each tile
+            off = int(group) * self.xhw.crossbar.rows_active
+            act = self._active_rows(np.array([rows.size for _, rows, _ in ents], np.int64), int(group)).tolist()
+            return [(xb, Range(rows.start + off, rows.start + off + n), cols, rows.start)
+                    for (xb, rows, cols), n in zip(ents, act) if n > 0]
         return [(xb, rows, cols, rows.start) for xb, rows, cols in ents]
 
     def _active_rows(self, sizes: np.ndarray, groups: np.ndarray) -> np.ndarray:
@@ -2102,13 +2098,13 @@ class Chip:
         occupies (memoised per list)."""
         hit = self._cores.get(id(ents))
         if hit is None:
-            hit = self._cores[id(ents)] = self._cores_of([xb for xb, _, _, _ in ents])
+            cores = sorted({self._core_of(xb) for xb, _, _, _ in ents})
+            hit = self._cores[id(ents)] = (cores, tuple(self._links(cores[:1])))
         return hit
 
-    def _cores_of(self, xbs: list) -> tuple:
-        """The cores of the crossbars ``xbs`` and the link a scatter to them occupies (:meth:`_scatter_cores`)."""
-        cores = sorted({xb // self.hw.core.crossbars for xb in xbs})
-        return cores, tuple(self._links(cores[:1]))
+    def _core_of(self, xb):
+        """The core of crossbar ``xb`` (an int or an array of them)."""
+        return xb // self.hw.core.crossbars
 
     @staticmethod
     def _links(cores: list) -> list[str]:
